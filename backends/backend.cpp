@@ -1,0 +1,38 @@
+#include "backends/backend.h"
+
+#include <stdexcept>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cuda/cuda_backend.h"
+
+namespace mvgpt {
+
+Backend& backend_for(Device device) {
+  if (device.is_cpu()) {
+    static cpu::CpuBackend cpu_backend;
+    return cpu_backend;
+  }
+  if (!cuda::built_with_cuda()) return cuda::backend(device.index);  // throws "built without CUDA"
+  int n = cuda::device_count();
+  if (device.index < 0 || device.index >= n)
+    throw std::runtime_error(device.str() + " requested, but " + std::to_string(n) +
+                             " CUDA device(s) are visible; use --device cpu or another index");
+  return cuda::backend(device.index);
+}
+
+bool cuda_available() { return cuda::built_with_cuda() && cuda::device_count() > 0; }
+int cuda_device_count() { return cuda::built_with_cuda() ? cuda::device_count() : 0; }
+
+const char* unary_op_name(UnaryOp op) {
+  static const char* names[] = {"neg",      "exp",        "log",        "sqrt",       "rsqrt",       "tanh",
+                                "sigmoid",  "relu",       "gelu",       "silu",       "abs",         "pow",
+                                "add",      "mul",        "rsub",       "rdiv",       "sign",        "square"};
+  return names[int(op)];
+}
+
+const char* binary_op_name(BinaryOp op) {
+  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"};
+  return names[int(op)];
+}
+
+}  // namespace mvgpt

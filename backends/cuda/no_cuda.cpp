@@ -1,0 +1,16 @@
+// The CUDA backend's stand-in for builds without CUDA (MVGPT_CUDA=OFF, or no nvcc found).
+#include <stdexcept>
+
+#include "backends/cuda/cuda_backend.h"
+
+namespace mvgpt::cuda {
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+Backend& backend(int index) {
+  throw std::runtime_error("cuda:" + std::to_string(index) +
+                           " requested, but mvgpt was built without CUDA (configure with -DMVGPT_CUDA=ON on a "
+                           "machine with the CUDA toolkit, or use --device cpu)");
+}
+
+}  // namespace mvgpt::cuda

@@ -1,0 +1,59 @@
+#pragma once
+// Shapes and strides: small fixed-capacity vectors of int64, so a tensor's layout never touches the heap.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mvgpt {
+
+inline constexpr int kMaxDims = 8;
+
+class Dims {
+ public:
+  Dims() = default;
+  Dims(std::initializer_list<int64_t> v);
+  explicit Dims(std::span<const int64_t> v);
+  Dims(const std::vector<int64_t>& v) : Dims(std::span<const int64_t>(v)) {}
+
+  int size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int64_t operator[](int i) const { return d_[i]; }
+  int64_t& operator[](int i) { return d_[i]; }
+  // Negative i counts from the back, as in Python.
+  int64_t at(int i) const;
+  int64_t back() const { return d_[n_ - 1]; }
+  void push_back(int64_t v);
+  void insert(int pos, int64_t v);
+  void erase(int pos);
+  void resize(int n, int64_t fill = 0);
+  const int64_t* begin() const { return d_; }
+  const int64_t* end() const { return d_ + n_; }
+  int64_t* begin() { return d_; }
+  int64_t* end() { return d_ + n_; }
+  const int64_t* data() const { return d_; }
+  std::vector<int64_t> vec() const { return {begin(), end()}; }
+  friend bool operator==(const Dims& a, const Dims& b) {
+    return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  int64_t d_[kMaxDims] = {};
+  int n_ = 0;
+};
+
+using Shape = Dims;
+using Strides = Dims;
+
+int64_t numel(const Shape& s);
+Strides contiguous_strides(const Shape& s);
+// "[2, 3, 4]"
+std::string to_string(const Dims& d);
+// Wraps a possibly negative axis into [0, ndim); throws naming `op` when out of range.
+int normalize_axis(int axis, int ndim, const char* op);
+// NumPy broadcasting of two shapes; throws naming `op` and both shapes when they do not broadcast.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+}  // namespace mvgpt
