@@ -93,6 +93,8 @@ class Tensor {
   void set_name(std::string name) const;
 
   TensorImpl* impl() const { return impl_.get(); }
+  // The owning handle: autograd keeps weak references to leaves through it.
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool same(const Tensor& other) const { return impl_ == other.impl_; }
   // Short description: "float32[2, 3] cpu".
   std::string describe() const;
@@ -115,6 +117,7 @@ struct TensorImpl {
   bool requires_grad = false;
   Tensor grad;                              // leaves: the accumulated gradient
   std::shared_ptr<autograd::Node> grad_fn;  // results of recorded ops: the node that made them
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: their one AccumulateGrad node, while a graph uses it
   std::string name;
 };
 
