@@ -5,7 +5,7 @@ install(TARGETS ${modules} EXPORT mvgptTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir tensor backends autograd nn mvgpt)
+foreach(dir util tensor backends autograd nn mvgpt)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt/${dir}
     FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -1,0 +1,52 @@
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "util/atomic_file.h"
+
+namespace mvgpt::util {
+namespace {
+
+std::filesystem::path temp_dir() {
+  auto d = std::filesystem::temp_directory_path() / ("mvgpt_atomic_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+TEST(AtomicFile, WritesAndReplaces) {
+  auto p = (temp_dir() / "a.txt").string();
+  write_file_atomic(p, "first");
+  write_file_atomic(p, "second");
+  EXPECT_EQ(read_file(p), "second");
+}
+
+TEST(AtomicFile, AbandonedWriteLeavesTheOldFile) {
+  auto p = (temp_dir() / "b.txt").string();
+  write_file_atomic(p, "good");
+  {
+    AtomicFileWriter w(p);
+    w.write("half a fi");
+    // No commit: as if an exception unwound through here.
+  }
+  EXPECT_EQ(read_file(p), "good");
+  for (auto& e : std::filesystem::directory_iterator(temp_dir()))
+    EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();
+}
+
+TEST(AtomicFile, MissingFolderIsAClearError) {
+  try {
+    write_file_atomic("/nonexistent-dir/x.bin", "x");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/x.bin"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AtomicFile, ReadMissingFileNamesIt) {
+  EXPECT_THROW(read_file("/nonexistent-file"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace mvgpt::util

@@ -1,0 +1,36 @@
+#pragma once
+// Writing a file so that a crash never leaves a half-written one where a good one was: write to
+// "<path>.tmp.<pid>", fsync, rename over the target, fsync the folder.
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace mvgpt::util {
+
+class AtomicFileWriter {
+ public:
+  // Opens the temporary file; throws std::runtime_error naming the path when it cannot.
+  explicit AtomicFileWriter(std::string path);
+  // Without commit() (an exception on the way), the temporary file is removed and the target untouched.
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  // Flushes, fsyncs and renames into place.
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_path_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::string& path, std::string_view contents);
+// The whole file; throws std::runtime_error naming the path when it cannot be read.
+std::string read_file(const std::string& path);
+
+}  // namespace mvgpt::util
