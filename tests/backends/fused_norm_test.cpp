@@ -1,0 +1,208 @@
+// Layer norm and RMS norm kernels against naive double loops; backward against finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "backends/backend.h"
+#include "fused_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using namespace fused_test;
+using Vec = std::vector<double>;
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+
+// Naive layer norm / RMS norm in double over rows of length C; w/b empty = absent.
+Vec naive_layer_norm(const Vec& x, const Vec& w, const Vec& b, int64_t C, double eps, Vec* mean = nullptr,
+                     Vec* rstd = nullptr) {
+  const int64_t N = int64_t(x.size()) / C;
+  Vec y(x.size());
+  for (int64_t r = 0; r < N; ++r) {
+    double mu = 0, var = 0;
+    for (int64_t i = 0; i < C; ++i) mu += x[r * C + i];
+    mu /= C;
+    for (int64_t i = 0; i < C; ++i) var += (x[r * C + i] - mu) * (x[r * C + i] - mu);
+    var /= C;
+    const double rs = 1 / std::sqrt(var + eps);
+    if (mean) mean->push_back(mu);
+    if (rstd) rstd->push_back(rs);
+    for (int64_t i = 0; i < C; ++i)
+      y[r * C + i] = (x[r * C + i] - mu) * rs * (w.empty() ? 1 : w[i]) + (b.empty() ? 0 : b[i]);
+  }
+  return y;
+}
+
+Vec naive_rms_norm(const Vec& x, const Vec& w, int64_t C, double eps, Vec* rstd = nullptr) {
+  const int64_t N = int64_t(x.size()) / C;
+  Vec y(x.size());
+  for (int64_t r = 0; r < N; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < C; ++i) ms += x[r * C + i] * x[r * C + i];
+    const double rs = 1 / std::sqrt(ms / C + eps);
+    if (rstd) rstd->push_back(rs);
+    for (int64_t i = 0; i < C; ++i) y[r * C + i] = x[r * C + i] * rs * (w.empty() ? 1 : w[i]);
+  }
+  return y;
+}
+
+// Central differences of f at x.
+Vec finite_diff(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-6) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double fp = f(x);
+    x[i] = x0 - h;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2 * h);
+  }
+  return g;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+struct NormCase {
+  int64_t N, C;
+  bool affine, with_bias;
+};
+
+class LayerNormKernel : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(LayerNormKernel, ForwardMatchesNaiveLoops) {
+  const auto [N, C, affine, with_bias] = GetParam();
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor x = random_tensor({N, C}, dt, 1, -2, 3);
+    Tensor w = affine ? random_tensor({C}, dt, 2) : Tensor();
+    Tensor b = with_bias ? random_tensor({C}, dt, 3) : Tensor();
+    Tensor y = empty_like(x), mean = empty_of({N}, dt), rstd = empty_of({N}, dt);
+    cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+    Vec want_mean, want_rstd;
+    Vec want = naive_layer_norm(values(x), w ? values(w) : Vec{}, b ? values(b) : Vec{}, C, 1e-5, &want_mean,
+                                &want_rstd);
+    const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
+    EXPECT_TRUE(all_close(y, want, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(mean, want_mean, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(rstd, want_rstd, tol, tol)) << dtype_name(dt);
+  }
+}
+
+TEST_P(LayerNormKernel, BackwardMatchesFiniteDifferences) {
+  auto [N, C, affine, with_bias] = GetParam();
+  N = std::min<int64_t>(N, 5);  // finite differences cost O(size^2)
+  C = std::min<int64_t>(C, 19);
+  Tensor x = random_tensor({N, C}, DType::f64, 4, -2, 2);
+  Tensor w = affine ? random_tensor({C}, DType::f64, 5) : Tensor();
+  Tensor b = with_bias ? random_tensor({C}, DType::f64, 6) : Tensor();
+  Tensor dy = random_tensor({N, C}, DType::f64, 7);
+  Tensor y = empty_like(x), mean = empty_of({N}, DType::f64), rstd = empty_of({N}, DType::f64);
+  cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+  Tensor dx = empty_like(x);
+  Tensor dw = affine ? empty_of({C}, DType::f64) : Tensor();
+  Tensor db = with_bias ? empty_of({C}, DType::f64) : Tensor();
+  cpu().layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+
+  const Vec xv = values(x), wv = w ? values(w) : Vec{}, bv = b ? values(b) : Vec{}, dyv = values(dy);
+  EXPECT_TRUE(all_close(dx, finite_diff([&](const Vec& xs) { return dot(naive_layer_norm(xs, wv, bv, C, 1e-5), dyv); }, xv),
+                        1e-7, 1e-7));
+  if (affine) {
+    EXPECT_TRUE(all_close(
+        dw, finite_diff([&](const Vec& ws) { return dot(naive_layer_norm(xv, ws, bv, C, 1e-5), dyv); }, wv), 1e-7, 1e-7));
+  }
+  if (with_bias) {
+    EXPECT_TRUE(all_close(
+        db, finite_diff([&](const Vec& bs) { return dot(naive_layer_norm(xv, wv, bs, C, 1e-5), dyv); }, bv), 1e-7, 1e-7));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormKernel,
+                         ::testing::Values(NormCase{7, 384, true, true}, NormCase{3, 5, true, false},
+                                           NormCase{4, 33, false, false}, NormCase{2, 17, false, true},
+                                           NormCase{1000, 40, true, true}));
+
+TEST(LayerNormKernel, ParameterGradientsAreSumsOverManyRows) {
+  // Many rows: several chunks and threads must sum to the naive double sum.
+  const int64_t N = 3000, C = 24;
+  Tensor x = random_tensor({N, C}, DType::f64, 8), w = random_tensor({C}, DType::f64, 9);
+  Tensor b = random_tensor({C}, DType::f64, 10), dy = random_tensor({N, C}, DType::f64, 11);
+  Tensor y = empty_like(x), mean = empty_of({N}, DType::f64), rstd = empty_of({N}, DType::f64);
+  cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+  Tensor dx = empty_like(x), dw = empty_of({C}, DType::f64), db = empty_of({C}, DType::f64);
+  cpu().layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+  const Vec xv = values(x), dyv = values(dy), mv = values(mean), rv = values(rstd);
+  Vec want_dw(C, 0), want_db(C, 0);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t i = 0; i < C; ++i) {
+      want_dw[i] += dyv[r * C + i] * (xv[r * C + i] - mv[r]) * rv[r];
+      want_db[i] += dyv[r * C + i];
+    }
+  EXPECT_TRUE(all_close(dw, want_dw, 1e-10, 1e-12));
+  EXPECT_TRUE(all_close(db, want_db, 1e-10, 1e-12));
+  // Deterministic: a second run gives identical bits.
+  Tensor dw2 = empty_of({C}, DType::f64), db2 = empty_of({C}, DType::f64), dx2 = empty_like(x);
+  cpu().layer_norm_backward(dy, x, w, mean, rstd, dx2, dw2, db2);
+  EXPECT_EQ(values(dw), values(dw2));
+  EXPECT_EQ(values(dx), values(dx2));
+}
+
+TEST(LayerNormKernel, ZeroRows) {
+  Tensor x = empty_of({0, 8}, DType::f32), w = random_tensor({8}, DType::f32, 1), b = random_tensor({8}, DType::f32, 2);
+  Tensor y = empty_like(x), mean = empty_of({0}, DType::f32), rstd = empty_of({0}, DType::f32);
+  cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+  Tensor dw = empty_of({8}, DType::f32), db = empty_of({8}, DType::f32), dx = empty_like(x);
+  cpu().layer_norm_backward(x, x, w, mean, rstd, dx, dw, db);
+  EXPECT_EQ(values(dw), Vec(8, 0.0));
+  EXPECT_EQ(values(db), Vec(8, 0.0));
+}
+
+class RmsNormKernel : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(RmsNormKernel, ForwardMatchesNaiveLoops) {
+  const auto [N, C, affine, with_bias] = GetParam();
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor x = random_tensor({N, C}, dt, 12, -2, 3);
+    Tensor w = affine ? random_tensor({C}, dt, 13) : Tensor();
+    Tensor y = empty_like(x), rstd = empty_of({N}, dt);
+    cpu().rms_norm(x, w, 1e-6, y, rstd);
+    Vec want_rstd;
+    Vec want = naive_rms_norm(values(x), w ? values(w) : Vec{}, C, 1e-6, &want_rstd);
+    const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
+    EXPECT_TRUE(all_close(y, want, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(rstd, want_rstd, tol, tol)) << dtype_name(dt);
+  }
+}
+
+TEST_P(RmsNormKernel, BackwardMatchesFiniteDifferences) {
+  auto [N, C, affine, with_bias] = GetParam();
+  N = std::min<int64_t>(N, 5);
+  C = std::min<int64_t>(C, 19);
+  Tensor x = random_tensor({N, C}, DType::f64, 14, -2, 2);
+  Tensor w = affine ? random_tensor({C}, DType::f64, 15) : Tensor();
+  Tensor dy = random_tensor({N, C}, DType::f64, 16);
+  Tensor y = empty_like(x), rstd = empty_of({N}, DType::f64);
+  cpu().rms_norm(x, w, 1e-6, y, rstd);
+  Tensor dx = empty_like(x), dw = affine ? empty_of({C}, DType::f64) : Tensor();
+  cpu().rms_norm_backward(dy, x, w, rstd, dx, dw);
+  const Vec xv = values(x), wv = w ? values(w) : Vec{}, dyv = values(dy);
+  EXPECT_TRUE(all_close(dx, finite_diff([&](const Vec& xs) { return dot(naive_rms_norm(xs, wv, C, 1e-6), dyv); }, xv),
+                        1e-7, 1e-7));
+  if (affine) {
+    EXPECT_TRUE(
+        all_close(dw, finite_diff([&](const Vec& ws) { return dot(naive_rms_norm(xv, ws, C, 1e-6), dyv); }, wv), 1e-7, 1e-7));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormKernel,
+                         ::testing::Values(NormCase{7, 384, true, false}, NormCase{3, 5, true, false},
+                                           NormCase{4, 33, false, false}, NormCase{1000, 40, true, false}));
+
+}  // namespace
+}  // namespace mvgpt
