@@ -1,10 +1,12 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include "backends/cpu/openblas_core.h"
 #include "tensor/allocator.h"
 
 namespace mvgpt::cpu {
 
-CpuBackend::CpuBackend() = default;
+// Fix a mis-detected OpenBLAS kernel set before the first GEMM (once per process).
+CpuBackend::CpuBackend() { ensure_openblas_core(); }
 
 Allocator& CpuBackend::allocator() { return allocator_for(Device::cpu()); }
 
