@@ -1,0 +1,199 @@
+// Attention kernel (forward and backward) against naive double loops and finite differences:
+// causal and not, KV-cache offsets (Tq < Tk), decode (Tq = 1), grouped kv heads, strided inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/backend.h"
+#include "fused_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using namespace fused_test;
+using Vec = std::vector<double>;
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+
+struct Naive {
+  Vec out, lse, dq, dk, dv;
+};
+
+// Full-matrix attention in double; query head h reads kv head h / (H / Hkv).
+Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* dout, double scale,
+                      bool causal) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
+  const Vec qv = values(q), kv = values(k), vv = values(v), dov = dout ? values(*dout) : Vec(qv.size());
+  Naive r{Vec(qv.size()), Vec(size_t(B * H * Tq)), Vec(qv.size()), Vec(kv.size(), 0), Vec(vv.size(), 0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / (H / Hkv);
+      auto Q = [&](int64_t i, int64_t c) { return qv[((b * H + h) * Tq + i) * D + c]; };
+      auto K = [&](int64_t j, int64_t c) { return kv[((b * Hkv + hk) * Tk + j) * D + c]; };
+      auto V = [&](int64_t j, int64_t c) { return vv[((b * Hkv + hk) * Tk + j) * D + c]; };
+      auto dO = [&](int64_t i, int64_t c) { return dov[((b * H + h) * Tq + i) * D + c]; };
+      for (int64_t i = 0; i < Tq; ++i) {
+        const int64_t n = causal ? std::min(Tk, Tk - Tq + i + 1) : Tk;
+        Vec s(static_cast<size_t>(n), 0.0);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t c = 0; c < D; ++c) s[j] += Q(i, c) * K(j, c);
+          s[j] *= scale;
+          m = std::max(m, s[j]);
+        }
+        double l = 0;
+        for (int64_t j = 0; j < n; ++j) l += std::exp(s[j] - m);
+        const double lse = m + std::log(l);
+        r.lse[(b * H + h) * Tq + i] = lse;
+        Vec p(static_cast<size_t>(n)), o(static_cast<size_t>(D), 0.0);
+        for (int64_t j = 0; j < n; ++j) {
+          p[j] = std::exp(s[j] - lse);
+          for (int64_t c = 0; c < D; ++c) o[c] += p[j] * V(j, c);
+        }
+        for (int64_t c = 0; c < D; ++c) r.out[((b * H + h) * Tq + i) * D + c] = o[c];
+        // Backward of this row: dp_j = dO . v_j, ds_j = p_j (dp_j - sum_j' p_j' dp_j').
+        Vec dp(static_cast<size_t>(n), 0.0);
+        double pdp = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          for (int64_t c = 0; c < D; ++c) dp[j] += dO(i, c) * V(j, c);
+          pdp += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const double ds = p[j] * (dp[j] - pdp);
+          for (int64_t c = 0; c < D; ++c) {
+            r.dq[((b * H + h) * Tq + i) * D + c] += ds * K(j, c) * scale;
+            r.dk[((b * Hkv + hk) * Tk + j) * D + c] += ds * Q(i, c) * scale;
+            r.dv[((b * Hkv + hk) * Tk + j) * D + c] += p[j] * dO(i, c);
+          }
+        }
+      }
+    }
+  return r;
+}
+
+struct Result {
+  Tensor out, lse, dq, dk, dv;
+};
+
+Result run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, double scale, bool causal) {
+  const DType dt = q.dtype();
+  Result r;
+  r.out = Tensor::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, dt);
+  r.lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, dt);
+  cpu().attention(q, k, v, scale, causal, r.out, r.lse);
+  r.dq = Tensor::empty(r.out.shape(), dt);
+  r.dk = Tensor::empty(k.shape(), dt);
+  r.dv = Tensor::empty(v.shape(), dt);
+  cpu().attention_backward(dout, q, k, v, r.out, r.lse, scale, causal, r.dq, r.dk, r.dv);
+  return r;
+}
+
+struct AttnCase {
+  int64_t B, H, Hkv, Tq, Tk, D;
+  bool causal;
+};
+
+class AttentionKernel : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionKernel, MatchesNaiveLoops) {
+  const auto [B, H, Hkv, Tq, Tk, D, causal] = GetParam();
+  const double scale = 1 / std::sqrt(double(D));
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor q = random_tensor({B, H, Tq, D}, dt, 1, -2, 2), k = random_tensor({B, Hkv, Tk, D}, dt, 2, -2, 2);
+    Tensor v = random_tensor({B, Hkv, Tk, D}, dt, 3), dout = random_tensor({B, H, Tq, D}, dt, 4);
+    Result got = run_attention(q, k, v, dout, scale, causal);
+    Naive want = naive_attention(q, k, v, &dout, scale, causal);
+    const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
+    EXPECT_TRUE(all_close(got.out, want.out, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(got.lse, want.lse, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(got.dq, want.dq, tol, 10 * tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(got.dk, want.dk, tol, 10 * tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(got.dv, want.dv, tol, 10 * tol)) << dtype_name(dt);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, AttentionKernel,
+    ::testing::Values(AttnCase{2, 3, 3, 9, 9, 8, true},       // plain causal
+                      AttnCase{2, 3, 3, 9, 9, 8, false},      // non-causal
+                      AttnCase{1, 4, 1, 7, 7, 4, true},       // multi-query (Hkv = 1)
+                      AttnCase{2, 4, 2, 5, 5, 6, true},       // grouped (Hkv = 2)
+                      AttnCase{1, 4, 2, 3, 11, 8, true},      // KV cache: queries sit at keys 8..10
+                      AttnCase{2, 2, 2, 1, 13, 8, true},      // decode: one query sees every key
+                      AttnCase{1, 2, 1, 1, 13, 8, false},     // decode, non-causal, grouped
+                      AttnCase{1, 2, 2, 70, 70, 16, true},    // several query blocks, a 1-row tail
+                      AttnCase{1, 2, 1, 130, 150, 8, true},   // several blocks with a cache offset, grouped
+                      AttnCase{1, 1, 1, 129, 129, 4, false}));
+
+TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
+  // loss = sum(out * R): dq, dk, dv by central differences of the kernel's own forward, in f64.
+  const int64_t B = 1, H = 2, Hkv = 1, Tq = 3, Tk = 4, D = 3;
+  const double scale = 0.7;
+  Tensor q = random_tensor({B, H, Tq, D}, DType::f64, 5), k = random_tensor({B, Hkv, Tk, D}, DType::f64, 6);
+  Tensor v = random_tensor({B, Hkv, Tk, D}, DType::f64, 7), R = random_tensor({B, H, Tq, D}, DType::f64, 8);
+  Result got = run_attention(q, k, v, R, scale, true);
+  auto loss = [&]() {
+    Tensor out = Tensor::empty(R.shape(), DType::f64), lse = Tensor::empty({B, H, Tq}, DType::f64);
+    cpu().attention(q, k, v, scale, true, out, lse);
+    double s = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) s += read_element(out, i) * read_element(R, i);
+    return s;
+  };
+  for (auto [t, grad] : {std::pair{q, got.dq}, {k, got.dk}, {v, got.dv}})
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double x0 = read_element(t, i), h = 1e-6;
+      write_element(t, i, x0 + h);
+      const double lp = loss();
+      write_element(t, i, x0 - h);
+      const double lm = loss();
+      write_element(t, i, x0);
+      EXPECT_NEAR(read_element(grad, i), (lp - lm) / (2 * h), 1e-8) << "element " << i;
+    }
+}
+
+TEST(AttentionKernel, StridedHeadsFromPackedQkv) {
+  // qkv (B, T, 3, H, D) packed as a linear layer writes it; q, k, v are (B, H, T, D) views of it.
+  const int64_t B = 2, T = 6, H = 2, D = 4;
+  Tensor qkv = random_tensor({B, T, 3, H, D}, DType::f32, 9);
+  auto head_view = [&](int64_t which) {
+    return qkv.as_strided({B, H, T, D}, {T * 3 * H * D, D, 3 * H * D, 1}, qkv.offset() + which * H * D);
+  };
+  auto packed = [&](const Tensor& view) {
+    Tensor c = Tensor::empty(view.shape(), DType::f32);
+    for (int64_t i = 0; i < c.numel(); ++i) write_element(c, i, read_element(view, i));
+    return c;
+  };
+  Tensor dout = random_tensor({B, H, T, D}, DType::f32, 10);
+  Result a = run_attention(head_view(0), head_view(1), head_view(2), dout, 0.5, true);
+  Result b = run_attention(packed(head_view(0)), packed(head_view(1)), packed(head_view(2)), dout, 0.5, true);
+  for (auto [x, y] : {std::pair{a.out, b.out}, {a.lse, b.lse}, {a.dq, b.dq}, {a.dk, b.dk}, {a.dv, b.dv}})
+    EXPECT_EQ(values(x), values(y));
+}
+
+TEST(AttentionKernel, BackwardIsDeterministicWithGroupedHeads) {
+  Tensor q = random_tensor({2, 6, 40, 8}, DType::f32, 11), k = random_tensor({2, 2, 40, 8}, DType::f32, 12);
+  Tensor v = random_tensor({2, 2, 40, 8}, DType::f32, 13), dout = random_tensor({2, 6, 40, 8}, DType::f32, 14);
+  Result a = run_attention(q, k, v, dout, 0.3, true), b = run_attention(q, k, v, dout, 0.3, true);
+  EXPECT_EQ(values(a.dk), values(b.dk));
+  EXPECT_EQ(values(a.dv), values(b.dv));
+}
+
+TEST(AttentionKernel, NoKeysGivesZeroOutputAndMinusInfLse) {
+  Tensor q = random_tensor({1, 1, 2, 4}, DType::f32, 15), k = Tensor::empty({1, 1, 0, 4}, DType::f32);
+  Tensor dout = random_tensor({1, 1, 2, 4}, DType::f32, 16);
+  Result r = run_attention(q, k, k, dout, 1, false);
+  EXPECT_EQ(values(r.out), Vec(8, 0.0));
+  EXPECT_EQ(values(r.lse), Vec(2, -INFINITY));
+  EXPECT_EQ(values(r.dq), Vec(8, 0.0));
+}
+
+TEST(AttentionKernel, ZeroQueriesGiveZeroKeyGradients) {
+  Tensor q = Tensor::empty({1, 2, 0, 4}, DType::f64), k = random_tensor({1, 2, 3, 4}, DType::f64, 17);
+  Result r = run_attention(q, k, k, q, 1, true);
+  EXPECT_EQ(values(r.dk), Vec(24, 0.0));
+  EXPECT_EQ(values(r.dv), Vec(24, 0.0));
+}
+
+}  // namespace
+}  // namespace mvgpt

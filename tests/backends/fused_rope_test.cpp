@@ -1,0 +1,151 @@
+// Rotary embedding kernel: naive double loops and the rotation's algebraic properties.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backends/backend.h"
+#include "fused_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using namespace fused_test;
+using Vec = std::vector<double>;
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+
+Tensor run_rope(const Tensor& x, const Tensor& pos, RopeLayout layout, bool inverse = false, double base = 10000) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  cpu().rope(x, pos, base, layout, inverse, out);
+  return out;
+}
+
+// Naive rope of x (B, H, T, D) with positions (B, T) or (T), in double.
+Vec naive_rope(const Tensor& x, const Tensor& pos, RopeLayout layout, bool inverse, double base) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+  const Vec xv = values(x), pv = values(pos);
+  Vec out(xv.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < D / 2; ++i) {
+          const double p = pos.dim() == 2 ? pv[b * T + t] : pv[t];
+          const double angle = (inverse ? -1 : 1) * p * std::pow(base, -2.0 * i / D);
+          const int64_t row = ((b * H + h) * T + t) * D;
+          const int64_t i0 = layout == RopeLayout::split_half ? i : 2 * i;
+          const int64_t i1 = layout == RopeLayout::split_half ? i + D / 2 : 2 * i + 1;
+          out[row + i0] = xv[row + i0] * std::cos(angle) - xv[row + i1] * std::sin(angle);
+          out[row + i1] = xv[row + i0] * std::sin(angle) + xv[row + i1] * std::cos(angle);
+        }
+  return out;
+}
+
+Tensor positions_of(const std::vector<int64_t>& p, Shape shape = {}) { return Tensor::from_vector(p, shape); }
+
+TEST(RopeKernel, MatchesNaiveLoops) {
+  const std::vector<int64_t> pos = {0, 1, 5, 170000};  // a large position checks the double angles
+  for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved})
+    for (bool inverse : {false, true}) {
+      Tensor x = random_tensor({2, 3, 4, 8}, DType::f64, 1);
+      EXPECT_TRUE(all_close(run_rope(x, positions_of(pos), layout, inverse),
+                            naive_rope(x, positions_of(pos), layout, inverse, 10000), 1e-12));
+      Tensor xf = random_tensor({2, 3, 4, 8}, DType::f32, 2);
+      EXPECT_TRUE(all_close(run_rope(xf, positions_of(pos), layout, inverse, 500),
+                            naive_rope(xf, positions_of(pos), layout, inverse, 500), 2e-6));
+    }
+}
+
+TEST(RopeKernel, Int32AndPerSequencePositions) {
+  Tensor x = random_tensor({2, 2, 3, 6}, DType::f64, 3);
+  std::vector<int32_t> p32 = {3, 4, 5, 100, 101, 102};
+  Tensor pos32 = Tensor::from_vector(p32, {2, 3});
+  Tensor pos64 = positions_of({3, 4, 5, 100, 101, 102}, {2, 3});
+  Tensor got = run_rope(x, pos32, RopeLayout::split_half);
+  EXPECT_TRUE(all_close(got, naive_rope(x, pos64, RopeLayout::split_half, false, 10000), 1e-12));
+  EXPECT_EQ(values(got), values(run_rope(x, pos64, RopeLayout::split_half)));
+}
+
+TEST(RopeKernel, ThreeDimInputAndStridedView) {
+  // (H, T, D) input; and a (B, H, T, D) view of a (B, T, H, D) buffer, as after splitting qkv.
+  Tensor x3 = random_tensor({3, 4, 8}, DType::f64, 4);
+  Tensor pos = positions_of({7, 8, 9, 10});
+  Tensor x4 = x3.as_strided({1, 3, 4, 8}, {96, 32, 8, 1}, 0);
+  EXPECT_EQ(values(run_rope(x3, pos, RopeLayout::split_half)), values(run_rope(x4, pos, RopeLayout::split_half)));
+
+  Tensor buf = random_tensor({2, 4, 3, 8}, DType::f64, 5);  // (B, T, H, D)
+  Tensor view = buf.as_strided({2, 3, 4, 8}, {96, 8, 24, 1}, 0);  // (B, H, T, D)
+  Tensor packed = Tensor::empty({2, 3, 4, 8}, DType::f64);
+  for (int64_t i = 0; i < packed.numel(); ++i) write_element(packed, i, read_element(view, i));
+  EXPECT_EQ(values(run_rope(view, pos, RopeLayout::interleaved)), values(run_rope(packed, pos, RopeLayout::interleaved)));
+}
+
+TEST(RopeKernel, PositionZeroIsIdentityAndNormsArePreserved) {
+  Tensor x = random_tensor({1, 2, 3, 16}, DType::f64, 6);
+  EXPECT_EQ(values(run_rope(x, positions_of({0, 0, 0}), RopeLayout::split_half)), values(x));
+  Vec y = values(run_rope(x, positions_of({1, 50, 9999}), RopeLayout::split_half)), xv = values(x);
+  for (int64_t row = 0; row < 6; ++row) {
+    double nx = 0, ny = 0;
+    for (int64_t i = 0; i < 16; ++i) {
+      nx += xv[row * 16 + i] * xv[row * 16 + i];
+      ny += y[row * 16 + i] * y[row * 16 + i];
+    }
+    EXPECT_NEAR(nx, ny, 1e-12);
+  }
+}
+
+double row_dot(const Vec& a, int64_t ra, const Vec& b, int64_t rb, int64_t D) {
+  double s = 0;
+  for (int64_t i = 0; i < D; ++i) s += a[ra * D + i] * b[rb * D + i];
+  return s;
+}
+
+TEST(RopeKernel, ScoresDependOnlyOnRelativePosition) {
+  // One q and one k row, each placed at several positions.
+  const int64_t D = 8;
+  Tensor q = random_tensor({1, 1, 1, D}, DType::f64, 7), k = random_tensor({1, 1, 1, D}, DType::f64, 8);
+  auto at = [&](const Tensor& t, int64_t p) { return values(run_rope(t, positions_of({p}), RopeLayout::split_half)); };
+  const Vec qv = values(q);
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{3, 10}, {0, 7}, {40, 2}}) {
+    // (R_m q) . (R_n k) == q . (R_{n-m} k)
+    EXPECT_NEAR(row_dot(at(q, m), 0, at(k, n), 0, D), row_dot(qv, 0, at(k, n - m), 0, D), 1e-12);
+    // A common offset leaves the score unchanged.
+    EXPECT_NEAR(row_dot(at(q, m), 0, at(k, n), 0, D), row_dot(at(q, m + 1000), 0, at(k, n + 1000), 0, D), 1e-10);
+  }
+}
+
+TEST(RopeKernel, SplitHalfEqualsInterleavedUnderChannelPermutation) {
+  // Channel i and i + D/2 (split) correspond to 2i and 2i + 1 (interleaved).
+  const int64_t D = 10;
+  Tensor x = random_tensor({1, 2, 3, D}, DType::f64, 9);
+  Tensor xi = Tensor::empty(x.shape(), DType::f64);
+  const Vec xv = values(x);
+  for (int64_t row = 0; row < 6; ++row)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      write_element(xi, row * D + 2 * i, xv[row * D + i]);
+      write_element(xi, row * D + 2 * i + 1, xv[row * D + i + D / 2]);
+    }
+  Tensor pos = positions_of({2, 30, 400});
+  const Vec split = values(run_rope(x, pos, RopeLayout::split_half));
+  const Vec inter = values(run_rope(xi, pos, RopeLayout::interleaved));
+  for (int64_t row = 0; row < 6; ++row)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      EXPECT_DOUBLE_EQ(split[row * D + i], inter[row * D + 2 * i]);
+      EXPECT_DOUBLE_EQ(split[row * D + i + D / 2], inter[row * D + 2 * i + 1]);
+    }
+}
+
+TEST(RopeKernel, InverseUndoesForward) {
+  Tensor x = random_tensor({2, 2, 5, 12}, DType::f64, 10);
+  Tensor pos = positions_of({0, 1, 2, 3, 4, 100, 200, 300, 400, 500}, {2, 5});
+  for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved})
+    EXPECT_TRUE(all_close(run_rope(run_rope(x, pos, layout), pos, layout, true), values(x), 1e-12));
+}
+
+TEST(RopeKernel, ZeroSizeTensors) {
+  Tensor x = Tensor::empty({2, 3, 0, 8}, DType::f32);
+  EXPECT_EQ(run_rope(x, positions_of(std::vector<int64_t>{}, {0}), RopeLayout::split_half).numel(), 0);
+}
+
+}  // namespace
+}  // namespace mvgpt
