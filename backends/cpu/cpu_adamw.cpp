@@ -1,12 +1,54 @@
-// STUB: to be replaced by the real kernels.
-#include <stdexcept>
+// One AdamW step, in place, elementwise over contiguous param, grad, m, v. The arithmetic follows
+// torch.optim.AdamW (single-tensor path) operation by operation, so results match it closely:
+//   p *= 1 - lr * wd;  m += (1 - b1) (g - m);  v = b2 v + (1 - b2) g^2;
+//   p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+#include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/fused_common.h"
+#include "backends/cpu/parallel.h"
 
 namespace mvgpt::cpu {
+namespace {
 
-void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
-  throw std::logic_error("CpuBackend::adamw_step: not implemented yet");
+template <typename T>
+void adamw_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+  // Scalars in double, as Python computes them, then cast once.
+  const double bias1 = 1 - std::pow(p.beta1, double(p.step));
+  const double bias2 = 1 - std::pow(p.beta2, double(p.step));
+  const T decay = T(1 - p.lr * p.weight_decay);
+  const T one_minus_b1 = T(1 - p.beta1), b2 = T(p.beta2), one_minus_b2 = T(1 - p.beta2);
+  const T step_size = T(p.lr / bias1), bias2_sqrt = T(std::sqrt(bias2)), eps = T(p.eps);
+  T* pp = param.data<T>();
+  const T* gp = grad.data<T>();
+  T* mp = m.data<T>();
+  T* vp = v.data<T>();
+  parallel_for(param.numel(), kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const T g = gp[i];
+      const T pi = pp[i] * decay;
+      const T mi = mp[i] + one_minus_b1 * (g - mp[i]);
+      const T vi = vp[i] * b2 + one_minus_b2 * g * g;
+      mp[i] = mi;
+      vp[i] = vi;
+      pp[i] = pi - step_size * mi / (std::sqrt(vi) / bias2_sqrt + eps);  // addcdiv: (value * m) / denom
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                            const AdamWParams& p) {
+  const char* op = "CpuBackend::adamw_step";
+  fused::require_float(param, op, "param");
+  for (const Tensor* t : {&param, &grad, &m, &v}) {
+    fused::require_contiguous(*t, op, "every tensor");
+    if (t->dtype() != param.dtype() || t->numel() != param.numel())
+      throw std::logic_error("CpuBackend::adamw_step: param, grad, m, v must share dtype and size");
+  }
+  if (param.dtype() == DType::f64) adamw_impl<double>(param, grad, m, v, p);
+  else adamw_impl<float>(param, grad, m, v, p);
 }
 
 }  // namespace mvgpt::cpu
