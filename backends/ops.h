@@ -149,7 +149,8 @@ void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
 void check_floating(const Tensor& t, const char* op);
 void check_dim(const Tensor& t, int ndim, const char* op, const char* what);
-// Throws when any index is outside [0, size): "op: index 12 is out of range for axis 0 of size 10".
-void check_indices(const Tensor& index, int64_t size, const char* op);
+// Throws when any index is outside [0, size): "op: index 12 is out of range for axis 0 of size 10"
+// (axis < 0 leaves the axis out of the message). Also rejects non-integer index dtypes.
+void check_indices(const Tensor& index, int64_t size, const char* op, int axis = -1);
 
 }  // namespace mvgpt::ops

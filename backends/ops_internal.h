@@ -1,0 +1,26 @@
+#pragma once
+// Helpers shared by the ops_*.cpp files (not part of the public API).
+#include <string>
+
+#include "backends/ops.h"
+
+namespace mvgpt::ops::detail {
+
+// Throws std::invalid_argument "op: <what> is undefined" for an empty handle.
+void check_defined(const Tensor& t, const char* op, const char* what = "input");
+// The dtype name as a std::string, for messages.
+inline std::string name_of(DType t) { return std::string(dtype_name(t)); }
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+// Math kernels see float32/float64 only: bfloat16 inputs are widened to float32 and results cast back.
+inline DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+Tensor widen(const Tensor& t);
+// Casts a float32 result back to `dtype` when that is bfloat16; otherwise returns it unchanged.
+Tensor narrow_result(const Tensor& t, DType dtype);
+
+// A fresh contiguous tensor like `t`'s shape on its device.
+inline Tensor empty_on(const Shape& shape, DType dtype, const Tensor& like) {
+  return Tensor::empty(shape, dtype, like.device());
+}
+
+}  // namespace mvgpt::ops::detail
