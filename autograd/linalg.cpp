@@ -1,0 +1,61 @@
+// Matrix multiplication, forward beside backward.
+#include "autograd/function.h"
+#include "autograd/op_registry.h"
+#include "autograd/ops.h"
+
+namespace mvgpt {
+
+using autograd::edge_to;
+using autograd::Grads;
+using autograd::needs_grad;
+using autograd::record;
+using autograd::SavedTensor;
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor y = ops::matmul(a, b);
+  if (!needs_grad(a, b)) return y;
+  // Each input's gradient needs the other input.
+  SavedTensor saved_a(b.requires_grad() ? a : Tensor()), saved_b(a.requires_grad() ? b : Tensor());
+  return record("matmul", std::move(y), {edge_to(a), edge_to(b)},
+                [saved_a, saved_b, sa = a.shape(), sb = b.shape()](const Tensor& grad) -> Grads {
+                  // Work with the 2-d-or-more forms: a (..., M, K), b (..., K, N), g (..., M, N); a 1-d
+                  // a is (1, K) and a 1-d b is (K, 1), their added axis missing from g.
+                  Tensor g = grad;
+                  if (sa.size() == 1) g = ops::unsqueeze(g, g.dim() - (sb.size() == 1 ? 0 : 1));
+                  if (sb.size() == 1) g = ops::unsqueeze(g, -1);
+                  Tensor da, db;
+                  if (saved_b.defined()) {
+                    Tensor b = saved_b.unpack("matmul");
+                    if (b.dim() == 1) b = ops::unsqueeze(b, -1);
+                    Tensor d = ops::matmul(g, ops::transpose(b, -1, -2));  // (..., M, K)
+                    if (sa.size() == 1) d = ops::squeeze(d, -2);
+                    da = ops::sum_to(d, sa);
+                  }
+                  if (saved_a.defined()) {
+                    Tensor a = saved_a.unpack("matmul");
+                    if (a.dim() == 1) a = ops::unsqueeze(a, 0);
+                    Tensor d = ops::matmul(ops::transpose(a, -1, -2), g);  // (..., K, N)
+                    if (sb.size() == 1) d = ops::squeeze(d, -1);
+                    db = ops::sum_to(d, sb);
+                  }
+                  return {da, db};
+                });
+}
+
+// --- gradient checks ---
+
+namespace autograd {
+
+void register_linalg_gradchecks(OpRegistry& r) {
+  using gc::input;
+  auto mm = [](const Inputs& x) { return matmul(x[0], x[1]); };
+  r.add("matmul", {{"2-d", {input({2, 3}), input({3, 4})}, mm},
+                   {"transposed operands", {gc::transposed({2, 3}), gc::transposed({3, 2})}, mm},
+                   {"batched with broadcast batch", {input({2, 1, 2, 3}), input({3, 3, 2})}, mm},
+                   {"matrix @ vector", {input({2, 2, 3}), gc::sliced({3})}, mm},
+                   {"vector @ batched matrix", {input({3}), input({2, 3, 2})}, mm},
+                   {"vector @ vector", {input({4}), input({4})}, mm}});
+}
+
+}  // namespace autograd
+}  // namespace mvgpt
