@@ -67,13 +67,15 @@ std::optional<Strides> reshape_strides(const Shape& shape, const Strides& stride
       }
     }
     // Old dims og..oi must be contiguous with respect to each other (ignoring size-1 dims).
-    int64_t prev = -1;
+    int64_t prev = -1, inner = -1;
     for (int k = oi; k >= og; --k) {
       if (shape[k] == 1) continue;
       if (prev >= 0 && strides[k] != strides[prev] * shape[prev]) return std::nullopt;
+      if (inner < 0) inner = k;
       prev = k;
     }
-    int64_t stride = strides[prev];
+    // The new group's innermost dim steps like the old group's innermost one.
+    int64_t stride = strides[inner];
     for (int k = ni; k >= ng; --k) {
       out[k] = stride;
       stride *= new_shape[k];
