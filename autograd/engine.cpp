@@ -55,7 +55,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
 
   // Discover the graph (iteratively: a GPT graph is thousands of nodes deep) and count, for each
   // node, the edges that lead into it.
-  std::vector<Node*> nodes{root_node.get()};
+  // Owning handles: releasing a node drops its edges, which may hold the only reference to the next.
+  std::vector<std::shared_ptr<Node>> nodes{root_node};
   std::vector<int> pending{0};
   std::unordered_map<Node*, int> index;
   index.reserve(256);
@@ -69,7 +70,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
       if (!e.node) continue;
       auto [it, inserted] = index.emplace(e.node.get(), int(nodes.size()));
       if (inserted) {
-        nodes.push_back(e.node.get());
+        nodes.push_back(e.node);
         pending.push_back(0);
         stack.push_back(e.node.get());
       }
@@ -87,7 +88,7 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
   while (!ready.empty()) {
     const int i = ready.top();
     ready.pop();
-    Node* n = nodes[size_t(i)];
+    Node* n = nodes[size_t(i)].get();
     Tensor g = std::move(buffers[size_t(i)]);
     bool is_sink = dynamic_cast<AccumulateGrad*>(n) != nullptr;
     if (capture) {

@@ -77,7 +77,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
-  if (logits.dim() < 1 || targets.dim() != logits.dim() - 1)
+  Shape want = logits.dim() >= 1 ? logits.shape() : Shape{};
+  if (logits.dim() >= 1) want.erase(want.size() - 1);
+  if (logits.dim() < 1 || !(targets.shape() == want))
     throw std::invalid_argument("cross_entropy: expected logits (..., V) and targets (...), found logits " +
                                 to_string(logits.shape()) + " and targets " + to_string(targets.shape()));
   Tensor l2 = rows(logits, "cross_entropy");       // (N, V)

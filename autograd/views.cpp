@@ -135,7 +135,7 @@ void register_view_gradchecks(OpRegistry& r) {
   r.add("clone", {{"sliced", {gc::sliced({4, 5})}, [](const Inputs& x) { return clone(x[0]); }}});
   r.add("to", {{"f64 to f32 and back", {input({2, 3})},
                 [](const Inputs& x) { return to(square(to(x[0], DType::f32)), DType::f64); },
-                /*tolerance=*/1e-3},
+                /*tolerance=*/1e-3, /*eps=*/1e-3},
                {"same device", {input({3})}, [](const Inputs& x) { return to(x[0], Device::cpu()) * 3.0; }}});
   r.add("reshape", {{"contiguous", {input({2, 3, 2})}, [](const Inputs& x) { return reshape(x[0], {3, -1}); }},
                     {"transposed (copies)", {gc::transposed({3, 4})},
