@@ -79,16 +79,8 @@ std::string features_string(const CpuFeatures& f) {
   return s.empty() ? std::string("none of avx/avx2/avx512") : s;
 }
 
-struct CoreState {
-  std::string boot_core;  // what OpenBLAS picked at load time
-  std::string core;       // what it uses now
-  std::string wanted;     // OPENBLAS_CORETYPE we would set ("" when fine)
-  std::string action;     // what we did, for the report
-  CpuFeatures features;
-};
-
-CoreState& state() {
-  static CoreState s;
+OpenBlasCoreInfo& state() {
+  static OpenBlasCoreInfo s;
   return s;
 }
 
@@ -98,7 +90,7 @@ std::once_flag& once() {
 }
 
 void check_and_fix() {
-  CoreState& s = state();
+  OpenBlasCoreInfo& s = state();
   s.features = detect_cpu_features();
   s.boot_core = s.core = current_corename();
   s.wanted = openblas_core_correction(s.boot_core, s.features);
@@ -141,6 +133,7 @@ void check_and_fix() {
                  "yourself)\n",
                  s.boot_core.c_str(), s.core.c_str());
     s.action = "switched from " + s.boot_core + " to " + s.core;
+    s.fixed = true;
   } else {
     std::fprintf(stderr,
                  "mvgpt: warning: OpenBLAS detected this CPU as %s and switching it to %s failed (it reports %s); "
@@ -203,10 +196,16 @@ std::string openblas_core_display_name(std::string_view coretype) {
 
 void ensure_openblas_core() { std::call_once(once(), check_and_fix); }
 
-std::string openblas_core_report() {
+OpenBlasCoreInfo openblas_core_info() {
   ensure_openblas_core();
-  const CoreState& s = state();
-  return "OpenBLAS core: " + current_corename() + " (at load: " + s.boot_core +
+  OpenBlasCoreInfo info = state();
+  info.core = current_corename();
+  return info;
+}
+
+std::string openblas_core_report() {
+  const OpenBlasCoreInfo s = openblas_core_info();
+  return "OpenBLAS core: " + s.core + " (at load: " + s.boot_core +
          "); CPU: " + features_string(s.features) + "; " + s.action;
 }
 

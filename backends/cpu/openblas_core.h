@@ -41,6 +41,17 @@ std::string openblas_core_display_name(std::string_view coretype);
 // Must run before any BLAS call is in flight on another thread: CpuBackend's constructor calls it.
 void ensure_openblas_core();
 
+// What the check found and did (runs the check first if it has not run yet).
+struct OpenBlasCoreInfo {
+  std::string boot_core;  // openblas_get_corename() before the check
+  std::string core;       // openblas_get_corename() now
+  std::string wanted;     // the OPENBLAS_CORETYPE the decision asked for, "" when the core was fine
+  std::string action;     // "ok", "switched from Prescott to SkylakeX", "left alone: ...", ...
+  bool fixed = false;     // the core was switched
+  CpuFeatures features;
+};
+OpenBlasCoreInfo openblas_core_info();
+
 // One line for apps to print: OpenBLAS's core, the CPU features, and what was done about it.
 std::string openblas_core_report();
 

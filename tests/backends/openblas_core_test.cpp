@@ -122,10 +122,12 @@ double sgemm_max_error() {
 // Runs only as the child of the tests below: reports the core before and after the check.
 TEST(OpenBlasCoreChild, Helper) {
   if (std::getenv("MVGPT_OPENBLAS_CORE_CHILD") == nullptr) GTEST_SKIP() << "runs only as a child process";
-  const std::string boot = openblas_get_corename();
-  ensure_openblas_core();
+  // The core at load time comes from the check itself: something may have built a CpuBackend already.
+  const OpenBlasCoreInfo info = openblas_core_info();
   const std::string core = openblas_get_corename();
-  std::printf("MVGPT_CHILD boot=%s core=%s err=%.3g\n", boot.c_str(), core.c_str(), sgemm_max_error());
+  EXPECT_EQ(info.core, core);
+  EXPECT_EQ(info.fixed, info.boot_core != core);
+  std::printf("MVGPT_CHILD boot=%s core=%s err=%.3g\n", info.boot_core.c_str(), core.c_str(), sgemm_max_error());
   std::fflush(stdout);
 }
 
