@@ -26,8 +26,6 @@
 namespace mvgpt::cpu {
 namespace {
 
-using fused::exp_approx;
-
 // Query rows per task: a (64, Tk) score block stays in L2 for the model's Tk.
 constexpr int64_t kQueryBlock = 64;
 
@@ -98,15 +96,13 @@ void softmax_rows(T* s, int64_t rows, int64_t ld, int64_t width, const Dims4& d,
   for (int64_t r = 0; r < rows; ++r) {
     T* sr = s + r * ld;
     const int64_t n = visible_keys(d, causal, i0 + r);
-    const T m = fused::lane_max(sr, n);
+    const T m = fused::row_max(sr, n);
     if (n == 0 || m == -INFINITY) {  // no visible key (Tk = 0) or all -inf
       for (int64_t j = 0; j < width; ++j) sr[j] = 0;
       lse[r] = -INFINITY;
       continue;
     }
-    for (int64_t j = 0; j < n; ++j) sr[j] = exp_approx(sr[j] - m);
-    const T* sc = sr;
-    const T l = fused::lane_sum<T>(n, [&](int64_t j) { return sc[j]; });
+    const T l = fused::exp_shifted(sr, n, m, T(1), sr);
     const T inv = T(1) / l;
     for (int64_t j = 0; j < n; ++j) sr[j] *= inv;
     for (int64_t j = n; j < width; ++j) sr[j] = 0;
@@ -124,13 +120,12 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
     s[j] = scale * fused::lane_sum<T>(D, [&](int64_t c) { return qr[c] * kr[c]; });
   }
   for (int64_t c = 0; c < D; ++c) o[c] = 0;
-  const T m = fused::lane_max(s, n);
+  const T m = fused::row_max(s, n);
   if (n == 0 || m == -INFINITY) {
     *lse = -INFINITY;
     return;
   }
-  for (int64_t j = 0; j < n; ++j) s[j] = exp_approx(s[j] - m);
-  const T l = fused::lane_sum<T>(n, [&](int64_t j) { return s[j]; });
+  const T l = fused::exp_shifted(s, n, m, T(1), s);
   for (int64_t j = 0; j < n; ++j) {
     const T* vr = V.at(b, hk, j);
     const T p = s[j];
@@ -220,7 +215,10 @@ void attention_backward_impl(const Tensor& dout, const Tensor& q, const Tensor& 
           T* pr = P.data() + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
           const T lr = lb[r];
-          for (int64_t j = 0; j < n; ++j) pr[j] = lr == -INFINITY ? T(0) : exp_approx(pr[j] - lr);
+          if (lr == -INFINITY)
+            std::fill(pr, pr + n, T(0));
+          else
+            fused::exp_shifted(pr, n, lr, T(1), pr);
           for (int64_t j = n; j < width; ++j) pr[j] = 0;
           // Di = rowsum(dO * O).
           const T* dor = dO.at(b, h, i0 + r);

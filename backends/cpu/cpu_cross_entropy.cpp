@@ -26,9 +26,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
   parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
     for (int64_t n = r0; n < r1; ++n) {
       const T* x = xp + n * V;
-      const T m = fused::lane_max(x, V);
+      const T m = fused::row_max(x, V);
       // An all -inf row has lse -inf (and a nan loss unless ignored), as in PyTorch.
-      const T s = m == -INFINITY ? T(0) : fused::lane_sum<T>(V, [&](int64_t j) { return fused::exp_approx(x[j] - m); });
+      const T s = m == -INFINITY ? T(0) : fused::exp_shifted(x, V, m, T(1), static_cast<T*>(nullptr));
       const T log_s = std::log(s);
       sp[n] = m == -INFINITY ? m : m + log_s;
       // (max - logit) + log(s) rather than lse - logit: no cancellation when the logits are large.
@@ -56,7 +56,7 @@ void cross_entropy_backward_impl(const Tensor& dlosses, const Tensor& logits, co
       }
       const T* x = xp + n * V;
       const T g = gp[n], l = sp[n];
-      for (int64_t j = 0; j < V; ++j) d[j] = fused::exp_approx(x[j] - l) * g;
+      fused::exp_shifted(x, V, l, g, d);  // softmax * g
       d[t] -= g;
     }
   });

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -46,41 +47,97 @@ inline T lane_sum(int64_t n, F&& term) {
   return acc[0] + tail;
 }
 
-template <typename T>
-inline T lane_max(const T* x, int64_t n) {
-  T acc[kLanes];
-  for (int l = 0; l < kLanes; ++l) acc[l] = -INFINITY;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = acc[l] > x[i + l] ? acc[l] : x[i + l];
-  T m = -INFINITY;
-  for (; i < n; ++i) m = m > x[i] ? m : x[i];
-  for (int l = 0; l < kLanes; ++l) m = m > acc[l] ? m : acc[l];
-  return m;
+// Explicit 8-wide vectors (GCC/Clang vector extensions; lowered to AVX, or to SSE pairs without it).
+// Needed because with the default -ftrapping-math GCC refuses to if-convert the float selects of an
+// exp (clamping, NaN), so a scalar exp in a loop never auto-vectorizes.
+using f32x8 = float __attribute__((vector_size(32)));
+using i32x8 = int32_t __attribute__((vector_size(32)));
+inline constexpr int kVec = 8;
+
+inline f32x8 load8(const float* p) {
+  f32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
+inline float hsum8(f32x8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-// exp for float in branch-free arithmetic so loops over it vectorize (std::exp stays a scalar call
-// without -ffast-math). Range reduction x = n ln2 + r, |r| <= ln2/2, then a degree-6 Taylor
-// polynomial: relative error below 2e-7. exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN.
-inline float exp_approx(float x) {
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+// e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln(2)/2, e^r by its degree-6 Taylor polynomial:
+// relative error below 2e-7. exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN.
+inline f32x8 exp8(f32x8 x) {
+  const f32x8 lo = x < -87.0f ? f32x8{} - 87.0f : x;
+  const f32x8 xc = lo > 88.0f ? f32x8{} + 88.0f : lo;
   const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = xc * 1.44269504088896341f + shifter;
-  const float n = t - shifter;
-  const float r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
-  float p = 1.0f / 720;
+  const f32x8 n = (xc * 1.44269504088896341f + shifter) - shifter;
+  const f32x8 r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+  f32x8 p = f32x8{} + 1.0f / 720;
   p = p * r + 1.0f / 120;
   p = p * r + 1.0f / 24;
   p = p * r + 1.0f / 6;
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (int32_t(n) + 127) << 23;
-  float y = p * std::bit_cast<float>(bits);
-  y = x < -87.0f ? 0.0f : y;
-  y = x > 88.0f ? INFINITY : y;
+  const i32x8 bits = (__builtin_convertvector(n, i32x8) + 127) << 23;
+  f32x8 y = p * reinterpret_cast<const f32x8&>(bits);
+  y = x < -87.0f ? f32x8{} : y;
+  y = x > 88.0f ? f32x8{} + INFINITY : y;
   return x != x ? x : y;
 }
+inline float exp_approx(float x) {
+  const f32x8 v = f32x8{} + x;
+  return exp8(v)[0];
+}
 inline double exp_approx(double x) { return std::exp(x); }
+
+// max_j x[j] (-inf for n = 0).
+inline float row_max(const float* x, int64_t n) {
+  f32x8 acc = f32x8{} - INFINITY;
+  int64_t j = 0;
+  for (; j + kVec <= n; j += kVec) {
+    const f32x8 v = load8(x + j);
+    acc = v > acc ? v : acc;
+  }
+  float m = -INFINITY;
+  for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+inline double row_max(const double* x, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
+// out may alias x.
+inline float exp_shifted(const float* x, int64_t n, float shift, float scale, float* out) {
+  f32x8 acc = {};
+  int64_t j = 0;
+  for (; j + kVec <= n; j += kVec) {
+    const f32x8 e = exp8(load8(x + j) - shift);
+    acc += e;
+    if (out) store8(out + j, e * scale);
+  }
+  if (j < n) {  // the tail, padded with -inf (exp = 0)
+    float buf[kVec];
+    for (int l = 0; l < kVec; ++l) buf[l] = j + l < n ? x[j + l] - shift : -INFINITY;
+    const f32x8 e = exp8(load8(buf));
+    acc += e;
+    if (out)
+      for (int l = 0; j + l < n; ++l) out[j + l] = e[l] * scale;
+  }
+  return hsum8(acc);
+}
+inline double exp_shifted(const double* x, int64_t n, double shift, double scale, double* out) {
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double e = std::exp(x[j] - shift);
+    s += e;
+    if (out) out[j] = e * scale;
+  }
+  return s;
+}
 
 }  // namespace mvgpt::cpu::fused

@@ -1,0 +1,143 @@
+// The fused CPU kernels at the model's shapes (d_model 384, 6 heads of 64, T 256, batch 16, vocab
+// 10000, 14.5M parameters), called on the backend directly so that only the kernel is timed.
+// Counters: GFLOP/s for attention (matrix-product flops, halved when causal), GB/s (bytes each
+// kernel must read and write) for the memory-bound ones.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+
+#include "backends/backend.h"
+
+namespace {
+
+using namespace mvgpt;
+
+Backend& cpu() { return backend_for(Device::cpu()); }
+
+Tensor filled(const Shape& shape, DType dt = DType::f32, float lo = -1, float hi = 1, uint32_t seed = 1) {
+  Tensor t = Tensor::empty(shape, dt);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  if (dt == DType::f32) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+  } else {
+    for (int64_t i = 0; i < t.numel(); ++i) write_element(t, i, dist(gen));
+  }
+  return t;
+}
+
+void set_bytes(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+void set_flops(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_LayerNormForward(benchmark::State& state) {
+  const int64_t N = 4096, C = 384;
+  Tensor x = filled({N, C}), w = filled({C}), b = filled({C}), y = Tensor::empty({N, C}, DType::f32);
+  Tensor mean = Tensor::empty({N}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
+  for (auto _ : state) cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+  set_bytes(state, 2.0 * N * C * 4);
+}
+BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_LayerNormBackward(benchmark::State& state) {
+  const int64_t N = 4096, C = 384;
+  Tensor x = filled({N, C}), w = filled({C}), b = filled({C}), y = Tensor::empty({N, C}, DType::f32);
+  Tensor mean = Tensor::empty({N}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
+  cpu().layer_norm(x, w, b, 1e-5, y, mean, rstd);
+  Tensor dy = filled({N, C}), dx = Tensor::empty({N, C}, DType::f32);
+  Tensor dw = Tensor::empty({C}, DType::f32), db = Tensor::empty({C}, DType::f32);
+  for (auto _ : state) cpu().layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
+  set_bytes(state, 3.0 * N * C * 4);  // read dy and x, write dx
+}
+BENCHMARK(BM_LayerNormBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+Tensor positions(int64_t T) {
+  Tensor p = Tensor::empty({T}, DType::i64);
+  for (int64_t t = 0; t < T; ++t) p.data<int64_t>()[t] = t;
+  return p;
+}
+
+void BM_Rope(benchmark::State& state) {
+  const int64_t B = 16, H = 6, T = 256, D = 64;
+  Tensor x = filled({B, H, T, D}), out = Tensor::empty({B, H, T, D}, DType::f32), pos = positions(T);
+  for (auto _ : state) cpu().rope(x, pos, 10000, RopeLayout::split_half, false, out);
+  set_bytes(state, 2.0 * B * H * T * D * 4);
+}
+BENCHMARK(BM_Rope)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Attention: q (B, H, Tq, D), k/v (B, H, Tk, D); args {Tq, Tk}.
+struct AttentionInputs {
+  int64_t B = 16, H = 6, Tq, Tk, D = 64;
+  Tensor q, k, v, out, lse;
+  AttentionInputs(int64_t tq, int64_t tk) : Tq(tq), Tk(tk) {
+    q = filled({B, H, Tq, D}, DType::f32, -1, 1, 1);
+    k = filled({B, H, Tk, D}, DType::f32, -1, 1, 2);
+    v = filled({B, H, Tk, D}, DType::f32, -1, 1, 3);
+    out = Tensor::empty({B, H, Tq, D}, DType::f32);
+    lse = Tensor::empty({B, H, Tq}, DType::f32);
+  }
+  // Matrix-product flops of the visible (query, key) pairs: 2 D each for QK^T and for PV.
+  double forward_flops() const {
+    double pairs = 0;
+    for (int64_t i = 0; i < Tq; ++i) pairs += double(std::min(Tk, Tk - Tq + i + 1));
+    return 4.0 * B * H * D * pairs;
+  }
+};
+
+void BM_AttentionForward(benchmark::State& state) {
+  AttentionInputs a(state.range(0), state.range(1));
+  const double scale = 1 / std::sqrt(double(a.D));
+  for (auto _ : state) cpu().attention(a.q, a.k, a.v, scale, true, a.out, a.lse);
+  set_flops(state, a.forward_flops());
+  // K and V must be streamed at least once: the bound that matters for decode.
+  set_bytes(state, 4.0 * (a.q.numel() + a.k.numel() + a.v.numel() + a.out.numel()));
+}
+BENCHMARK(BM_AttentionForward)->Args({256, 256})->Args({1, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_AttentionBackward(benchmark::State& state) {
+  AttentionInputs a(256, 256);
+  const double scale = 1 / std::sqrt(double(a.D));
+  cpu().attention(a.q, a.k, a.v, scale, true, a.out, a.lse);
+  Tensor dout = filled(a.out.shape(), DType::f32, -1, 1, 4);
+  Tensor dq = Tensor::empty(a.q.shape(), DType::f32), dk = Tensor::empty(a.k.shape(), DType::f32),
+         dv = Tensor::empty(a.v.shape(), DType::f32);
+  for (auto _ : state) cpu().attention_backward(dout, a.q, a.k, a.v, a.out, a.lse, scale, true, dq, dk, dv);
+  set_flops(state, 2.5 * a.forward_flops());  // five products of the forward's size (S, dV, dP, dQ, dK)
+}
+BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_CrossEntropyForwardBackward(benchmark::State& state) {
+  const int64_t N = 4096, V = 10000;
+  Tensor logits = filled({N, V}, DType::f32, -4, 4), targets = Tensor::empty({N}, DType::i64);
+  for (int64_t n = 0; n < N; ++n) targets.data<int64_t>()[n] = (n * 7919) % V;
+  Tensor losses = Tensor::empty({N}, DType::f32), lse = Tensor::empty({N}, DType::f32);
+  Tensor dl = filled({N}, DType::f32, 1.0f / N, 1.0f / N), d = Tensor::empty({N, V}, DType::f32);
+  for (auto _ : state) {
+    cpu().cross_entropy(logits, targets, -100, losses, lse);
+    cpu().cross_entropy_backward(dl, logits, targets, lse, -100, d);
+  }
+  set_bytes(state, 3.0 * N * V * 4);  // logits read twice, dlogits written once
+}
+BENCHMARK(BM_CrossEntropyForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AdamW(benchmark::State& state) {
+  const int64_t n = 14'500'000;
+  Tensor p = filled({n}), g = filled({n}, DType::f32, -1, 1, 2), m = filled({n}, DType::f32, 0, 0),
+         v = filled({n}, DType::f32, 0, 0);
+  AdamWParams a;
+  a.weight_decay = 0.1;
+  for (auto _ : state) {
+    cpu().adamw_step(p, g, m, v, a);
+    ++a.step;
+  }
+  set_bytes(state, 7.0 * n * 4);  // read p, g, m, v; write p, m, v
+}
+BENCHMARK(BM_AdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
