@@ -142,13 +142,15 @@ void for_each_chunk(std::string_view text, Emit&& emit) {
   }
 }
 
-// A position where text can be cut without changing its chunks: right after a newline that is
-// followed by a non-space (whitespace runs and words never span it). Searches from `from`.
+// A position where text can be cut without changing its chunks: right after a newline that stands
+// between two non-spaces. Then "\n" is a chunk of its own either way; with more whitespace around it
+// the run would be one trailing chunk in the first part but split in two in the whole text.
 size_t next_safe_cut(std::string_view text, size_t from) {
+  auto is_space = [&](size_t i) { return is_ascii_space(static_cast<unsigned char>(text[i])); };
   while (true) {
     const size_t nl = text.find('\n', from);
     if (nl == std::string_view::npos || nl + 1 >= text.size()) return text.size();
-    if (!is_ascii_space(static_cast<unsigned char>(text[nl + 1]))) return nl + 1;
+    if (nl > 0 && !is_space(nl - 1) && !is_space(nl + 1)) return nl + 1;
     from = nl + 1;
   }
 }

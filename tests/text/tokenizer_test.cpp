@@ -287,6 +287,14 @@ TEST(TokenizerEncode, BigInputsAreEncodedInParallelInOrder) {
   EXPECT_EQ(reports.back(), std::make_pair(text.size(), text.size()));
 }
 
+TEST(TokenizerEncode, CuttingBigInputsNeverChangesChunks) {
+  // Whitespace runs ending in a newline everywhere: a cut inside one would split a chunk.
+  const Tokenizer t = Tokenizer::train("ab  \ncd \n\nef\n  gh\n", 280);
+  std::string text;
+  for (int i = 0; text.size() < 300000; ++i) text += i % 2 ? "ab  \ncd \n\nef\n" : "gh \n  \nij\n";
+  EXPECT_EQ(t.encode(text), reference_encode(text, t.merges()));
+}
+
 TEST(TokenizerDecode, RejectsIdsOutsideTheVocabulary) {
   const Tokenizer t;
   EXPECT_EQ(t.vocab_size(), 257u);
