@@ -1,0 +1,53 @@
+#pragma once
+// GPTConfig: the shape of a GPT, as saved in a checkpoint's config.json. Defaults are the series'
+// model (6 blocks, 6 heads of 64, width 384, context 256, learned positions); `rope` swaps the
+// table of positions for rotary embeddings, and norm/mlp/n_kv_head/bias make Llama-style variants.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mvgpt::gpt {
+
+enum class NormKind { layernorm, rmsnorm };
+enum class MlpKind { gelu, swiglu };
+
+struct GPTConfig {
+  int64_t vocab_size = 10000;
+  int64_t block_size = 256;  // the context window
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  bool rope = false;  // rotary position embeddings instead of a learned table
+  double rope_base = 10000;
+  NormKind norm = NormKind::layernorm;
+  MlpKind mlp = MlpKind::gelu;
+  int64_t n_kv_head = 0;   // 0: n_head (plain multi-head attention)
+  int64_t mlp_hidden = 0;  // 0: 4 * n_embd for GELU, the Llama rule (8/3 * n_embd, to a multiple of 64) for SwiGLU
+  bool bias = true;
+  bool tie_embeddings = true;
+  double norm_eps = 1e-5;
+  double dropout = 0.0;
+
+  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t hidden_size() const;
+  // Throws std::invalid_argument naming the field: sizes must be positive, n_embd a multiple of
+  // n_head, n_head a multiple of n_kv_head, the head size even with RoPE.
+  void validate() const;
+  // Parameters the model will have (the tied head counted once).
+  int64_t num_parameters() const;
+
+  std::string to_json() const;
+  // Fields missing from the JSON keep their defaults: a config without "rope" (an older
+  // checkpoint) is a learned-position model. Unknown fields or wrong types are errors naming them.
+  static GPTConfig from_json(const std::string& json_text, const std::string& source = "config.json");
+
+  // The presets: "series" (learned positions), "series-rope", "llama-small".
+  static GPTConfig preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+};
+
+std::string to_string(NormKind k);
+std::string to_string(MlpKind k);
+
+}  // namespace mvgpt::gpt
