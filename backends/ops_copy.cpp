@@ -31,11 +31,11 @@ Tensor to(const Tensor& t, DType dtype) {
 Tensor to(const Tensor& t, Device device) {
   detail::check_defined(t, "to");
   if (t.device() == device) return t;
+  // The device that is not the host does the transfer (and throws when it is not built in).
+  Backend& be = backend_for(device.is_cpu() ? t.device() : device);
   Tensor src = contiguous(t);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
-  // The device that is not the host does the transfer (and throws when it is not built in).
-  Device other = device.is_cpu() ? t.device() : device;
-  backend_for(other).copy_between_devices(src, out);
+  be.copy_between_devices(src, out);
   return out;
 }
 
@@ -61,8 +61,10 @@ void copy_(const Tensor& dst, const Tensor& src) {
   detail::check_defined(dst, "copy_", "dst");
   detail::check_defined(src, "copy_", "src");
   Tensor s = src.device() == dst.device() ? src : to(src, dst.device());
-  Shape b = broadcast_shapes(dst.shape(), s.shape(), "copy_");
-  if (!(b == dst.shape()))
+  bool fits = s.dim() <= dst.dim();
+  for (int d = 1; fits && d <= s.dim(); ++d)
+    fits = s.shape()[s.dim() - d] == 1 || s.shape()[s.dim() - d] == dst.shape()[dst.dim() - d];
+  if (!fits)
     throw std::invalid_argument("copy_: src of shape " + to_string(src.shape()) + " does not broadcast to dst shape " +
                                 to_string(dst.shape()));
   // Reading what we write (x[1:] <- x[:-1]) would see half-updated values: copy the source first.
