@@ -1,0 +1,27 @@
+#include "nn/linear.h"
+
+#include "autograd/ops.h"
+
+namespace mvgpt::nn {
+
+Linear::Linear(int64_t in, int64_t out, bool with_bias, const Init& init) : in_features(in), out_features(out) {
+  if (in < 0 || out < 0)
+    throw std::invalid_argument("Linear: negative size (in " + std::to_string(in) + ", out " + std::to_string(out) + ")");
+  weight = register_parameter("weight", normal({out, in}, init.std, init));
+  if (with_bias) bias = register_parameter("bias", zeros({out}, init));
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  if (x.dim() < 1 || x.size(-1) != in_features)
+    throw std::invalid_argument("Linear::forward: expected input (..., " + std::to_string(in_features) + "), found " +
+                                x.describe());
+  // One GEMM over all leading dims: (N, in) @ (in, out).
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, in_features});
+  Tensor y = matmul(x2, transpose(weight, 0, 1));  // (N, out)
+  if (bias.defined()) y = add(y, bias);
+  return x.dim() == 2 ? y : reshape(y, out_shape);
+}
+
+}  // namespace mvgpt::nn

@@ -1,0 +1,126 @@
+#pragma once
+// Module: the base of every layer. A module registers its parameters, buffers and submodules by
+// name, in order; the dotted names ("h.0.attn.c_attn.weight") are the checkpoint's names.
+//
+// NOTE [ Parameters are stable handles ]
+// A parameter is a Tensor handle shared by the layer's member (e.g. Linear::weight), the module's
+// registry and whoever else holds it (an optimizer, a gradient hook). to(Device) and to(DType)
+// replace the data *inside* the TensorImpl (storage, layout, dtype; the gradient is converted too),
+// so every holder sees the moved parameter and an optimizer made before to() stays valid. Its
+// per-parameter state (AdamW's m and v) must still follow: optimizers check and convert lazily.
+//
+// Tied parameters (the same Tensor registered under two names, e.g. GPT-2's wte and lm_head)
+// appear once in parameters()/named_parameters() (first name wins) and under every name in
+// state_dict(), as in PyTorch.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace mvgpt::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // A short type name for messages and printing ("Linear").
+  virtual std::string type_name() const { return "Module"; }
+
+  // --- structure ---
+  // Parameters: floating-point leaves that require grad. Returns the registered handle.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  // Buffers: state that is not trained (running statistics, masks). Non-persistent buffers are left
+  // out of state_dict (caches that can be recomputed).
+  Tensor register_buffer(const std::string& name, Tensor t, bool persistent = true);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // Recursive, in registration order, each tensor once.
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_parameters() const;
+  std::vector<Tensor> buffers() const;
+  NamedTensors named_buffers() const;
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  // This module ("") and every descendant, depth first, with dotted names.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // The total number of parameter elements.
+  int64_t num_parameters() const;
+
+  // --- mode ---
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // --- data ---
+  // Moves parameters and buffers (in place, see the note above).
+  void to(Device device);
+  // Converts floating-point parameters and buffers; integer buffers keep their dtype.
+  void to(DType dtype);
+  // Drops every parameter's gradient (set to undefined, so the next backward allocates fresh).
+  void zero_grad();
+
+  // Parameters and persistent buffers by dotted name, in registration order.
+  NamedTensors state_dict() const;
+  // Copies each tensor of `state` into the parameter or buffer of the same name (converting dtype
+  // and device). Throws std::invalid_argument listing every missing, unexpected (strict only) and
+  // mis-shaped tensor, with expected vs found shapes, before copying anything.
+  void load_state_dict(const NamedTensors& state, bool strict = true);
+
+  // One line per module with its parameters' shapes.
+  std::string to_string() const;
+
+ private:
+  struct Slot {
+    std::string name;
+    Tensor tensor;
+    bool persistent = true;
+  };
+  void add_child(const std::string& name, std::shared_ptr<Module> module);
+  void check_new_name(const std::string& name, const char* what) const;
+  // Visits (dotted name, tensor) of every parameter (and buffer) slot, tied ones included.
+  template <class F>
+  void visit(const std::string& prefix, bool params, bool buffers, bool persistent_only, F&& f) const;
+  void rename(const std::string& prefix);
+  void to_impl(bool device_change, Device device, DType dtype);
+
+  std::vector<Slot> params_;
+  std::vector<Slot> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// An ordered list of submodules named "0", "1", ... (GPT's "h.0", "h.1").
+class ModuleList : public Module {
+ public:
+  std::string type_name() const override { return "ModuleList"; }
+  template <class M>
+  std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
+    modules_.push_back(module);
+    return register_module(std::to_string(modules_.size() - 1), std::move(module));
+  }
+  size_t size() const { return modules_.size(); }
+  const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
+  // The i-th module as its concrete type (throws std::bad_cast-like invalid_argument if it is not one).
+  template <class M>
+  M& at(size_t i) const {
+    auto* m = dynamic_cast<M*>(modules_.at(i).get());
+    if (!m) throw std::invalid_argument("ModuleList::at: module " + std::to_string(i) + " is a " +
+                                        modules_.at(i)->type_name());
+    return *m;
+  }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+}  // namespace mvgpt::nn
