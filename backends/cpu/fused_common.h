@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by the fused CPU kernels (norms, rope, attention, cross-entropy, AdamW): layout
 // checks, row reductions the compiler can vectorize, and an exp that vectorizes.
+#include <immintrin.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -62,6 +64,16 @@ inline f32x8 load8(const float* p) {
 inline void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
 inline float hsum8(f32x8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+// Square root per lane: std::sqrt in a loop does not vectorize either (it may set errno).
+inline f32x8 sqrt8(f32x8 v) {
+#ifdef __AVX__
+  return reinterpret_cast<f32x8>(_mm256_sqrt_ps(reinterpret_cast<__m256>(v)));
+#else
+  for (int l = 0; l < kVec; ++l) v[l] = std::sqrt(v[l]);
+  return v;
+#endif
 }
 
 // e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln(2)/2, e^r by its degree-6 Taylor polynomial:
