@@ -233,5 +233,17 @@ TEST(Dropout, TrainOnlyScaledAndSeeded) {
   EXPECT_THROW(Dropout(-0.1), std::invalid_argument);
 }
 
+TEST(Dropout, Gradients) {
+  Generator gen(9);
+  Dropout d(0.5, &gen);
+  std::vector<Tensor> inputs{testing::randn({3, 4}, 16, DType::f64)};
+  // Each evaluation restarts the stream, so finite differences see the same mask as backprop.
+  auto r = autograd::gradcheck("Dropout", [&](const autograd::Inputs& in) {
+    gen = Generator(9);
+    return d(in[0]);
+  }, inputs);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 }  // namespace
 }  // namespace mvgpt::nn
