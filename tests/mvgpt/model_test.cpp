@@ -1,0 +1,220 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "mvgpt/model.h"
+
+namespace mvgpt::gpt {
+namespace {
+
+GPTConfig tiny(bool rope, int64_t n_layer = 2) {
+  GPTConfig c;
+  c.vocab_size = 37;
+  c.block_size = 16;
+  c.n_layer = n_layer;
+  c.n_head = 2;
+  c.n_embd = 16;
+  c.rope = rope;
+  return c;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  Generator g(seed);
+  Tensor u = ops::rand({B, T}, DType::f64, Device::cpu(), &g);
+  std::vector<int32_t> ids;
+  for (double x : u.to_vector<double>()) ids.push_back(int32_t(x * double(V)));
+  return Tensor::from_vector(ids, Shape{B, T});
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = ops::to(a, DType::f64).to_vector<double>(), y = ops::to(b, DType::f64).to_vector<double>();
+  EXPECT_EQ(x.size(), y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+TEST(GPTConfig, PresetParameterCounts) {
+  GPTConfig learned = GPTConfig::preset("series"), rope = GPTConfig::preset("series-rope");
+  // The series: about 14.5M parameters with RoPE, 256 x 384 = 98,304 more with the position table.
+  EXPECT_EQ(rope.num_parameters(), 14487552);
+  EXPECT_EQ(learned.num_parameters() - rope.num_parameters(), 256 * 384);
+  // The formula against the built models, on smaller versions of each preset (same code paths).
+  Generator g(1);
+  for (auto name : GPTConfig::preset_names()) {
+    GPTConfig c = GPTConfig::preset(name);
+    c.vocab_size = 101;
+    c.n_layer = 2;
+    c.n_embd = 64;
+    c.n_head = 4;
+    c.n_kv_head = c.n_kv_head ? 2 : 0;
+    EXPECT_EQ(GPT(c, &g).num_parameters(), c.num_parameters()) << name;
+  }
+}
+
+TEST(GPTConfig, OldConfigWithoutRopeIsLearnedPositions) {
+  GPTConfig c = GPTConfig::from_json(R"({"vocab_size": 100, "block_size": 32, "n_layer": 1, "n_head": 2, "n_embd": 8})");
+  EXPECT_FALSE(c.rope);
+  EXPECT_EQ(c.vocab_size, 100);
+  EXPECT_EQ(c.kv_heads(), 2);
+}
+
+TEST(GPTConfig, JsonRoundTripAndErrors) {
+  GPTConfig c = GPTConfig::preset("llama-small");
+  GPTConfig d = GPTConfig::from_json(c.to_json());
+  EXPECT_EQ(d.to_json(), c.to_json());
+  EXPECT_THROW(GPTConfig::from_json(R"({"n_head": "six"})"), std::invalid_argument);
+  EXPECT_THROW(GPTConfig::from_json(R"({"n_heads": 6})"), std::invalid_argument);
+  EXPECT_THROW(GPTConfig::from_json(R"({"n_embd": 100, "n_head": 6})"), std::invalid_argument);
+  EXPECT_THROW(GPTConfig::from_json("{"), std::invalid_argument);
+  try {
+    GPTConfig::from_json(R"({"norm": "batchnorm"})", "ckpt/config.json");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt/config.json: field \"norm\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(GPT, NanoGPTParameterNames) {
+  Generator g(1);
+  GPT model(tiny(false, 1), &g);
+  std::vector<std::string> names;
+  for (auto& [name, t] : model.state_dict()) names.push_back(name + to_string(t.shape()));
+  std::vector<std::string> expected = {
+      "transformer.wte.weight[37, 16]",       "transformer.wpe.weight[16, 16]",
+      "transformer.h.0.ln_1.weight[16]",      "transformer.h.0.ln_1.bias[16]",
+      "transformer.h.0.attn.c_attn.weight[48, 16]", "transformer.h.0.attn.c_attn.bias[48]",
+      "transformer.h.0.attn.c_proj.weight[16, 16]", "transformer.h.0.attn.c_proj.bias[16]",
+      "transformer.h.0.ln_2.weight[16]",      "transformer.h.0.ln_2.bias[16]",
+      "transformer.h.0.mlp.c_fc.weight[64, 16]", "transformer.h.0.mlp.c_fc.bias[64]",
+      "transformer.h.0.mlp.c_proj.weight[16, 64]", "transformer.h.0.mlp.c_proj.bias[16]",
+      "transformer.ln_f.weight[16]",          "transformer.ln_f.bias[16]"};
+  EXPECT_EQ(names, expected);
+}
+
+TEST(GPT, SameSeedSameModel) {
+  Generator g1(7), g2(7);
+  GPT a(tiny(true), &g1), b(tiny(true), &g2);
+  auto sa = a.state_dict(), sb = b.state_dict();
+  for (size_t i = 0; i < sa.size(); ++i) EXPECT_EQ(max_abs_diff(sa[i].second, sb[i].second), 0) << sa[i].first;
+}
+
+class CacheMatchesFull : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CacheMatchesFull, TokenByTokenWithinTheWindow) {
+  Generator g(3);
+  GPT model(tiny(GetParam()), &g);
+  NoGradGuard no_grad;
+  Tensor ids = random_ids(2, 16, 37, 11);
+  Tensor full = model.forward(ids);  // (2, 16, V)
+  KVCache cache(model.config(), 2);
+  // A prompt of 5 tokens at once, then one token at a time.
+  std::vector<Tensor> parts = {model.forward(ops::narrow(ids, 1, 0, 5), &cache)};
+  for (int64_t t = 5; t < 16; ++t) parts.push_back(model.forward(ops::narrow(ids, 1, t, 1), &cache));
+  EXPECT_EQ(cache.position, 16);
+  EXPECT_LT(max_abs_diff(ops::cat(parts, 1), full), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(LearnedAndRope, CacheMatchesFull, ::testing::Values(false, true));
+
+TEST(GPT, LearnedPositionsCannotPassTheWindow) {
+  Generator g(3);
+  GPT model(tiny(false), &g);
+  NoGradGuard no_grad;
+  KVCache cache(model.config());
+  model.forward(random_ids(1, 16, 37, 1), &cache);
+  try {
+    model.forward(random_ids(1, 1, 37, 2), &cache);
+    FAIL() << "expected an error past block_size";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("learned position table"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(model.forward(random_ids(1, 17, 37, 3)), std::invalid_argument);
+}
+
+TEST(GPT, RopeRunsPastTheWindowAtOnce) {
+  Generator g(3);
+  GPT model(tiny(true), &g);
+  NoGradGuard no_grad;
+  Tensor logits = model.forward(random_ids(1, 40, 37, 4));
+  EXPECT_EQ(logits.shape(), (Shape{1, 40, 37}));
+}
+
+// Per-token losses past the window, predicting token t from the W tokens before it.
+std::vector<double> window_losses(const GPT& model, const std::vector<int32_t>& s, int64_t W) {
+  std::vector<double> out;
+  for (size_t t = size_t(W); t < s.size(); ++t) {
+    std::vector<int32_t> x(s.begin() + (t - W), s.begin() + t), y(s.begin() + (t - W) + 1, s.begin() + t + 1);
+    Tensor l = model.token_losses(Tensor::from_vector(x, Shape{1, W}), Tensor::from_vector(y, Shape{1, W}));
+    out.push_back(ops::to(l, DType::f64).to_vector<double>().back());
+  }
+  return out;
+}
+
+std::vector<double> cache_losses(const GPT& model, const std::vector<int32_t>& s, int64_t W) {
+  KVCache cache(model.config());
+  std::vector<double> out;
+  for (size_t t = 0; t + 1 < s.size(); ++t) {
+    if (cache.length() >= W) cache.slide(W - 1);
+    Tensor l = model.token_losses(Tensor::from_vector(std::vector<int32_t>{s[t]}, Shape{1, 1}),
+                                  Tensor::from_vector(std::vector<int32_t>{s[t + 1]}, Shape{1, 1}), &cache);
+    if (int64_t(t) + 1 >= W) out.push_back(ops::to(l, DType::f64).to_vector<double>()[0]);
+  }
+  return out;
+}
+
+TEST(GPT, SlidingCacheEqualsSlidingWindowForOneLayer) {
+  Generator g(5);
+  GPT model(tiny(true, 1), &g);
+  NoGradGuard no_grad;
+  auto ids = random_ids(1, 48, 37, 9).to_vector<int32_t>();
+  auto w = window_losses(model, ids, 16), c = cache_losses(model, ids, 16);
+  ASSERT_EQ(w.size(), c.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], c[i], 1e-5) << "token " << i + 16;
+}
+
+TEST(GPT, DeeperSlidingCacheAgreesUntilTheFirstSlideThenDiffers) {
+  // Above the first layer, a cached key was computed while older tokens were still in view, so
+  // after the first slide the cache reaches further back than the window: close, not equal.
+  Generator g(5);
+  GPT model(tiny(true, 2), &g);
+  NoGradGuard no_grad;
+  auto ids = random_ids(1, 48, 37, 9).to_vector<int32_t>();
+  auto w = window_losses(model, ids, 16), c = cache_losses(model, ids, 16);
+  ASSERT_EQ(w.size(), c.size());
+  EXPECT_NEAR(w[0], c[0], 1e-5);  // token 16: the cache has not slid yet
+  double later = 0;
+  for (size_t i = 1; i < w.size(); ++i) later = std::max(later, std::abs(w[i] - c[i]));
+  EXPECT_GT(later, 1e-6);
+  EXPECT_LT(later, 1.0);
+}
+
+class TinyGradcheck : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TinyGradcheck, EndToEndFloat64) {
+  GPTConfig c = tiny(GetParam());
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_embd = 8;
+  Generator g(2);
+  GPT model(c, &g);
+  model.to(DType::f64);
+  // Larger weights than GPT-2's init, so every path carries a visible gradient.
+  {
+    NoGradGuard no_grad;
+    Generator g2(4);
+    for (auto& p : model.parameters()) ops::copy_(p, ops::mul(ops::randn(p.shape(), DType::f64, Device::cpu(), &g2), 0.3));
+  }
+  Tensor ids = random_ids(2, 6, 11, 1), targets = random_ids(2, 6, 11, 2);
+  std::vector<Tensor> params = model.parameters();
+  auto result = autograd::gradcheck("gpt", [&](const autograd::Inputs&) { return model.loss(ids, targets); }, params);
+  EXPECT_TRUE(result.ok) << result.message;
+  EXPECT_GT(result.checked, 500);
+}
+
+INSTANTIATE_TEST_SUITE_P(LearnedAndRope, TinyGradcheck, ::testing::Values(false, true));
+
+}  // namespace
+}  // namespace mvgpt::gpt
