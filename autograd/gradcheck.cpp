@@ -81,19 +81,32 @@ GradcheckResult gradcheck(const std::string& op, const GradcheckFn& fn, const In
   }
   if (wrt.empty()) return fail("no input to differentiate");
 
+  // Inputs are made to require grad for the check and put back as they were after (parameters
+  // passed in already require it).
   std::vector<Tensor> leaves;
+  std::vector<bool> required;
   for (size_t i : wrt) {
     leaves.push_back(inputs[i]);
+    required.push_back(inputs[i].requires_grad());
     leaves.back().requires_grad_(true);
   }
+  auto restore = [&] {
+    for (size_t w = 0; w < leaves.size(); ++w) leaves[w].requires_grad_(required[w]);
+  };
 
   // Backprop: row k of the Jacobian is the gradient of out[k].
   std::vector<std::vector<double>> backprop(wrt.size());  // [input][k * n_in + j]
   int64_t n_out = 0;
   try {
     Tensor out = fn(inputs);
-    if (out.dtype() != DType::f64) return fail("the function returned " + out.describe() + ", expected float64");
-    if (!out.requires_grad()) return fail("the output does not require grad (nothing was recorded)");
+    if (out.dtype() != DType::f64) {
+      restore();
+      return fail("the function returned " + out.describe() + ", expected float64");
+    }
+    if (!out.requires_grad()) {
+      restore();
+      return fail("the output does not require grad (nothing was recorded)");
+    }
     n_out = out.numel();
     for (size_t w = 0; w < wrt.size(); ++w) backprop[w].assign(size_t(n_out * inputs[wrt[w]].numel()), 0.0);
     for (int64_t k = 0; k < n_out; ++k) {
@@ -107,7 +120,7 @@ GradcheckResult gradcheck(const std::string& op, const GradcheckFn& fn, const In
       }
     }
   } catch (const std::exception& e) {
-    for (Tensor& t : leaves) t.requires_grad_(false);
+    restore();
     return fail(std::string("threw during forward/backward: ") + e.what());
   }
 
@@ -129,6 +142,7 @@ GradcheckResult gradcheck(const std::string& op, const GradcheckFn& fn, const In
         minus = values(fn(inputs));
       } catch (const std::exception& e) {
         write_element(x, j, orig);
+        restore();
         return fail(std::string("threw during finite differences: ") + e.what());
       }
       write_element(x, j, orig);
@@ -149,7 +163,7 @@ GradcheckResult gradcheck(const std::string& op, const GradcheckFn& fn, const In
       }
     }
   }
-  for (Tensor& t : leaves) t.requires_grad_(false);
+  restore();
   if (!result.ok) result.message += " [" + std::to_string(result.mismatches) + " of " +
                                     std::to_string(result.checked) + " entries differ]";
   return result;

@@ -35,7 +35,7 @@ struct GradcheckResult {
 };
 
 // Checks fn at `inputs` (float64, CPU). Differentiable inputs must be leaves; they are made to
-// require grad for the check. Never throws for a wrong gradient: the result says what differs.
+// require grad for the check and put back as they were after. Never throws for a wrong gradient: the result says what differs.
 GradcheckResult gradcheck(const std::string& op, const GradcheckFn& fn, const Inputs& inputs,
                           const std::vector<bool>& differentiable = {}, const GradcheckOptions& options = {});
 

@@ -66,6 +66,15 @@ TEST(Gradcheck, LeavesInputsAsTheyWere) {
   EXPECT_EQ(x.to_vector<double>(), (std::vector<double>{0.25, 0.5}));
 }
 
+TEST(Gradcheck, ParametersKeepRequiringGrad) {
+  Tensor w = parameter(f64({0.5, 1.5}));
+  EXPECT_TRUE(gradcheck("square", [](const Inputs& in) { return square(in[0]); }, {w}).ok);
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_FALSE(gradcheck("throws", [](const Inputs& in) { return reshape(in[0], {3}); }, {w}).ok);
+  EXPECT_TRUE(w.requires_grad());
+  EXPECT_FALSE(w.grad().defined());  // gradcheck does not accumulate into .grad
+}
+
 TEST(Gradcheck, NonContiguousInputMakersGiveViews) {
   Tensor t = autograd::gc::transposed({3, 4}).make(1);
   EXPECT_EQ(t.shape(), (Shape{3, 4}));
