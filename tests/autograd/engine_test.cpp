@@ -268,6 +268,15 @@ TEST(Engine, BackwardOrderIsDeterministic) {
   EXPECT_EQ(a.grad().to_vector<float>(), b.grad().to_vector<float>());
 }
 
+TEST(Engine, ZeroSizeTensorsGetZeroSizeGradients) {
+  Tensor x = parameter(ops::zeros({0, 3}, DType::f64));
+  Tensor y = parameter(ops::ones({2, 3}, DType::f64));
+  Tensor both = cat({x * 2.0, y}, 0);  // (2, 3)
+  backward(sum(exp(x)) + sum(both));
+  EXPECT_EQ(x.grad().shape(), (Shape{0, 3}));
+  expect_values(y.grad(), {1, 1, 1, 1, 1, 1});
+}
+
 TEST(Engine, NodesCarrySequenceNumbersInCreationOrder) {
   Tensor x = leaf({1});
   Tensor a = x * 2.0, b = a + 1.0;
