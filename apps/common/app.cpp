@@ -1,0 +1,162 @@
+#include "apps/common/app.h"
+
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <vector>
+
+#include "backends/backend.h"
+
+namespace mvgpt::apps {
+
+namespace fs = std::filesystem;
+
+int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  const std::string name = app.get_name();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << name << ": error: " << e.what() << " (see " << name << " --help)\n";
+    return 2;
+  }
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::cerr << name << ": error: " << e.what() << " (see " << name << " --help)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << name << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+Device resolve_device(const std::string& flag) {
+  if (flag.empty() || flag == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
+  Device d;
+  try {
+    d = Device::parse(flag);
+  } catch (const std::exception&) {
+    throw UsageError("--device " + flag + ": expected cpu, cuda, cuda:N or auto");
+  }
+  if (d.is_cuda()) {
+    if (!cuda_available())
+      throw AppError("--device " + flag +
+                     ": no CUDA GPU is available (this build has no CUDA backend, or no GPU is visible); use --device cpu");
+    if (d.index >= cuda_device_count())
+      throw AppError("--device " + flag + ": only " + std::to_string(cuda_device_count()) +
+                     " GPU(s) are visible; use cuda:0 .. cuda:" + std::to_string(cuda_device_count() - 1));
+  }
+  return d;
+}
+
+void synchronize(Device device) {
+  if (device.is_cuda()) backend_for(device).synchronize();
+}
+
+std::string repository_root() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  // build*/apps/<app>: walk up to the folder that holds the sources.
+  for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if (fs::exists(p / "mvgpt" / "model.h", ec) && fs::exists(p / "CMakeLists.txt", ec)) return p.string();
+  return "";
+}
+
+std::string find_stories_dir(const std::string& flag) {
+  if (!flag.empty()) {
+    if (!fs::is_directory(flag)) throw AppError("--data-dir " + flag + ": no such folder");
+    return flag;
+  }
+  if (const char* env = std::getenv("MVGPT_DATA_DIR"); env && *env) {
+    if (!fs::is_directory(env)) throw AppError("MVGPT_DATA_DIR=" + std::string(env) + ": no such folder");
+    return env;
+  }
+  std::vector<fs::path> candidates;
+  if (auto root = repository_root(); !root.empty()) candidates.push_back(fs::path(root) / ".." / "shared" / "data" / "tinystories");
+  std::error_code ec;
+  for (fs::path p = fs::current_path(ec); !ec && !p.empty(); p = p.parent_path()) {
+    candidates.push_back(p / ".." / "shared" / "data" / "tinystories");
+    if (p == p.root_path()) break;
+  }
+  std::string looked;
+  for (const auto& c : candidates) {
+    if (fs::is_directory(c, ec)) return fs::weakly_canonical(c).string();
+    if (looked.size() < 400) looked += (looked.empty() ? "" : ", ") + fs::weakly_canonical(c, ec).string();
+  }
+  throw AppError("no stories folder found (looked in " + looked +
+                 "); pass --data-dir DIR (a folder with train.txt and valid.txt) or set MVGPT_DATA_DIR");
+}
+
+void require_file(const std::string& path, const std::string& what, const std::string& hint) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw AppError(what + " " + path + ": no such file; " + hint);
+}
+
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0)) seconds = 0;
+  auto s = int64_t(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+  else std::snprintf(buf, sizeof buf, "%lld:%02lld", (long long)(s / 60), (long long)(s % 60));
+  return buf;
+}
+
+std::string format_count(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string format(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out(size_t(n > 0 ? n : 0), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, args);
+  va_end(args);
+  return out;
+}
+
+ProgressLine::ProgressLine(double every_s) : tty_(::isatty(STDERR_FILENO) != 0), every_s_(tty_ ? every_s : 5.0) {}
+
+void ProgressLine::update(const std::string& text, bool force) {
+  auto now = Clock::now();
+  if (!force && drawn_ && std::chrono::duration<double>(now - last_).count() < every_s_) return;
+  last_ = now;
+  drawn_ = true;
+  if (tty_) {
+    std::string pad = text.size() < width_ ? std::string(width_ - text.size(), ' ') : "";
+    std::fprintf(stderr, "\r%s%s", text.c_str(), pad.c_str());
+    width_ = text.size();
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void ProgressLine::finish(const std::string& text) {
+  if (tty_) {
+    std::string pad = text.size() < width_ ? std::string(width_ - text.size(), ' ') : "";
+    std::fprintf(stderr, "\r%s%s\n", text.c_str(), pad.c_str());
+  } else {
+    std::fprintf(stderr, "%s\n", text.c_str());
+  }
+  std::fflush(stderr);
+  drawn_ = false;
+  width_ = 0;
+}
+
+}  // namespace mvgpt::apps

@@ -1,0 +1,77 @@
+#pragma once
+// What every app shares: how errors end a run (one line on stderr, exit 1; usage errors exit 2),
+// where the data is by default, which device to use, and small formatting helpers.
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "tensor/device.h"
+
+namespace mvgpt::apps {
+
+// A failure the user can act on; its message says what is wrong and what to do. Exit code 1.
+class AppError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// A bad command line (a flag's value, a combination of flags). Exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Parses the command line and runs `body`, turning every exception into one line
+// "<app>: error: <message>" on stderr: 2 for command-line errors, 1 for everything else. --help
+// prints the usage and exits 0.
+int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// "auto" (or ""): the GPU when one is available, else the CPU. "cuda" without a GPU is an AppError
+// that says so and suggests --device cpu; text that is not a device is a UsageError.
+Device resolve_device(const std::string& flag);
+// Waits for the device's queued work (for honest timings on a GPU); nothing on the CPU.
+void synchronize(Device device);
+
+// The folder of the raw stories (train.txt, valid.txt): --data-dir when given, else $MVGPT_DATA_DIR,
+// else ../shared/data/tinystories relative to the repository root, found from the executable's
+// location or the current directory. AppError listing the places looked at when none exists.
+std::string find_stories_dir(const std::string& flag);
+
+// The repository root the running executable was built from ("" when not found).
+std::string repository_root();
+
+// Throws AppError("<what> <path>: no such file; <hint>") when `path` is not a regular file.
+void require_file(const std::string& path, const std::string& what, const std::string& hint);
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// "1:05:03", "4:07", "0:09".
+std::string format_duration(double seconds);
+// "12,345,678".
+std::string format_count(int64_t n);
+// printf into a std::string.
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// A status line that redraws itself on a terminal (\r) and prints at most every `every_s` seconds
+// otherwise, so logs stay short. Written to stderr.
+class ProgressLine {
+ public:
+  explicit ProgressLine(double every_s = 0.25);
+  void update(const std::string& text, bool force = false);
+  // Ends the line (keeps the last text).
+  void finish(const std::string& text);
+
+ private:
+  bool tty_;
+  double every_s_;
+  Clock::time_point last_{};
+  bool drawn_ = false;
+  size_t width_ = 0;
+};
+
+}  // namespace mvgpt::apps
