@@ -23,7 +23,7 @@ int64_t chunk_rows(int64_t N, int64_t C) { return std::max<int64_t>(row_grain(C)
 template <typename T>
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
-  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+  const int64_t C = x.size(-1), N = rstd.numel();  // rows counted by rstd: x may have C = 0
   const T* xp = x.data<T>();
   const T* wp = weight ? weight.data<T>() : nullptr;
   const T* bp = bias ? bias.data<T>() : nullptr;
@@ -110,7 +110,7 @@ void layer_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w
 
 template <typename T>
 void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
-  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+  const int64_t C = x.size(-1), N = rstd.numel();
   const T* xp = x.data<T>();
   const T* wp = weight ? weight.data<T>() : nullptr;
   T* yp = y.data<T>();

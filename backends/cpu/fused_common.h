@@ -1,8 +1,6 @@
 #pragma once
 // Helpers shared by the fused CPU kernels (norms, rope, attention, cross-entropy, AdamW): layout
 // checks, row reductions the compiler can vectorize, and an exp that vectorizes.
-#include <immintrin.h>
-
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -11,6 +9,10 @@
 #include <string>
 
 #include "tensor/tensor.h"
+
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
 
 namespace mvgpt::cpu::fused {
 
@@ -92,7 +94,7 @@ inline f32x8 exp8(f32x8 x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const i32x8 bits = (__builtin_convertvector(n, i32x8) + 127) << 23;
-  f32x8 y = p * reinterpret_cast<const f32x8&>(bits);
+  f32x8 y = p * reinterpret_cast<f32x8>(bits);  // same-size vector cast: reinterprets the bits
   y = x < -87.0f ? f32x8{} : y;
   y = x > 88.0f ? f32x8{} + INFINITY : y;
   return x != x ? x : y;

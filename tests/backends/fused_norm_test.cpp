@@ -163,6 +163,14 @@ TEST(LayerNormKernel, ZeroRows) {
   EXPECT_EQ(values(db), Vec(8, 0.0));
 }
 
+TEST(LayerNormKernel, ZeroChannelsStillWritesEveryRowStatistic) {
+  Tensor x = empty_of({3, 0}, DType::f32), y = empty_like(x);
+  Tensor mean = empty_of({3}, DType::f32), rstd = empty_of({3}, DType::f32);
+  for (int64_t i = 0; i < 3; ++i) write_element(rstd, i, 123);
+  cpu().layer_norm(x, Tensor(), Tensor(), 1e-5, y, mean, rstd);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_NE(read_element(rstd, i), 123.0);  // NaN (0/0 mean), as PyTorch
+}
+
 class RmsNormKernel : public ::testing::TestWithParam<NormCase> {};
 
 TEST_P(RmsNormKernel, ForwardMatchesNaiveLoops) {
