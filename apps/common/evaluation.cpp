@@ -1,0 +1,46 @@
+#include "apps/common/evaluation.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "mvgpt/batches.h"
+
+namespace mvgpt::apps {
+
+double EvalResult::perplexity() const { return std::exp(loss); }
+
+double host_scalar(const Tensor& t) { return ops::to(t, Device::cpu()).item<double>(); }
+
+EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
+                            int64_t max_windows, Device device) {
+  NoGradGuard no_grad;
+  const auto& config = model.config();
+  gpt::SequentialBatches batches(tokens, batch_size, config.block_size, max_windows);
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  for (int64_t i = 0; i < batches.size(); ++i) {
+    gpt::Batch b = batches.at(i);
+    Tensor logits = model.forward(ops::to(b.inputs, device));  // (B, T, V)
+    Tensor flat = reshape(logits, {-1, config.vocab_size});
+    Tensor targets = reshape(ops::to(b.targets, device), {-1});
+    Tensor losses = ops::to(ops::contiguous(cross_entropy(flat, targets, -100, Reduction::none)), Device::cpu());
+    Tensor best = ops::to(ops::contiguous(ops::argmax(flat, -1)), Device::cpu());  // (B*T) int64
+    const float* l = losses.data<float>();
+    const int64_t* p = best.data<int64_t>();
+    const int32_t* y = b.targets.data<int32_t>();
+    const int64_t n = losses.numel();
+    for (int64_t j = 0; j < n; ++j) {
+      loss_sum += double(l[j]);
+      correct += p[j] == int64_t(y[j]);
+    }
+    count += n;
+  }
+  EvalResult r;
+  r.tokens = count;
+  r.loss = count ? loss_sum / double(count) : 0;
+  r.top1 = count ? double(correct) / double(count) : 0;
+  return r;
+}
+
+}  // namespace mvgpt::apps

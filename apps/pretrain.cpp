@@ -1,0 +1,412 @@
+// pretrain: trains a GPT on the prepared token files (data/train.bin, data/valid.bin).
+//
+// NOTE [ Two runs that differ only in their positions ]
+// The run folder follows from the position embedding: checkpoints/pretrain (learned table) or
+// checkpoints/pretrain-rope (--rope). Everything else is a function of the seed and the step:
+// the initial weights come from the seed, the batch of step s is RandomBatches.at(s), and the
+// learning rate of step s comes from a warm-up + cosine schedule over a fixed --schedule-steps,
+// never from the clock. With --minutes the run stops on the clock, but two runs see the same data
+// and the same learning rates step for step, and a resumed run continues exactly (the optimizer
+// state, the step and the RNG are saved in last/).
+//
+// Folder layout: <out>/last (config.json, model.safetensors, optimizer.safetensors, state.json,
+// tokenizer.json), <out>/best (the lowest held-out loss so far, without the optimizer state),
+// <out>/log.csv; TensorBoard events in runs/<out's name>/.
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/common/app.h"
+#include "apps/common/checkpoints.h"
+#include "apps/common/csv_log.h"
+#include "apps/common/evaluation.h"
+#include "apps/common/tensorboard.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "backends/cpu/openblas_core.h"
+#include "mvgpt/batches.h"
+#include "mvgpt/checkpoint.h"
+#include "mvgpt/model.h"
+#include "nn/lr_schedule.h"
+#include "nn/optim.h"
+#include "tensor/generator.h"
+#include "util/atomic_file.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace mvgpt;
+using namespace mvgpt::apps;
+
+namespace {
+
+// About ten minutes of the series' model at batch 16 x 256 on this repository's 2-core reference
+// machine (see docs/apps.md); both runs use it unless told otherwise, so their rates match.
+constexpr int64_t kDefaultScheduleSteps = 300;
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) {
+  g_interrupted = true;
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C stops at once
+}
+
+// What defines a run: kept in state.json and reused by --resume.
+struct Settings {
+  int64_t batch_size = 16;
+  double lr = 1e-3, min_lr = -1;
+  int64_t warmup_steps = -1, schedule_steps = 0;
+  double weight_decay = 0.1, grad_clip = 1.0, beta1 = 0.9, beta2 = 0.95;
+  uint64_t seed = 1337;
+  int64_t eval_interval = 25, eval_windows = 32;
+
+  json to_json() const {
+    return {{"batch_size", batch_size},       {"lr", lr},
+            {"min_lr", min_lr},               {"warmup_steps", warmup_steps},
+            {"schedule_steps", schedule_steps}, {"weight_decay", weight_decay},
+            {"grad_clip", grad_clip},         {"beta1", beta1},
+            {"beta2", beta2},                 {"seed", seed},
+            {"eval_interval", eval_interval}, {"eval_windows", eval_windows}};
+  }
+  static Settings from_json(const json& j) {
+    Settings s;
+    s.batch_size = j.at("batch_size");
+    s.lr = j.at("lr");
+    s.min_lr = j.at("min_lr");
+    s.warmup_steps = j.at("warmup_steps");
+    s.schedule_steps = j.at("schedule_steps");
+    s.weight_decay = j.at("weight_decay");
+    s.grad_clip = j.at("grad_clip");
+    s.beta1 = j.at("beta1");
+    s.beta2 = j.at("beta2");
+    s.seed = j.at("seed");
+    s.eval_interval = j.at("eval_interval");
+    s.eval_windows = j.at("eval_windows");
+    return s;
+  }
+};
+
+// Where a run stands: state.json in last/.
+struct State {
+  int64_t step = 0;  // steps done
+  double elapsed_s = 0;
+  int64_t tokens_seen = 0;
+  double best_val_loss = INFINITY;
+  int64_t best_step = -1;
+  uint64_t rng_seed = 0, rng_offset = 0;
+};
+
+json state_json(const State& st, const Settings& s, const std::string& run) {
+  json j = {{"run", run},
+            {"step", st.step},
+            {"elapsed_s", st.elapsed_s},
+            {"tokens_seen", st.tokens_seen},
+            {"best_step", st.best_step},
+            {"rng", {{"seed", st.rng_seed}, {"offset", st.rng_offset}}},
+            {"settings", s.to_json()}};
+  j["best_val_loss"] = std::isfinite(st.best_val_loss) ? json(st.best_val_loss) : json(nullptr);
+  return j;
+}
+
+State read_state(const std::string& path, Settings& settings) {
+  State st;
+  try {
+    json j = json::parse(util::read_file(path));
+    st.step = j.at("step");
+    st.elapsed_s = j.at("elapsed_s");
+    st.tokens_seen = j.at("tokens_seen");
+    st.best_step = j.at("best_step");
+    st.best_val_loss = j.at("best_val_loss").is_null() ? INFINITY : double(j.at("best_val_loss"));
+    st.rng_seed = j.at("rng").at("seed");
+    st.rng_offset = j.at("rng").at("offset");
+    settings = Settings::from_json(j.at("settings"));
+  } catch (const json::exception& e) {
+    throw AppError(path + ": not a pretrain state file (" + e.what() + "); start a new run with --overwrite");
+  }
+  return st;
+}
+
+std::string csv_number(double v, const char* fmt = "%.6g") { return std::isfinite(v) ? format(fmt, v) : ""; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Pretrains the GPT on data/train.bin, measuring held-out loss on data/valid.bin.\n"
+               "Runs go to checkpoints/pretrain (learned positions) or checkpoints/pretrain-rope (--rope).",
+               "pretrain"};
+  Settings s;
+  bool rope = false, resume = false, overwrite = false;
+  double minutes = 10;
+  int64_t steps = 0, log_interval = 1;
+  std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir, runs_dir = "runs";
+
+  app.add_flag("--rope", rope, "rotary position embeddings instead of a learned table (sets rope in the config)");
+  auto* preset_opt = app.add_option("--preset", preset, "model shape")
+                         ->capture_default_str()
+                         ->check(CLI::IsMember(gpt::GPTConfig::preset_names()));
+  auto* config_opt = app.add_option("--config", config_path, "model shape from a config.json instead of a preset")
+                         ->excludes(preset_opt);
+  auto* minutes_opt = app.add_option("--minutes", minutes, "train until the run has used this many minutes")
+                          ->capture_default_str()
+                          ->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "train until this step instead of by the clock")
+                        ->check(CLI::PositiveNumber)
+                        ->excludes(minutes_opt);
+  auto* sched_opt = app.add_option("--schedule-steps", s.schedule_steps,
+                                   "steps the cosine schedule spans (default: --steps, else " +
+                                       std::to_string(kDefaultScheduleSteps) + ")")
+                        ->check(CLI::PositiveNumber);
+  auto* warmup_opt = app.add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule)")
+                         ->check(CLI::NonNegativeNumber);
+  auto* batch_opt = app.add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  auto* lr_opt = app.add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  auto* min_lr_opt = app.add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(CLI::NonNegativeNumber);
+  auto* wd_opt = app.add_option("--weight-decay", s.weight_decay, "AdamW weight decay of the matrices and embeddings")
+                     ->capture_default_str()
+                     ->check(CLI::NonNegativeNumber);
+  auto* clip_opt = app.add_option("--grad-clip", s.grad_clip, "clip the gradients' global norm to this (0: off)")
+                       ->capture_default_str()
+                       ->check(CLI::NonNegativeNumber);
+  auto* seed_opt = app.add_option("--seed", s.seed, "seed of the weights and the batches")->capture_default_str();
+  auto* eval_opt = app.add_option("--eval-interval", s.eval_interval, "steps between held-out measurements and checkpoints")
+                       ->capture_default_str()
+                       ->check(CLI::PositiveNumber);
+  auto* evalw_opt = app.add_option("--eval-windows", s.eval_windows, "held-out windows measured each time (the first N of valid.bin)")
+                        ->capture_default_str()
+                        ->check(CLI::PositiveNumber);
+  app.add_option("--log-interval", log_interval, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--device", device_flag, "cpu, cuda[:N] or auto (the GPU when there is one)")->capture_default_str();
+  app.add_option("--data", data_dir, "folder with train.bin, valid.bin and tokenizer.json (from prepare)")->capture_default_str();
+  app.add_option("--out", out_dir, "run folder (default checkpoints/pretrain, or checkpoints/pretrain-rope with --rope)");
+  app.add_option("--runs-dir", runs_dir, "TensorBoard folder; the run is named after the run folder")->capture_default_str();
+  auto* resume_opt = app.add_flag("--resume", resume, "continue the run in the run folder where its last checkpoint left it");
+  app.add_flag("--overwrite", overwrite, "start over, replacing a run that is already in the run folder")->excludes(resume_opt);
+
+  return run_app(app, argc, argv, [&] {
+    const Device device = resolve_device(device_flag);
+    if (out_dir.empty()) out_dir = rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
+    const std::string run_name = checkpoint_name(out_dir);
+    const std::string last_dir = (fs::path(out_dir) / "last").string();
+    const std::string best_dir = (fs::path(out_dir) / "best").string();
+    const std::string state_path = (fs::path(last_dir) / "state.json").string();
+
+    const std::string prep_hint = "run prepare first, or pass --data DIR";
+    const std::string train_path = (fs::path(data_dir) / "train.bin").string();
+    const std::string valid_path = (fs::path(data_dir) / "valid.bin").string();
+    const std::string tok_path = (fs::path(data_dir) / "tokenizer.json").string();
+    require_file(train_path, "training tokens", prep_hint);
+    require_file(valid_path, "held-out tokens", prep_hint);
+    require_file(tok_path, "tokenizer", prep_hint);
+
+    // --- the run: new, or resumed from last/ ---
+    State st;
+    gpt::GPTConfig config;
+    std::shared_ptr<gpt::GPT> model;
+    if (resume) {
+      if (!fs::exists(state_path))
+        throw AppError("nothing to resume: " + state_path + " does not exist; start the run without --resume");
+      Settings saved;
+      st = read_state(state_path, saved);
+      // Flags that define the run must agree with it (or be left out).
+      auto same = [&](CLI::Option* opt, bool equal) {
+        if (opt->count() && !equal)
+          throw UsageError(opt->get_name() + " differs from the resumed run's (" + saved.to_json().dump() +
+                           "); leave it out to keep the run's settings");
+      };
+      same(batch_opt, s.batch_size == saved.batch_size);
+      same(lr_opt, s.lr == saved.lr);
+      same(min_lr_opt, s.min_lr == saved.min_lr);
+      same(warmup_opt, s.warmup_steps == saved.warmup_steps);
+      same(sched_opt, s.schedule_steps == saved.schedule_steps);
+      same(wd_opt, s.weight_decay == saved.weight_decay);
+      same(clip_opt, s.grad_clip == saved.grad_clip);
+      same(seed_opt, s.seed == saved.seed);
+      same(eval_opt, s.eval_interval == saved.eval_interval);
+      same(evalw_opt, s.eval_windows == saved.eval_windows);
+      if (preset_opt->count() || config_opt->count())
+        throw UsageError("--preset/--config cannot change a resumed run's model; leave them out");
+      s = saved;
+      if (!same_tokenizer(tok_path, (fs::path(last_dir) / "tokenizer.json").string()))
+        throw AppError(tok_path + " is not the tokenizer this run was trained with (" + last_dir +
+                       "/tokenizer.json); re-run prepare with --tokenizer " + last_dir + "/tokenizer.json, or start over with --overwrite");
+      model = load_model(last_dir, device).model;
+      config = model->config();
+      if (rope != config.rope && app.get_option("--rope")->count())
+        throw UsageError(std::string("--rope: the resumed run has ") + (config.rope ? "rotary" : "learned") + " positions");
+    } else {
+      if (fs::exists(state_path) && !overwrite)
+        throw AppError(out_dir + " already holds a run (at step " + std::to_string(read_state(state_path, s).step) +
+                       "); continue it with --resume, start over with --overwrite, or choose another --out");
+      config = config_path.empty() ? gpt::GPTConfig::preset(preset)
+                                   : gpt::GPTConfig::from_json(util::read_file(config_path), config_path);
+      if (rope) config.rope = true;
+    }
+    if (s.schedule_steps <= 0) s.schedule_steps = steps > 0 ? steps : kDefaultScheduleSteps;
+    if (s.warmup_steps < 0) s.warmup_steps = std::max<int64_t>(1, s.schedule_steps / 20);
+    if (s.min_lr < 0) s.min_lr = s.lr / 10;
+    if (s.warmup_steps > s.schedule_steps)
+      throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
+                       std::to_string(s.schedule_steps) + " steps)");
+
+    // --- data and tokenizer ---
+    text::Tokenizer tok = text::Tokenizer::load(tok_path);
+    if (!resume && config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
+    check_tokenizer_fits(tok, tok_path, config, run_name);
+    config.validate();
+    text::TokenFile train(train_path), valid(valid_path);
+    check_tokens_fit(train, config, run_name);
+    check_tokens_fit(valid, config, run_name);
+    if (int64_t(valid.size()) < config.block_size + 1)
+      throw AppError(valid_path + ": " + std::to_string(valid.size()) + " tokens, too few for one held-out window of " +
+                     std::to_string(config.block_size + 1) + "; prepare more held-out text");
+    gpt::RandomBatches batches(train, s.batch_size, config.block_size, s.seed);
+
+    if (!model) {
+      Generator init_gen(s.seed);
+      model = std::make_shared<gpt::GPT>(config, &init_gen);
+      model->to(device);
+    }
+    manual_seed(s.seed);  // dropout's stream
+    if (resume) default_generator().offset = st.rng_offset;
+
+    auto groups = nn::weight_decay_groups(model->named_parameters(), s.weight_decay);
+    nn::AdamW opt(groups, {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay});
+    if (resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
+    const nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
+    const std::vector<Tensor> params = model->parameters();
+
+    std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
+                run_name.c_str(), format_count(model->num_parameters()).c_str(), config.rope ? "rotary" : "learned",
+                (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
+                (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
+    std::printf("%s\n", cpu::openblas_core_report().c_str());
+    std::printf("data: %s tokens to train on, %s held out; batch %lld x %lld = %s tokens a step\n",
+                format_count(int64_t(train.size())).c_str(), format_count(int64_t(valid.size())).c_str(),
+                (long long)s.batch_size, (long long)config.block_size,
+                format_count(s.batch_size * config.block_size).c_str());
+    std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %lld steps), weight decay %.3g, clip %.3g, seed %llu\n",
+                s.lr, s.min_lr, (long long)s.warmup_steps, (long long)s.schedule_steps, s.weight_decay, s.grad_clip,
+                (unsigned long long)s.seed);
+    const double budget_s = minutes * 60;
+    if (resume) {
+      std::printf("resuming %s at step %lld (%s used)\n", out_dir.c_str(), (long long)st.step,
+                  format_duration(st.elapsed_s).c_str());
+      if (steps > 0 && st.step >= steps)
+        throw AppError("the run is already at step " + std::to_string(st.step) + "; pass a larger --steps to train further");
+      if (steps == 0 && st.elapsed_s >= budget_s)
+        throw AppError("the run already used its " + format_duration(st.elapsed_s) +
+                       "; pass a larger --minutes (the run's total) or --steps N to train further");
+    }
+    std::fflush(stdout);
+
+    fs::create_directories(out_dir);
+    CsvLog csv((fs::path(out_dir) / "log.csv").string(), {"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
+               resume ? st.step : -1);
+    if (!resume) {
+      // A fresh run: drop the previous run's TensorBoard events and checkpoints.
+      fs::remove_all(fs::path(runs_dir) / run_name);
+      fs::remove_all(best_dir);
+      fs::remove_all(last_dir);
+    }
+    TensorBoardWriter tb((fs::path(runs_dir) / run_name).string());
+    // Copies the tokenizer beside the checkpoints, so generate and evaluate find it there.
+    const std::string tok_json = util::read_file(tok_path);
+
+    auto save = [&](const std::string& dir, bool with_optimizer) {
+      st.rng_seed = default_generator().seed;
+      st.rng_offset = default_generator().offset;
+      gpt::save_checkpoint(dir, *model, {{"step", std::to_string(st.step)}, {"run", run_name}},
+                           [&](const std::string& tmp) {
+                             util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), tok_json);
+                             util::write_file_atomic((fs::path(tmp) / "state.json").string(),
+                                                     state_json(st, s, run_name).dump(2) + "\n");
+                             if (with_optimizer) opt.save((fs::path(tmp) / "optimizer.safetensors").string());
+                           });
+    };
+
+    std::signal(SIGINT, on_sigint);
+    const auto t_session = Clock::now();
+    const double elapsed_before = st.elapsed_s;
+    const int64_t first_step = st.step;
+    const int64_t tokens_per_step = s.batch_size * config.block_size;
+
+    while (true) {
+      const auto t0 = Clock::now();
+      const double lr = schedule(st.step);
+      opt.set_lr(lr);
+      gpt::Batch batch = batches.at(st.step);
+      Tensor loss = model->loss(ops::to(batch.inputs, device), ops::to(batch.targets, device));
+      backward(loss);
+      const double grad_norm = s.grad_clip > 0 ? nn::clip_grad_norm_(params, s.grad_clip) : NAN;
+      const double train_loss = host_scalar(loss);
+      if (!std::isfinite(train_loss))
+        throw AppError(format("the loss is %g at step %lld; nothing was saved from this step on (last/ holds step %lld); "
+                              "lower --lr or --grad-clip and start over with --overwrite",
+                              train_loss, (long long)st.step, (long long)first_step));
+      opt.step();
+      opt.zero_grad();
+      synchronize(device);
+      const double step_s = seconds_since(t0);
+      st.step += 1;
+      st.tokens_seen += tokens_per_step;
+      st.elapsed_s = elapsed_before + seconds_since(t_session);
+      const double tok_s = double(tokens_per_step) / std::max(step_s, 1e-9);
+
+      const bool done = (steps > 0 ? st.step >= steps : st.elapsed_s >= budget_s) || g_interrupted;
+      const bool eval_now = done || st.step % s.eval_interval == 0;
+
+      if (st.step % log_interval == 0 || done) {
+        const double per_step = (st.elapsed_s - elapsed_before) / double(st.step - first_step);
+        const double eta = steps > 0 ? per_step * double(steps - st.step) : budget_s - st.elapsed_s;
+        std::printf("step %5lld%s | loss %.4f | lr %.2e | norm %6.3f | %s tok/s | %s | ETA %s\n", (long long)st.step,
+                    steps > 0 ? format("/%lld", (long long)steps).c_str() : "", train_loss, lr, grad_norm,
+                    format_count(int64_t(tok_s)).c_str(), format_duration(st.elapsed_s).c_str(),
+                    format_duration(eta).c_str());
+        std::fflush(stdout);
+      }
+      tb.add_scalar("loss/train", train_loss, st.step);
+      tb.add_scalar("lr", lr, st.step);
+      tb.add_scalar("tokens_per_s", tok_s, st.step);
+
+      double val_loss = NAN;
+      if (eval_now) {
+        model->eval();
+        EvalResult r = evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device);
+        model->train();
+        val_loss = r.loss;
+        tb.add_scalar("loss/val", val_loss, st.step);
+        const bool improved = val_loss < st.best_val_loss;
+        if (improved) {
+          st.best_val_loss = val_loss;
+          st.best_step = st.step;
+          save(best_dir, false);
+        }
+        save(last_dir, true);
+        std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
+                    (long long)st.step, r.loss, r.perplexity(), 100 * r.top1, format_count(r.tokens).c_str(),
+                    improved ? " best so far" : "", last_dir.c_str(), improved ? (" and " + best_dir).c_str() : "");
+        std::fflush(stdout);
+      }
+      tb.flush();
+      csv.row({std::to_string(st.step), csv_number(train_loss), csv_number(val_loss), csv_number(lr, "%.6e"),
+               csv_number(tok_s, "%.1f"), csv_number(st.elapsed_s, "%.3f")});
+      if (done) break;
+    }
+
+    const double session_s = st.elapsed_s - elapsed_before;
+    std::printf("done: step %lld, %s tokens in %s (%s tok/s this session), best held-out loss %.4f at step %lld\n",
+                (long long)st.step, format_count(st.tokens_seen).c_str(), format_duration(st.elapsed_s).c_str(),
+                format_count(int64_t(double((st.step - first_step) * tokens_per_step) / std::max(session_s, 1e-9))).c_str(),
+                st.best_val_loss, (long long)st.best_step);
+    std::printf("checkpoints: %s, %s; log: %s; TensorBoard: tensorboard --logdir %s\n", last_dir.c_str(), best_dir.c_str(),
+                csv.path().c_str(), runs_dir.c_str());
+    if (g_interrupted) {
+      std::printf("interrupted: continue with the same command and --resume\n");
+      return 130;
+    }
+    return 0;
+  });
+}
