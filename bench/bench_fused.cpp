@@ -21,7 +21,7 @@ Tensor filled(const Shape& shape, DType dt = DType::f32, float lo = -1, float hi
   std::uniform_real_distribution<float> dist(lo, hi);
   if (dt == DType::f32) {
     float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(gen);
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = dist(gen);
   } else {
     for (int64_t i = 0; i < t.numel(); ++i) write_element(t, i, dist(gen));
   }

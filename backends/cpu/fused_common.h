@@ -68,6 +68,22 @@ inline float hsum8(f32x8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
+// Returns v unchanged but opaque to the optimiser, so a product feeding an add is not fused into an
+// FMA: AdamW then rounds exactly like PyTorch's separate kernels (mul_, then add_).
+template <typename V>
+inline V no_contract(V v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  if constexpr (sizeof(V) <= 16) {
+    asm("" : "+x"(v));
+  } else {
+#ifdef __AVX__
+    asm("" : "+x"(v));
+#endif
+  }
+#endif
+  return v;
+}
+
 // Square root per lane: std::sqrt in a loop does not vectorize either (it may set errno).
 inline f32x8 sqrt8(f32x8 v) {
 #ifdef __AVX__
