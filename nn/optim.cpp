@@ -1,5 +1,6 @@
 #include "nn/optim.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -120,6 +121,11 @@ void Optimizer::load(const std::string& path) {
   auto [p, ec] = std::from_chars(step_text.data(), step_text.data() + step_text.size(), step);
   if (ec != std::errc() || p != step_text.data() + step_text.size() || step < 0)
     throw std::invalid_argument(what + "bad step '" + step_text + "'");
+  const std::string& lr_text = meta("lr");
+  double lr = 0;
+  auto [lp, lec] = std::from_chars(lr_text.data(), lr_text.data() + lr_text.size(), lr);
+  if (lec != std::errc() || lp != lr_text.data() + lr_text.size() || !(lr >= 0))
+    throw std::invalid_argument(what + "bad lr '" + lr_text + "'");
 
   // Check every name and shape first.
   std::map<std::string, const Tensor*> given;
@@ -165,7 +171,7 @@ void Optimizer::load(const std::string& path) {
       }
     }
   step_ = step;
-  lr_ = std::stod(meta("lr"));
+  lr_ = lr;
 }
 
 // --- AdamW ---
@@ -250,10 +256,15 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
     throw std::invalid_argument("clip_grad_norm_: max_norm must be positive, found " + std::to_string(max_norm));
   NoGradGuard no_grad;
   double sum_sq = 0;
+  // Chunks bound the float64 temporaries (a GPT-2 embedding gradient alone is 38M elements).
+  constexpr int64_t kChunk = int64_t(1) << 20;
   for (const Tensor& p : params) {
     if (!p.defined() || !p.grad().defined()) continue;
-    const Tensor& g = p.grad();
-    sum_sq += ops::sum(ops::square(ops::to(g, DType::f64))).item<double>();
+    Tensor flat = ops::reshape(p.grad(), {-1});
+    for (int64_t off = 0; off < flat.numel(); off += kChunk) {
+      Tensor part = ops::to(ops::narrow(flat, 0, off, std::min(kChunk, flat.numel() - off)), DType::f64);
+      sum_sq += ops::to(ops::sum(ops::square(part)), Device::cpu()).item<double>();
+    }
   }
   const double norm = std::sqrt(sum_sq);
   if (!std::isfinite(norm)) return norm;
