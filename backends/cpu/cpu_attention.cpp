@@ -119,7 +119,7 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
                 T* s, T* o, T* lse) {
   for (int64_t j = 0; j < n; ++j) {
     const T* kr = K.at(b, hk, j);
-    s[j] = scale * fused::lane_sum<T>(D, [&](int64_t c) { return qr[c] * kr[c]; });
+    s[j] = scale * fused::row_dot(qr, kr, D);
   }
   for (int64_t c = 0; c < D; ++c) o[c] = 0;
   const T m = fused::row_max(s, n);
@@ -225,7 +225,7 @@ void attention_backward_impl(const Tensor& dout, const Tensor& q, const Tensor& 
           // Di = rowsum(dO * O).
           const T* dor = dO.at(b, h, i0 + r);
           const T* orow = O.at(b, h, i0 + r);
-          Di[size_t(r)] = fused::lane_sum<T>(d.D, [&](int64_t c) { return dor[c] * orow[c]; });
+          Di[size_t(r)] = fused::row_dot(dor, orow, d.D);
         }
         // dV (width, D) += P^T dO.
         gemm(true, false, width, d.D, rows, T(1), P.data(), width, dO.at(b, h, i0), dO.st, T(1), dvh, d.D);

@@ -12,8 +12,6 @@
 namespace mvgpt::cpu {
 namespace {
 
-using fused::lane_sum;
-
 // Rows per task: enough work per task to amortise scheduling (~16k elements).
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
 
@@ -35,8 +33,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
       // Two passes (mean, then the centred sum of squares) avoid the cancellation of E[x^2] - E[x]^2.
-      const T mu = lane_sum<T>(C, [&](int64_t i) { return xr[i]; }) / T(C);
-      const T var = lane_sum<T>(C, [&](int64_t i) { return (xr[i] - mu) * (xr[i] - mu); }) / T(C);
+      const T mu = fused::row_sum(xr, C) / T(C);
+      const T var = fused::row_sq_centred(xr, mu, C) / T(C);
       const T rs = T(1) / std::sqrt(var + T(eps));
       mp[r] = mu;
       rp[r] = rs;
@@ -97,8 +95,8 @@ void layer_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w
         else
           for (int64_t i = 0; i < C; ++i) g[size_t(i)] = dyr[i];
         const T* gp = g.data();
-        const T g_mean = lane_sum<T>(C, [&](int64_t i) { return gp[i]; }) / T(C);
-        const T gx_mean = lane_sum<T>(C, [&](int64_t i) { return gp[i] * (xr[i] - mu) * rs; }) / T(C);
+        const T g_mean = fused::row_sum(gp, C) / T(C);
+        const T gx_mean = fused::row_dot_centred(gp, xr, mu, C) * rs / T(C);
         T* dxr = dxp + r * C;
         for (int64_t i = 0; i < C; ++i) dxr[i] = rs * (gp[i] - g_mean - (xr[i] - mu) * rs * gx_mean);
       }
@@ -119,7 +117,7 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const T
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
-      const T ms = lane_sum<T>(C, [&](int64_t i) { return xr[i] * xr[i]; }) / T(C);
+      const T ms = fused::row_dot(xr, xr, C) / T(C);
       const T rs = T(1) / std::sqrt(ms + T(eps));
       rp[r] = rs;
       if (wp)
@@ -155,8 +153,7 @@ void rms_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& wei
           for (int64_t i = 0; i < C; ++i) dw[i] += dyr[i] * xr[i] * rs;
         if (!dxp) continue;
         const T gx_mean =
-            (wp ? lane_sum<T>(C, [&](int64_t i) { return dyr[i] * wp[i] * xr[i]; })
-                : lane_sum<T>(C, [&](int64_t i) { return dyr[i] * xr[i]; })) /
+            (wp ? fused::row_dot3(dyr, wp, xr, C) : fused::row_dot(dyr, xr, C)) /
             T(C);
         const T k = rs * rs * rs * gx_mean;
         T* dxr = dxp + r * C;

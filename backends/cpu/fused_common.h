@@ -34,23 +34,6 @@ inline void require_float(const Tensor& t, const char* op, const char* what) {
                            std::string(dtype_name(t.dtype())));
 }
 
-// Sixteen independent accumulators: without -ffast-math the compiler keeps a single accumulator in
-// source order, which does not vectorize; lanes make the order explicit (and still deterministic).
-inline constexpr int kLanes = 16;
-
-template <typename T, typename F>
-inline T lane_sum(int64_t n, F&& term) {
-  T acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += term(i + l);
-  T tail = 0;
-  for (; i < n; ++i) tail += term(i);
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return acc[0] + tail;
-}
-
 // Explicit 8-wide vectors (GCC/Clang vector extensions; lowered to AVX, or to SSE pairs without it).
 // Needed because with the default -ftrapping-math GCC refuses to if-convert the float selects of an
 // exp (clamping, NaN), so a scalar exp in a loop never auto-vectorizes.
@@ -138,6 +121,67 @@ inline double row_max(const double* x, int64_t n) {
   double m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
+}
+
+// Row reductions over n contiguous values, 16 float lanes (two accumulators hide the add latency).
+// Double versions are plain loops: float64 serves tests and reference runs.
+template <typename F8, typename F1>
+inline float vsum(int64_t n, F8&& term8, F1&& term1) {
+  f32x8 a0 = {}, a1 = {};
+  int64_t i = 0;
+  for (; i + 2 * kVec <= n; i += 2 * kVec) {
+    a0 += term8(i);
+    a1 += term8(i + kVec);
+  }
+  for (; i + kVec <= n; i += kVec) a0 += term8(i);
+  float tail = 0;
+  for (; i < n; ++i) tail += term1(i);
+  return hsum8(a0 + a1) + tail;
+}
+template <typename F1>
+inline double dsum(int64_t n, F1&& term1) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += term1(i);
+  return s;
+}
+
+// sum_i x[i]
+inline float row_sum(const float* x, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(x + i); }, [&](int64_t i) { return x[i]; });
+}
+inline double row_sum(const double* x, int64_t n) {
+  return dsum(n, [&](int64_t i) { return x[i]; });
+}
+// sum_i a[i] b[i]
+inline float row_dot(const float* a, const float* b, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * load8(b + i); }, [&](int64_t i) { return a[i] * b[i]; });
+}
+inline double row_dot(const double* a, const double* b, int64_t n) {
+  return dsum(n, [&](int64_t i) { return a[i] * b[i]; });
+}
+// sum_i (x[i] - mu)^2
+inline float row_sq_centred(const float* x, float mu, int64_t n) {
+  return vsum(n, [&](int64_t i) { const f32x8 d = load8(x + i) - mu; return d * d; },
+              [&](int64_t i) { return (x[i] - mu) * (x[i] - mu); });
+}
+inline double row_sq_centred(const double* x, double mu, int64_t n) {
+  return dsum(n, [&](int64_t i) { return (x[i] - mu) * (x[i] - mu); });
+}
+// sum_i a[i] b[i] c[i]
+inline float row_dot3(const float* a, const float* b, const float* c, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * load8(b + i) * load8(c + i); },
+              [&](int64_t i) { return a[i] * b[i] * c[i]; });
+}
+inline double row_dot3(const double* a, const double* b, const double* c, int64_t n) {
+  return dsum(n, [&](int64_t i) { return a[i] * b[i] * c[i]; });
+}
+// sum_i a[i] (x[i] - mu)
+inline float row_dot_centred(const float* a, const float* x, float mu, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * (load8(x + i) - mu); },
+              [&](int64_t i) { return a[i] * (x[i] - mu); });
+}
+inline double row_dot_centred(const double* a, const double* x, double mu, int64_t n) {
+  return dsum(n, [&](int64_t i) { return a[i] * (x[i] - mu); });
 }
 
 // Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
