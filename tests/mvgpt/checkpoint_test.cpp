@@ -1,0 +1,267 @@
+// Checkpoint folders: a bit-exact round trip, atomic replacement (a failed save leaves the old
+// checkpoint as it was and no temporary folder), and loading errors that name the folder and what
+// is wrong with it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "autograd/ops.h"
+#include "mvgpt/checkpoint.h"
+#include "nn/safetensors.h"
+#include "nn/temp_dir.h"
+
+namespace mvgpt::gpt {
+namespace {
+
+namespace fs = std::filesystem;
+using mvgpt::testing::read_bytes;
+using mvgpt::testing::TempDir;
+using mvgpt::testing::write_bytes;
+
+GPTConfig tiny(bool rope) {
+  GPTConfig c;
+  c.vocab_size = 29;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.rope = rope;
+  return c;
+}
+
+// Llama-style, with every non-default field set so the config round trip covers them.
+GPTConfig tiny_llama() {
+  GPTConfig c = tiny(true);
+  c.rope_base = 500;
+  c.norm = NormKind::rmsnorm;
+  c.mlp = MlpKind::swiglu;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.mlp_hidden = 24;
+  c.bias = false;
+  c.tie_embeddings = false;
+  c.norm_eps = 1e-6;
+  c.dropout = 0.125;
+  return c;
+}
+
+std::shared_ptr<GPT> make_model(const GPTConfig& c, uint64_t seed) {
+  Generator g(seed);
+  return std::make_shared<GPT>(c, &g);
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) return false;
+  Tensor x = ops::contiguous(a), y = ops::contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// Names in the folder's parent, to see what a save left behind.
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+// Runs f, which must throw; returns the message.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+#define EXPECT_HAS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
+
+class RoundTrip : public ::testing::TestWithParam<int> {};
+
+TEST_P(RoundTrip, BitExactTensorsConfigAndMetadata) {
+  const GPTConfig config = GetParam() == 2 ? tiny_llama() : tiny(GetParam() == 1);
+  auto model = make_model(config, 3);
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  save_checkpoint(dir, *model, {{"step", "120"}, {"note", "round trip"}});
+
+  LoadedCheckpoint back = load_checkpoint(dir);
+  EXPECT_EQ(back.model->config().to_json(), config.to_json());
+  const GPTConfig& c = back.model->config();
+  EXPECT_EQ(c.rope, config.rope);
+  EXPECT_EQ(c.rope_base, config.rope_base);
+  EXPECT_EQ(c.norm, config.norm);
+  EXPECT_EQ(c.mlp, config.mlp);
+  EXPECT_EQ(c.kv_heads(), config.kv_heads());
+  EXPECT_EQ(c.hidden_size(), config.hidden_size());
+  EXPECT_EQ(c.bias, config.bias);
+  EXPECT_EQ(c.tie_embeddings, config.tie_embeddings);
+  EXPECT_EQ(c.norm_eps, config.norm_eps);
+  EXPECT_EQ(c.dropout, config.dropout);
+  EXPECT_EQ(load_config(dir).to_json(), config.to_json());
+
+  auto saved = model->state_dict(), loaded = back.model->state_dict();
+  ASSERT_EQ(saved.size(), loaded.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_EQ(saved[i].first, loaded[i].first);
+    EXPECT_TRUE(bitwise_equal(saved[i].second, loaded[i].second)) << saved[i].first;
+  }
+  EXPECT_EQ(back.metadata.at("step"), "120");
+  EXPECT_EQ(back.metadata.at("note"), "round trip");
+  EXPECT_EQ(back.metadata.at("format"), "pt");
+  EXPECT_FALSE(back.model->is_training());
+  // The folder holds the two files and nothing else; no temporary folder is left beside it.
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(entries(tmp.path()), std::set<std::string>{"ckpt"});
+
+  // Saving what was loaded gives the same bytes.
+  const std::string again = tmp.file("again");
+  save_checkpoint(again, *back.model, back.metadata);
+  EXPECT_EQ(read_bytes(again + "/model.safetensors"), read_bytes(dir + "/model.safetensors"));
+  EXPECT_EQ(read_bytes(again + "/config.json"), read_bytes(dir + "/config.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(LearnedRopeLlama, RoundTrip, ::testing::Values(0, 1, 2));
+
+TEST(Checkpoint, CreatesParentFoldersAndAcceptsATrailingSlash) {
+  TempDir tmp;
+  auto model = make_model(tiny(true), 1);
+  save_checkpoint(tmp.file("runs/a/ckpt"), *model);
+  EXPECT_NO_THROW(load_checkpoint(tmp.file("runs/a/ckpt")));
+  save_checkpoint(tmp.file("runs/b/ckpt/"), *model);
+  EXPECT_NO_THROW(load_checkpoint(tmp.file("runs/b/ckpt")));
+  EXPECT_EQ(entries(tmp.file("runs/b")), std::set<std::string>{"ckpt"});
+}
+
+TEST(Checkpoint, SavingOverAnExistingCheckpointReplacesTheWholeFolder) {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  auto old_model = make_model(tiny(false), 1), new_model = make_model(tiny(true), 2);
+  save_checkpoint(dir, *old_model, {}, [](const std::string& d) { write_bytes(d + "/optimizer.bin", "old state"); });
+  ASSERT_TRUE(fs::exists(dir + "/optimizer.bin"));
+
+  save_checkpoint(dir, *new_model, {}, [](const std::string& d) { write_bytes(d + "/progress.json", "{}"); });
+  // The new checkpoint, complete, with its own extra files and none of the old one's.
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"config.json", "model.safetensors", "progress.json"}));
+  LoadedCheckpoint back = load_checkpoint(dir);
+  EXPECT_TRUE(back.model->config().rope);
+  auto a = new_model->state_dict(), b = back.model->state_dict();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(bitwise_equal(a[i].second, b[i].second)) << a[i].first;
+  EXPECT_EQ(entries(tmp.path()), std::set<std::string>{"ckpt"});
+}
+
+TEST(Checkpoint, AFailedSaveLeavesTheOldCheckpointUntouched) {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  auto old_model = make_model(tiny(false), 1), new_model = make_model(tiny(true), 2);
+  save_checkpoint(dir, *old_model, {{"step", "1"}});
+  const std::string config_before = read_bytes(dir + "/config.json");
+  const std::string weights_before = read_bytes(dir + "/model.safetensors");
+
+  // The extra-files step fails after the new config and weights were written to the temporary folder.
+  auto failing = [](const std::string& d) {
+    write_bytes(d + "/optimizer.bin", "half written");
+    throw std::runtime_error("disk full (simulated)");
+  };
+  EXPECT_EQ(error_of([&] { save_checkpoint(dir, *new_model, {{"step", "2"}}, failing); }), "disk full (simulated)");
+
+  EXPECT_EQ(read_bytes(dir + "/config.json"), config_before);
+  EXPECT_EQ(read_bytes(dir + "/model.safetensors"), weights_before);
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(entries(tmp.path()), std::set<std::string>{"ckpt"});  // no "ckpt.tmp.<pid>" left behind
+  EXPECT_EQ(load_checkpoint(dir).metadata.at("step"), "1");
+
+  // With no checkpoint there before, a failed save leaves nothing at all.
+  EXPECT_THROW(save_checkpoint(tmp.file("fresh"), *new_model, {}, failing), std::runtime_error);
+  EXPECT_EQ(entries(tmp.path()), std::set<std::string>{"ckpt"});
+}
+
+// --- loading errors: each names the folder and what is wrong ---
+
+class LoadErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = tmp.file("ckpt");
+    save_checkpoint(dir, *make_model(tiny(false), 1));
+  }
+  std::string load_error() {
+    return error_of([&] { load_checkpoint(dir); });
+  }
+  TempDir tmp;
+  std::string dir;
+};
+
+TEST_F(LoadErrors, MissingFolder) {
+  dir = tmp.file("nowhere");
+  std::string e = load_error();
+  EXPECT_HAS(e, dir);
+  EXPECT_HAS(e, "no such checkpoint folder");
+}
+
+TEST_F(LoadErrors, MissingConfig) {
+  fs::remove(dir + "/config.json");
+  std::string e = load_error();
+  EXPECT_HAS(e, dir);
+  EXPECT_HAS(e, "config.json is missing");
+}
+
+TEST_F(LoadErrors, MissingWeights) {
+  fs::remove(dir + "/model.safetensors");
+  std::string e = load_error();
+  EXPECT_HAS(e, dir);
+  EXPECT_HAS(e, "model.safetensors is missing");
+}
+
+TEST_F(LoadErrors, InvalidConfigNamesTheFileAndField) {
+  write_bytes(dir + "/config.json", R"({"vocab_size": 29, "n_head": 3, "n_embd": 8})");
+  std::string e = load_error();
+  EXPECT_HAS(e, dir + "/config.json");
+  EXPECT_HAS(e, "n_head");
+  write_bytes(dir + "/config.json", R"({"vocab_size": 29, "rope": "yes"})");
+  EXPECT_HAS(load_error(), "field \"rope\"");
+}
+
+TEST_F(LoadErrors, RopeConfigWithLearnedPositionTensors) {
+  // config.json says RoPE, but the weights still hold the table of positions.
+  GPTConfig c = tiny(true);
+  write_bytes(dir + "/config.json", c.to_json());
+  std::string e = load_error();
+  EXPECT_HAS(e, dir);
+  EXPECT_HAS(e, "does not fit config.json");
+  EXPECT_HAS(e, "unexpected: transformer.wpe.weight");
+}
+
+TEST_F(LoadErrors, LearnedConfigWithoutThePositionTable) {
+  auto rope_model = make_model(tiny(true), 1);
+  safetensors::save(dir + "/model.safetensors", rope_model->state_dict());
+  std::string e = load_error();
+  EXPECT_HAS(e, dir);
+  EXPECT_HAS(e, "missing: transformer.wpe.weight");
+}
+
+TEST_F(LoadErrors, MisShapedTensorGivesExpectedAndFound) {
+  auto state = make_model(tiny(false), 1)->state_dict();
+  for (auto& [name, t] : state)
+    if (name == "transformer.h.1.mlp.c_fc.weight") t = ops::zeros({31, 8}, DType::f32);
+  safetensors::save(dir + "/model.safetensors", state);
+  std::string e = load_error();
+  EXPECT_HAS(e, dir);
+  EXPECT_HAS(e, "transformer.h.1.mlp.c_fc.weight (expected [32, 8], found [31, 8])");
+}
+
+TEST_F(LoadErrors, TruncatedWeights) {
+  const std::string path = dir + "/model.safetensors";
+  std::string bytes = read_bytes(path);
+  for (size_t keep : {bytes.size() - 4, bytes.size() / 2, size_t(5)}) {
+    write_bytes(path, bytes.substr(0, keep));
+    std::string e = load_error();
+    EXPECT_HAS(e, path);
+  }
+}
+
+}  // namespace
+}  // namespace mvgpt::gpt
