@@ -54,7 +54,9 @@ std::string require_file(const fs::path& dir, const char* name) {
 
 void save_checkpoint(const std::string& dir, const GPT& model, const std::map<std::string, std::string>& metadata,
                      const ExtraFiles& extra) {
-  fs::path target = fs::path(dir);
+  fs::path target = fs::path(dir).lexically_normal();
+  // "runs/ckpt/" names the folder ckpt: without this the temporary folder would go inside it.
+  if (!target.has_filename()) target = target.parent_path();
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
   fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp);
