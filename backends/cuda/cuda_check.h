@@ -1,0 +1,29 @@
+#pragma once
+// Every CUDA runtime and cuBLAS call is checked: a failure throws std::runtime_error naming the
+// error, the call as written, and the file and line.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+namespace mvgpt::cuda {
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+
+}  // namespace mvgpt::cuda
+
+#define MVGPT_CUDA_CHECK(call)                                                              \
+  do {                                                                                      \
+    const cudaError_t mvgpt_status_ = (call);                                               \
+    if (mvgpt_status_ != cudaSuccess)                                                       \
+      ::mvgpt::cuda::throw_cuda_error(mvgpt_status_, #call, __FILE__, __LINE__);           \
+  } while (0)
+
+#define MVGPT_CUBLAS_CHECK(call)                                                            \
+  do {                                                                                      \
+    const cublasStatus_t mvgpt_status_ = (call);                                            \
+    if (mvgpt_status_ != CUBLAS_STATUS_SUCCESS)                                             \
+      ::mvgpt::cuda::throw_cublas_error(mvgpt_status_, #call, __FILE__, __LINE__);         \
+  } while (0)
+
+// After a kernel launch: launch errors (bad configuration) surface here, at the launch site.
+#define MVGPT_CUDA_CHECK_LAUNCH() MVGPT_CUDA_CHECK(cudaGetLastError())
