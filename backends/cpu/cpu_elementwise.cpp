@@ -34,6 +34,23 @@ void map_unary(const Tensor& x, const Tensor& out, F f) {
   });
 }
 
+// float ops with an 8-wide form (vec_math.h): whole vectors along unit-stride runs.
+template <typename F8>
+void map_unary_f32x8(const Tensor& x, const Tensor& out, F8 f8) {
+  const float* xp = static_cast<const float*>(x.raw_data());
+  float* op = out.data<float>();
+  auto l = make_layout<2>(out.shape(), {&out.strides(), &x.strides()});
+  parallel_runs(l, kElementwiseGrain, [&](const int64_t* off, int64_t n, const int64_t* s) {
+    float* o = op + off[0];
+    const float* a = xp + off[1];
+    if (s[0] == 1 && s[1] == 1) {
+      map8(a, o, n, f8);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f8(splat(a[i * s[1]]))[0];
+    }
+  });
+}
+
 template <typename T, typename O, typename F>
 void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const T* ap = static_cast<const T*>(a.raw_data());
@@ -61,6 +78,16 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
 template <typename T>
 void unary_typed(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) {
   const T s = static_cast<T>(scalar);
+  if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case UnaryOp::exp: return map_unary_f32x8(x, out, [](f32x8 v) { return exp8(v); });
+      case UnaryOp::tanh: return map_unary_f32x8(x, out, [](f32x8 v) { return tanh8(v); });
+      case UnaryOp::sigmoid: return map_unary_f32x8(x, out, [](f32x8 v) { return sigmoid8(v); });
+      case UnaryOp::gelu: return map_unary_f32x8(x, out, [](f32x8 v) { return gelu8(v); });
+      case UnaryOp::silu: return map_unary_f32x8(x, out, [](f32x8 v) { return silu8(v); });
+      default: break;
+    }
+  }
   if constexpr (is_math_type<T>) {
     switch (op) {
       case UnaryOp::neg: return map_unary<T, T>(x, out, [](T v) { return -v; });

@@ -253,7 +253,10 @@ void softmax_typed(const Tensor& x, const Tensor& out, bool log) {
       const T m = block_extreme<T, true>(xr, C);
       T acc[kLanes] = {};
       int64_t i = 0;
-      if (log) {
+      if constexpr (std::is_same_v<T, float>) {
+        acc[0] = exp_shift_sum(xr, m, log ? nullptr : y, C);
+        i = C;
+      } else if (log) {
         for (; i + kLanes <= C; i += kLanes)
           for (int64_t j = 0; j < kLanes; ++j) acc[j] += vexp(xr[i + j] - m);
         for (int64_t j = 0; i < C; ++i, ++j) acc[j] += vexp(xr[i] - m);

@@ -1,0 +1,100 @@
+// Raw-op throughput at the model's shapes (B*T = 4096 tokens, C = 384, MLP 1536, vocab 10000).
+// GEMMs report GFLOP/s; memory-bound ops report GB/s of tensor bytes read and written.
+#include <benchmark/benchmark.h>
+
+#include "backends/ops.h"
+
+namespace mvgpt {
+namespace {
+
+Tensor input(const Shape& shape) {
+  Generator g(1);
+  return ops::randn(shape, DType::f32, Device::cpu(), &g);
+}
+
+void set_bytes(benchmark::State& state, double bytes) {
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// (M x K) @ (K x N); the last argument 1 means the right operand is a transposed view (x @ W^T).
+void BM_Sgemm(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool transposed = state.range(3) != 0;
+  Tensor a = input({M, K});
+  Tensor b = transposed ? ops::transpose(input({N, K}), 0, 1) : input({K, N});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Sgemm)
+    ->Args({4096, 384, 1152, 0})
+    ->Args({4096, 384, 1536, 0})
+    ->Args({4096, 1536, 384, 0})
+    ->Args({4096, 384, 10000, 0})
+    ->Args({4096, 384, 1152, 1})
+    ->ArgNames({"M", "K", "N", "bT"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Attention-like batch: (B*H, T, D) @ (B*H, D, T) with many small matrices.
+void BM_BatchedSmallGemm(benchmark::State& state) {
+  const int64_t BH = state.range(0), T = state.range(1), D = 64;
+  Tensor q = input({BH, T, D});
+  Tensor k = ops::transpose(input({BH, T, D}), 1, 2);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(q, k));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(BH * T * T * D) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_BatchedSmallGemm)->Args({96, 256})->ArgNames({"BH", "T"})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Add(benchmark::State& state) {
+  Tensor a = input({4096, 1536}), b = input({4096, 1536});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::add(a, b));
+  set_bytes(state, 3.0 * 4 * double(a.numel()));
+}
+BENCHMARK(BM_Add)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_AddBiasRow(benchmark::State& state) {
+  Tensor a = input({4096, 1536}), bias = input({1536});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::add(a, bias));
+  set_bytes(state, 2.0 * 4 * double(a.numel()));
+}
+BENCHMARK(BM_AddBiasRow)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Gelu(benchmark::State& state) {
+  Tensor a = input({4096, 1536});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::gelu(a));
+  set_bytes(state, 2.0 * 4 * double(a.numel()));
+}
+BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_ContiguousOfTranspose(benchmark::State& state) {
+  Tensor a = ops::transpose(input({1536, 4096}), 0, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::contiguous(a));
+  set_bytes(state, 2.0 * 4 * double(a.numel()));
+}
+BENCHMARK(BM_ContiguousOfTranspose)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Softmax(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  Tensor a = input({rows, cols});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::softmax(a, -1));
+  set_bytes(state, 2.0 * 4 * double(a.numel()));
+}
+BENCHMARK(BM_Softmax)->Args({24576, 256})->Args({1024, 10000})->ArgNames({"rows", "cols"})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// 0: over axis 0 (columns, a bias gradient); 1: over axis 1 (rows); 2: everything.
+void BM_Sum(benchmark::State& state) {
+  Tensor a = input({4096, 1536});
+  const int64_t which = state.range(0);
+  for (auto _ : state) {
+    if (which == 2) benchmark::DoNotOptimize(ops::sum(a));
+    else benchmark::DoNotOptimize(ops::sum(a, {int(which == 0 ? 0 : 1)}));
+  }
+  set_bytes(state, 4.0 * double(a.numel()));
+}
+BENCHMARK(BM_Sum)->Arg(0)->Arg(1)->Arg(2)->ArgName("cols0_rows1_all2")->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace mvgpt
