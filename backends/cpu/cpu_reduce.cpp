@@ -58,6 +58,7 @@ SumAcc<T> block_sum(const T* p, int64_t n) {
 
 template <typename T, bool kMax>
 T block_extreme(const T* p, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return extreme8<kMax>(p, n);
   T acc[kLanes];
   for (int64_t j = 0; j < kLanes; ++j) acc[j] = p[0];
   int64_t i = 0;

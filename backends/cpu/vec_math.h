@@ -102,6 +102,27 @@ inline void map8(const float* x, float* y, int64_t n, F8 f8) {
   if (i < n) store_partial(y + i, f8(load_partial(x + i, n - i)), n - i);
 }
 
+// max (kMax) or min of p[0, n), n >= 1; a NaN wins, as in PyTorch.
+template <bool kMax>
+inline float extreme8(const float* p, int64_t n) {
+  f32x8 m = splat(p[0]);
+  auto pick = [](f32x8 v, f32x8 cur) { return ((kMax ? v > cur : v < cur) | (v != v)) ? v : cur; };
+  int64_t i = 0;
+  for (; i + kVec <= n; i += kVec) m = pick(load8(p + i), m);
+  if (i < n) {
+    f32x8 v = splat(p[0]);  // padding that cannot change the answer
+    std::memcpy(&v, p + i, size_t(n - i) * sizeof(float));
+    m = pick(v, m);
+  }
+  float r = m[0];
+  for (int j = 1; j < kVec; ++j) {
+    float v = m[j];
+    if ((kMax ? v > r : v < r) || v != v) r = v;
+    if (r != r) break;
+  }
+  return r;
+}
+
 // y[i] = exp(x[i] - shift) (y may be null) and returns the sum, in a fixed lane order.
 inline float exp_shift_sum(const float* x, float shift, float* y, int64_t n) {
   f32x8 acc0 = splat(0.0f), acc1 = splat(0.0f);
