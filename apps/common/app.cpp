@@ -15,6 +15,23 @@ namespace mvgpt::apps {
 
 namespace fs = std::filesystem;
 
+// Errors from the layers below may span lines (a list of mismatched tensors): one line, of a length
+// a terminal shows.
+static std::string one_line(const std::string& message) {
+  std::string out;
+  for (size_t i = 0; i < message.size(); ++i) {
+    if (message[i] != '\n') {
+      out += message[i];
+      continue;
+    }
+    while (i + 1 < message.size() && (message[i + 1] == ' ' || message[i + 1] == '\n')) ++i;
+    if (i + 1 < message.size()) out += ' ';
+  }
+  constexpr size_t kMax = 600;
+  if (out.size() > kMax) out = out.substr(0, kMax) + " ...";
+  return out;
+}
+
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
   try {
@@ -22,16 +39,16 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << name << ": error: " << e.what() << " (see " << name << " --help)\n";
+    std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
     return 2;
   }
   try {
     return body();
   } catch (const UsageError& e) {
-    std::cerr << name << ": error: " << e.what() << " (see " << name << " --help)\n";
+    std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << name << ": error: " << e.what() << "\n";
+    std::cerr << name << ": error: " << one_line(e.what()) << "\n";
     return 1;
   }
 }

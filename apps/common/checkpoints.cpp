@@ -31,7 +31,8 @@ gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device)
   try {
     return gpt::load_checkpoint(resolved_dir, device);
   } catch (const std::exception& e) {
-    throw AppError(std::string(e.what()));
+    // The loader names the folder and what does not fit; say what to do about it.
+    throw AppError(std::string(e.what()) + " (the checkpoint is damaged or was edited: use another one, or pretrain again)");
   }
 }
 

@@ -3,7 +3,9 @@
 //   window: each token past the first window predicted from the W tokens before it, the whole
 //           window run again for each token (what a learned-position model has to do);
 //   cache:  one token at a time through the KV cache, which drops its oldest token once it holds a
-//           window (RoPE only: the same W tokens of context as `window`, one token's work each);
+//           window (RoPE only: attention covers the same W tokens as `window`, at one token's work
+//           each; from the second layer on, the cached keys and values of those tokens were computed
+//           when older tokens were still in view, so the losses are close to the window's, not equal);
 //   full:   all tokens at once, each attending as far back as the stream goes (RoPE only).
 // W is the model's block_size. Each returns the loss of every token past the first window (targets
 // at positions W .. L-1 of a stream of L tokens) and the milliseconds per such token, measured with
