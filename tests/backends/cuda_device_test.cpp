@@ -1,0 +1,100 @@
+// The CUDA device itself: what asking for it does without a GPU (a clear error, never a crash or an
+// abort of the CPU-only run), and with one: transfers, the caching allocator, device indices.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/ops.h"
+#include "backends/ops_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using testing::expect_throw_with;
+
+TEST(CudaDevice, CountingDevicesNeverThrows) {
+  int n = -1;
+  EXPECT_NO_THROW(n = cuda_device_count());
+  EXPECT_GE(n, 0);
+  EXPECT_EQ(cuda_available(), n > 0);
+  if (!cuda::built_with_cuda()) EXPECT_EQ(n, 0);
+}
+
+TEST(CudaDevice, WithoutGpuRequestsFailClearly) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present: the no-GPU errors cannot be observed here";
+  Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  expect_throw_with<std::runtime_error>([&] { backend_for(Device::cuda()); }, "cuda:0");
+  expect_throw_with<std::runtime_error>([&] { ops::to(t, Device::cuda()); }, "cuda:0");
+  expect_throw_with<std::runtime_error>([&] { ops::to(t, Device::cuda(3)); }, "cuda:3");
+  expect_throw_with<std::runtime_error>([&] { Tensor::empty({2}, DType::f32, Device::cuda()); }, "cuda:0");
+  // The message says what to do instead.
+  try {
+    backend_for(Device::cuda());
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
+  }
+  // And the CPU carries on.
+  EXPECT_EQ(ops::sum(t).item<float>(), 6.0f);
+}
+
+class CudaOnly : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available())
+      GTEST_SKIP() << "no CUDA device: "
+                   << (cuda::built_with_cuda() ? "no GPU is visible" : "this build has no CUDA");
+  }
+};
+
+TEST_F(CudaOnly, RoundTripsEveryDtypeAndChunkedTransfers) {
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
+    Tensor h = testing::make_input({7, 5}, dt, 1, testing::Kind::transposed, -30, 30);
+    Tensor d = ops::to(h, Device::cuda());
+    EXPECT_EQ(d.device(), Device::cuda());
+    Tensor back = ops::to(d, Device::cpu());
+    for (int64_t i = 0; i < h.numel(); ++i) EXPECT_EQ(read_element(back, i), read_element(h, i)) << dtype_name(dt);
+  }
+  // Larger than one 32 MiB staging chunk, with a distinct value per element.
+  const int64_t n = (int64_t(40) << 20) / 4;
+  Tensor big = ops::arange(0, double(n), 1, DType::i32);
+  Tensor back = ops::to(ops::to(big, Device::cuda()), Device::cpu());
+  EXPECT_EQ(std::memcmp(big.raw_data(), back.raw_data(), big.nbytes()), 0);
+}
+
+TEST_F(CudaOnly, CreationOpsWorkOnAFreshDevice) {
+  Tensor z = ops::zeros({3, 4}, DType::f32, Device::cuda());
+  EXPECT_EQ(ops::sum(ops::to(z, Device::cpu())).item<float>(), 0.0f);
+}
+
+TEST_F(CudaOnly, AllocatorCachesFreedBlocks) {
+  backend_for(Device::cuda());
+  Allocator& a = allocator_for(Device::cuda());
+  const size_t live = a.live_bytes();
+  void* p = a.allocate(1000);
+  EXPECT_GT(a.live_bytes(), live);
+  a.deallocate(p, 1000);
+  EXPECT_EQ(a.live_bytes(), live);
+  EXPECT_GE(a.cached_bytes(), 1000u);
+  void* q = a.allocate(900);  // the same size class comes back without cudaMalloc
+  EXPECT_EQ(p, q);
+  a.deallocate(q, 900);
+  a.empty_cache();
+  EXPECT_EQ(a.cached_bytes(), 0u);
+}
+
+TEST_F(CudaOnly, OutOfRangeIndexIsAClearError) {
+  const int n = cuda_device_count();
+  expect_throw_with<std::runtime_error>([&] { backend_for(Device::cuda(n)); }, "cuda:" + std::to_string(n));
+}
+
+TEST_F(CudaOnly, MixedDevicesAreRejected) {
+  Tensor h = Tensor::from_vector(std::vector<float>{1, 2});
+  Tensor d = ops::to(h, Device::cuda());
+  EXPECT_THROW(ops::add(h, d), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mvgpt

@@ -1,0 +1,425 @@
+// Every op, written once, run on each device: the CPU always, CUDA when a GPU is present (the CUDA
+// cases are skipped with a message otherwise, never removed). Each case builds the same inputs on
+// the device under test, in strided layouts built there (transposed, sliced, expanded views), and
+// its results are compared with the same case run on the CPU. A case is also run twice on its
+// device and must give bitwise-identical results (our kernels are deterministic).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/ops.h"
+#include "backends/ops_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using testing::Kind;
+
+// A tensor of `shape` whose values come from a CPU-built base, moved to `dev` and viewed there, so
+// the device sees a genuinely strided tensor (ops::to would make a view contiguous).
+Tensor input(Device dev, const Shape& shape, DType dt, uint64_t seed, Kind kind = Kind::contiguous, double lo = -2,
+             double hi = 2) {
+  const int n = shape.size();
+  Shape base = shape;
+  if (kind == Kind::transposed && n >= 2) std::swap(base[n - 1], base[n - 2]);
+  if (kind == Kind::sliced && n >= 1) base[n - 1] += 3;
+  if (kind == Kind::expanded && n >= 1) base[0] = 1;
+  Tensor t = ops::to(testing::make_input(base, dt, seed, Kind::contiguous, lo, hi), dev);
+  if (kind == Kind::transposed && n >= 2) return ops::transpose(t, -1, -2);
+  if (kind == Kind::sliced && n >= 1) return ops::narrow(t, -1, 1, shape[n - 1]);
+  if (kind == Kind::expanded && n >= 1) return ops::expand(t, shape);
+  return t;
+}
+
+Tensor ints(Device dev, const std::vector<int64_t>& v, DType dt = DType::i64, Shape shape = {}) {
+  Tensor t = ops::to(Tensor::from_vector(v, shape), dt);
+  return ops::to(t, dev);
+}
+
+struct OpCase {
+  std::string name;
+  std::function<std::vector<Tensor>(Device)> run;
+  double tol_f32 = 2e-5;  // |got - cpu| <= tol (1 + |cpu|)
+  double tol_f64 = 1e-11;
+};
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+  auto add = [&](std::string name, std::function<std::vector<Tensor>(Device)> run, double tol_f32 = 2e-5,
+                 double tol_f64 = 1e-11) { cases.push_back({std::move(name), std::move(run), tol_f32, tol_f64}); };
+
+  // --- data movement
+  add("copy_layouts", [](Device d) {
+    std::vector<Tensor> r;
+    for (Kind k : testing::kAllKinds) r.push_back(ops::contiguous(input(d, {5, 7}, DType::f32, 1, k)));
+    r.push_back(ops::contiguous(ops::permute(input(d, {2, 3, 4, 5}, DType::f64, 2), {3, 1, 0, 2})));
+    return r;
+  });
+  add("copy_conversions", [](Device d) {
+    std::vector<Tensor> r;
+    const DType all[] = {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean};
+    for (DType from : all)
+      for (DType to : all) r.push_back(ops::to(input(d, {3, 6}, from, 3, Kind::transposed, -40, 40), to));
+    return r;
+  });
+  add("copy_into_views", [](Device d) {
+    Tensor dst = ops::zeros({4, 6}, DType::f32, d);
+    ops::copy_(ops::narrow(dst, 1, 2, 3), input(d, {4, 3}, DType::f64, 4, Kind::transposed));
+    ops::copy_(ops::select(dst, 0, 0), input(d, {6}, DType::i64, 5, Kind::contiguous, -9, 9));
+    Tensor x = ops::to(testing::make_input({10}, DType::f32, 6), d);
+    ops::copy_(ops::narrow(x, 0, 1, 9), ops::narrow(x, 0, 0, 9));  // overlapping shift
+    return std::vector<Tensor>{dst, x};
+  });
+  add("fill_arange", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean})
+      r.push_back(ops::full({2, 3}, 2.75, dt, d));
+    Tensor view = ops::zeros({4, 5}, DType::f32, d);
+    ops::fill_(ops::transpose(ops::narrow(view, 1, 1, 3), 0, 1), -1.5);
+    r.push_back(view);
+    r.push_back(ops::arange(-3, 7, 0.5, DType::f32, d));
+    r.push_back(ops::arange(0, 100, 3, DType::i64, d));
+    r.push_back(ops::arange(5, -5, -1.25, DType::f64, d));
+    return r;
+  });
+  // Philox: the same numbers on every device (uniform bit for bit; normal within libm's last bits).
+  add("random", [](Device d) {
+    Generator g(1234);
+    g.offset = 77;
+    return std::vector<Tensor>{ops::rand({1000}, DType::f32, d, &g), ops::rand({999}, DType::f64, d, &g),
+                               ops::randn({1000}, DType::f32, d, &g), ops::randn({1001}, DType::f64, d, &g),
+                               ops::rand({33}, DType::bf16, d, &g)};
+  }, 1e-6, 1e-14);
+
+  // --- elementwise
+  add("unary_float", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {6, 9}, dt, 7, Kind::transposed, -3, 3);
+      Tensor pos = input(d, {6, 9}, dt, 8, Kind::sliced, 0.1, 4);
+      for (UnaryOp op : {UnaryOp::neg, UnaryOp::exp, UnaryOp::tanh, UnaryOp::sigmoid, UnaryOp::relu, UnaryOp::gelu,
+                         UnaryOp::silu, UnaryOp::abs, UnaryOp::sign, UnaryOp::square})
+        r.push_back(ops::unary(op, x));
+      for (UnaryOp op : {UnaryOp::log, UnaryOp::sqrt, UnaryOp::rsqrt}) r.push_back(ops::unary(op, pos));
+      for (double s : {2.0, 3.0, 0.5, -1.0, 1.7}) r.push_back(ops::pow(pos, s));
+      r.push_back(ops::unary(UnaryOp::add_scalar, x, 1.25));
+      r.push_back(ops::unary(UnaryOp::mul_scalar, x, -0.5));
+      r.push_back(ops::unary(UnaryOp::rsub_scalar, x, 2));
+      r.push_back(ops::unary(UnaryOp::rdiv_scalar, pos, 3));
+    }
+    r.push_back(ops::gelu(input(d, {3, 4}, DType::bf16, 9, Kind::expanded)));
+    return r;
+  }, 1e-5);
+  add("unary_int", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::i32, DType::i64}) {
+      Tensor x = input(d, {4, 5}, dt, 10, Kind::transposed, -20, 20);
+      for (UnaryOp op : {UnaryOp::neg, UnaryOp::abs, UnaryOp::sign, UnaryOp::square}) r.push_back(ops::unary(op, x));
+      r.push_back(ops::unary(UnaryOp::add_scalar, x, 3));
+      r.push_back(ops::unary(UnaryOp::mul_scalar, x, -2));
+      r.push_back(ops::unary(UnaryOp::rsub_scalar, x, 7));
+    }
+    return r;
+  });
+  add("binary_broadcast", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64, DType::i32, DType::i64}) {
+      Tensor a = input(d, {3, 1, 5}, dt, 11, Kind::sliced, -5, 5);
+      Tensor b = input(d, {4, 5}, dt, 12, Kind::transposed, -5, 5);
+      for (BinaryOp op : {BinaryOp::add, BinaryOp::sub, BinaryOp::mul, BinaryOp::maximum, BinaryOp::minimum,
+                          BinaryOp::eq, BinaryOp::ne, BinaryOp::lt, BinaryOp::le, BinaryOp::gt, BinaryOp::ge})
+        r.push_back(ops::binary(op, a, b));
+      if (is_floating(dt)) r.push_back(ops::div(a, ops::add(ops::abs(b), 0.5)));
+    }
+    Tensor p = input(d, {2, 3}, DType::boolean, 13), q = input(d, {3}, DType::boolean, 14);
+    r.push_back(ops::eq(p, q));
+    r.push_back(ops::lt(p, q));
+    r.push_back(ops::add(input(d, {2, 3}, DType::bf16, 15), input(d, {1, 3}, DType::bf16, 16, Kind::expanded)));
+    // A zero-size broadcast and a scalar operand.
+    r.push_back(ops::mul(input(d, {0, 3}, DType::f32, 17), input(d, {3}, DType::f32, 18)));
+    r.push_back(ops::sub(input(d, {4, 2}, DType::f32, 19, Kind::transposed), ops::full({}, 0.25, DType::f32, d)));
+    return r;
+  });
+  add("where_masked_fill", [](Device d) {
+    std::vector<Tensor> r;
+    Tensor cond = input(d, {4, 1}, DType::boolean, 20);
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean})
+      r.push_back(ops::where(cond, input(d, {4, 6}, dt, 21, Kind::transposed), input(d, {6}, dt, 22)));
+    r.push_back(ops::masked_fill(input(d, {3, 5}, DType::f32, 23, Kind::sliced), input(d, {5}, DType::boolean, 24),
+                                 -INFINITY));
+    return r;
+  });
+
+  // --- reductions
+  add("reduce_axes", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {6, 7, 8}, dt, 25, Kind::transposed);
+      for (const ops::Axes& axes : std::vector<ops::Axes>{{}, {0}, {1}, {2}, {0, 2}, {1, 2}}) {
+        r.push_back(ops::sum(x, axes));
+        r.push_back(ops::mean(x, axes, true));
+        r.push_back(ops::max(x, axes));
+        r.push_back(ops::min(x, axes));
+      }
+      for (int axis : {0, 1, 2}) r.push_back(ops::argmax(x, axis));
+      r.push_back(ops::logsumexp(x, {2}));
+    }
+    Tensor xi = input(d, {5, 9}, DType::i32, 26, Kind::sliced, -50, 50);
+    r.push_back(ops::sum(xi, {1}));
+    r.push_back(ops::max(xi, {0}));
+    r.push_back(ops::argmax(xi, 1));
+    r.push_back(ops::sum(input(d, {4, 0}, DType::f32, 27), {1}));  // empty sums are 0
+    return r;
+  });
+  add("reduce_long_rows", [](Device d) {
+    // Long rows take the block-per-output kernel, many short ones the thread-per-output one.
+    Tensor x = input(d, {3, 5000}, DType::f32, 28);
+    Tensor y = input(d, {40000, 3}, DType::f32, 29);
+    Tensor tied = ops::full({2, 700}, 1.0, DType::f32, d);  // argmax of ties: the first
+    return std::vector<Tensor>{ops::sum(x, {1}), ops::max(x, {1}), ops::argmax(x, 1), ops::sum(y, {0}),
+                               ops::sum(y, {1}),  ops::min(ops::transpose(y, 0, 1), {1}), ops::argmax(tied, 1)};
+  }, 1e-5);
+  add("softmax", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {5, 300}, dt, 30, Kind::sliced, -6, 6);
+      r.push_back(ops::softmax(x, -1));
+      r.push_back(ops::log_softmax(x, -1));
+      Tensor t = input(d, {7, 6}, dt, 31, Kind::transposed);
+      r.push_back(ops::softmax(t, 0));
+      r.push_back(ops::log_softmax(t, 1));
+    }
+    return r;
+  });
+
+  // --- linear algebra
+  add("matmul_layouts", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64})
+      for (Kind ka : {Kind::contiguous, Kind::transposed, Kind::sliced})
+        for (Kind kb : {Kind::contiguous, Kind::transposed, Kind::sliced})
+          r.push_back(ops::matmul(input(d, {5, 7}, dt, 32, ka), input(d, {7, 4}, dt, 33, kb)));
+    return r;
+  }, 1e-5);
+  add("matmul_batched", [](Device d) {
+    std::vector<Tensor> r;
+    Tensor w = input(d, {8, 6}, DType::f32, 34);
+    r.push_back(ops::matmul(input(d, {3, 5, 8}, DType::f32, 35), w));                    // shared right operand
+    r.push_back(ops::matmul(input(d, {3, 5, 8}, DType::f32, 36, Kind::transposed), w));  // ... with transposed rows
+    r.push_back(ops::matmul(input(d, {2, 3, 4, 5}, DType::f32, 37),
+                            input(d, {2, 3, 5, 6}, DType::f32, 38, Kind::transposed)));     // strided batch
+    r.push_back(ops::matmul(input(d, {4, 1, 3, 5}, DType::f64, 39), input(d, {1, 2, 5, 2}, DType::f64, 40)));  // broadcast
+    Tensor big = input(d, {2, 3, 4, 6}, DType::f32, 41);
+    r.push_back(ops::matmul(ops::narrow(big, 1, 1, 2), input(d, {2, 2, 6, 3}, DType::f32, 42)));  // irregular batch
+    r.push_back(ops::matmul(input(d, {7}, DType::f32, 43), input(d, {7, 3}, DType::f32, 44)));     // vector @ matrix
+    r.push_back(ops::matmul(input(d, {3, 7}, DType::f32, 45), input(d, {7}, DType::f32, 46)));     // matrix @ vector
+    r.push_back(ops::matmul(input(d, {3, 0}, DType::f32, 47), input(d, {0, 4}, DType::f32, 48)));  // K = 0
+    r.push_back(ops::matmul(input(d, {2, 3}, DType::bf16, 49), input(d, {3, 2}, DType::bf16, 50)));
+    r.push_back(ops::matmul(input(d, {64, 96}, DType::f32, 51), input(d, {96, 80}, DType::f32, 52, Kind::transposed)));
+    return r;
+  }, 1e-5);
+
+  // --- indexing
+  add("index_ops", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType idt : {DType::i64, DType::i32}) {
+      Tensor idx = ints(d, {2, 0, 2, 4, 1}, idt);
+      for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
+        Tensor x = input(d, {5, 6}, dt, 53, Kind::transposed, -9, 9);
+        r.push_back(ops::index_select(x, 0, idx));
+        r.push_back(ops::index_select(x, 1, idx));
+        r.push_back(ops::index_add(x, 0, idx, input(d, {5, 6}, dt, 54, Kind::sliced, -9, 9)));  // repeated rows
+      }
+      Tensor gidx = ints(d, {0, 2, 1, 2, 2, 0, 1, 1}, idt, {2, 4});
+      Tensor x = input(d, {3, 4}, DType::f32, 55, Kind::transposed);
+      r.push_back(ops::gather(x, 0, gidx));
+      r.push_back(ops::scatter_add(x, 0, gidx, input(d, {2, 4}, DType::f32, 56)));
+      r.push_back(ops::scatter_add(x, 1, ints(d, {3, 3, 0, 1, 3, 3, 3, 3}, idt, {2, 4}), input(d, {2, 5}, DType::f32, 57)));
+      r.push_back(ops::embedding(input(d, {10, 4}, DType::f32, 58), ints(d, {9, 0, 3, 3, 7, 1}, idt, {2, 3})));
+    }
+    return r;
+  });
+  add("join", [](Device d) {
+    Tensor a = input(d, {2, 3}, DType::f32, 59, Kind::transposed), b = input(d, {2, 3}, DType::f32, 60);
+    std::vector<Tensor> r{ops::cat({a, b}, 0), ops::cat({a, b}, 1), ops::stack({a, b}, 1)};
+    for (const Tensor& t : ops::chunk(input(d, {6, 4}, DType::f64, 61), 3, 0)) r.push_back(ops::contiguous(t));
+    return r;
+  });
+
+  // --- fused kernels
+  add("layer_norm", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {300, 70}, dt, 62, Kind::transposed);  // 300 rows: several row chunks in backward
+      Tensor w = input(d, {70}, dt, 63), b = input(d, {70}, dt, 64), dy = input(d, {300, 70}, dt, 65);
+      for (int affine = 0; affine < 3; ++affine) {
+        Tensor ww = affine > 0 ? w : Tensor(), bb = affine > 1 ? b : Tensor();
+        ops::NormResult s = ops::layer_norm(x, ww, bb, 1e-5);
+        r.insert(r.end(), {s.y, s.mean, s.rstd});
+        for (const Tensor& g : ops::layer_norm_backward(dy, x, ww, bb, s))
+          if (g.defined()) r.push_back(g);
+      }
+    }
+    return r;
+  }, 5e-5);
+  add("rms_norm", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {2, 150, 40}, dt, 66, Kind::sliced);
+      Tensor w = input(d, {40}, dt, 67), dy = input(d, {2, 150, 40}, dt, 68);
+      for (bool affine : {false, true}) {
+        ops::NormResult s = ops::rms_norm(x, affine ? w : Tensor(), 1e-6);
+        r.insert(r.end(), {s.y, s.rstd});
+        for (const Tensor& g : ops::rms_norm_backward(dy, x, affine ? w : Tensor(), s))
+          if (g.defined()) r.push_back(g);
+      }
+    }
+    return r;
+  }, 5e-5);
+  add("rope", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {2, 3, 5, 8}, dt, 69);
+      Tensor packed = input(d, {2, 5, 3, 16}, dt, 70);  // a (B, H, T, D) view with gaps, as from a packed qkv
+      Tensor xv = ops::permute(ops::narrow(packed, 3, 8, 8), {0, 2, 1, 3});
+      Tensor pos = ints(d, {0, 1, 2, 3, 4});
+      Tensor pos2 = ints(d, {7, 8, 9, 100000, 11, 0, 1, 2, 3, 4}, DType::i32, {2, 5});
+      for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved})
+        for (bool inverse : {false, true}) {
+          r.push_back(ops::rope(x, pos, 10000, layout, inverse));
+          r.push_back(ops::rope(xv, pos2, 500, layout, inverse));
+        }
+      r.push_back(ops::rope(input(d, {3, 5, 8}, dt, 71), pos));  // (H, T, D)
+    }
+    return r;
+  }, 1e-5);
+  add("attention", [](Device d) {
+    std::vector<Tensor> r;
+    struct Shape4 {
+      int64_t B, H, Hkv, Tq, Tk, D;
+      bool causal;
+    };
+    const Shape4 shapes[] = {{2, 2, 2, 5, 5, 8, true},   {1, 4, 2, 3, 7, 6, true},  {2, 2, 1, 4, 6, 5, false},
+                             {1, 2, 2, 150, 150, 4, true}, {1, 1, 1, 1, 300, 16, true}, {1, 2, 2, 2, 0, 4, false}};
+    for (DType dt : {DType::f32, DType::f64})
+      for (const Shape4& s : shapes) {
+        Tensor q = input(d, {s.B, s.H, s.Tq, s.D}, dt, 72);
+        // k and v as strided views split out of one packed (B, Tk, 2, Hkv, D) tensor.
+        Tensor kv = input(d, {s.B, s.Tk, 2, s.Hkv, s.D}, dt, 73);
+        Tensor k = ops::permute(ops::select(kv, 2, 0), {0, 2, 1, 3});
+        Tensor v = ops::permute(ops::select(kv, 2, 1), {0, 2, 1, 3});
+        const double scale = 1 / std::sqrt(double(s.D));
+        ops::AttentionResult a = ops::attention(q, k, v, scale, s.causal);
+        r.insert(r.end(), {a.out, a.lse});
+        Tensor dout = input(d, {s.B, s.H, s.Tq, s.D}, dt, 74);
+        for (const Tensor& g : ops::attention_backward(dout, q, k, v, a, scale, s.causal)) r.push_back(g);
+      }
+    return r;
+  }, 5e-5);
+  add("cross_entropy", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64})
+      for (DType idt : {DType::i64, DType::i32}) {
+        Tensor logits = input(d, {6, 700}, dt, 75, Kind::contiguous, -8, 8);
+        Tensor targets = ints(d, {3, 699, -100, 0, 350, 12}, idt);
+        ops::CrossEntropyResult c = ops::cross_entropy(logits, targets, -100);
+        r.insert(r.end(), {c.losses, c.lse});
+        r.push_back(ops::cross_entropy_backward(input(d, {6}, dt, 76), logits, targets, c, -100));
+      }
+    return r;
+  }, 2e-5);
+  add("adamw", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor p = ops::clone(input(d, {1000}, dt, 77)), g = input(d, {1000}, dt, 78);
+      Tensor m = ops::clone(input(d, {1000}, dt, 79, Kind::contiguous, -0.1, 0.1));
+      Tensor v = ops::clone(input(d, {1000}, dt, 80, Kind::contiguous, 0, 0.1));
+      AdamWParams params;
+      params.lr = 3e-3, params.weight_decay = 0.1, params.step = 7;
+      for (int s = 0; s < 3; ++s, ++params.step) ops::adamw_step_(p, g, m, v, params);
+      r.insert(r.end(), {p, m, v});
+    }
+    return r;
+  }, 1e-5);
+  return cases;
+}
+
+const std::vector<OpCase>& all_cases() {
+  static const std::vector<OpCase> cases = op_cases();
+  return cases;
+}
+
+// Compares element by element; integer and bool results must match exactly.
+void expect_matches(const Tensor& got, const Tensor& want, const OpCase& c, size_t k, const std::string& what) {
+  SCOPED_TRACE(c.name + " output " + std::to_string(k) + " (" + what + ")");
+  ASSERT_EQ(to_string(got.shape()), to_string(want.shape()));
+  ASSERT_EQ(got.dtype(), want.dtype());
+  const double tol = want.dtype() == DType::f64 ? c.tol_f64
+                     : want.dtype() == DType::bf16 ? 1e-2
+                     : is_floating(want.dtype())   ? c.tol_f32
+                                                   : 0.0;
+  int failures = 0;
+  for (int64_t i = 0; i < want.numel() && failures < 5; ++i) {
+    const double g = read_element(got, i), w = read_element(want, i);
+    const bool ok = (std::isnan(g) && std::isnan(w)) || g == w || std::abs(g - w) <= tol * (1 + std::abs(w));
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << "element " << i << ": got " << g << ", expected " << w;
+    }
+  }
+}
+
+std::vector<Tensor> on_host(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> r;
+  for (const Tensor& t : ts) r.push_back(ops::to(t, Device::cpu()));
+  return r;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  Tensor ca = ops::contiguous(a), cb = ops::contiguous(b);
+  return ca.nbytes() == cb.nbytes() && std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+}
+
+class OpOnDevice : public ::testing::TestWithParam<std::tuple<DeviceType, size_t>> {};
+
+TEST_P(OpOnDevice, MatchesCpuAndIsDeterministic) {
+  const auto [type, index] = GetParam();
+  const OpCase& c = all_cases()[index];
+  const Device dev = type == DeviceType::cuda ? Device::cuda(0) : Device::cpu();
+  if (dev.is_cuda() && !cuda_available())
+    GTEST_SKIP() << "no CUDA device: "
+                 << (cuda::built_with_cuda() ? "no GPU is visible" : "this build has no CUDA (MVGPT_CUDA=OFF or no nvcc)")
+                 << "; case '" << c.name << "' runs against the CPU on a GPU machine (scripts/gpu-check.sh)";
+  const std::vector<Tensor> want = c.run(Device::cpu());
+  const std::vector<Tensor> got = on_host(c.run(dev));
+  const std::vector<Tensor> again = on_host(c.run(dev));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_TRUE(got[k].device().is_cpu());
+    expect_matches(got[k], want[k], c, k, dev.str() + " vs cpu");
+    EXPECT_TRUE(bitwise_equal(got[k], again[k])) << c.name << " output " << k << " differs between two runs on "
+                                                 << dev.str();
+  }
+}
+
+std::vector<size_t> case_indices() {
+  std::vector<size_t> v;
+  for (size_t i = 0; i < all_cases().size(); ++i) v.push_back(i);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OpOnDevice,
+                         ::testing::Combine(::testing::Values(DeviceType::cpu, DeviceType::cuda),
+                                            ::testing::ValuesIn(case_indices())),
+                         [](const ::testing::TestParamInfo<OpOnDevice::ParamType>& info) {
+                           return std::string(std::get<0>(info.param) == DeviceType::cuda ? "cuda_" : "cpu_") +
+                                  all_cases()[std::get<1>(info.param)].name;
+                         });
+
+}  // namespace
+}  // namespace mvgpt
