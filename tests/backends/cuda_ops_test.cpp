@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -384,6 +385,13 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   Tensor ca = ops::contiguous(a), cb = ops::contiguous(b);
   return ca.nbytes() == cb.nbytes() && std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
 }
+
+}  // namespace
+
+// Names the device in test parameters (instead of gtest's byte dump).
+void PrintTo(DeviceType t, std::ostream* os) { *os << (t == DeviceType::cuda ? "cuda" : "cpu"); }
+
+namespace {
 
 class OpOnDevice : public ::testing::TestWithParam<std::tuple<DeviceType, size_t>> {};
 
