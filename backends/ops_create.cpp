@@ -8,10 +8,14 @@
 
 namespace mvgpt::ops {
 
-Tensor empty(const Shape& shape, DType dtype, Device device) { return Tensor::empty(shape, dtype, device); }
+// The backend is created first: creating it registers the device's allocator (CUDA).
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  backend_for(device);
+  return Tensor::empty(shape, dtype, device);
+}
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, device);
+  Tensor t = empty(shape, dtype, device);
   backend_for(device).fill(t, value);
   return t;
 }
@@ -40,7 +44,7 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   if (dtype == DType::boolean) throw std::invalid_argument("arange: dtype bool is not supported");
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? int64_t(count) : 0;
-  Tensor t = Tensor::empty({n}, dtype, device);
+  Tensor t = empty({n}, dtype, device);
   if (n > 0) backend_for(device).arange(t, start, step);
   return t;
 }
@@ -50,7 +54,7 @@ static Tensor random_tensor(const Shape& shape, DType dtype, Device device, Gene
   if (!is_floating(dtype))
     throw std::invalid_argument(std::string(op) + ": expected a floating-point dtype, found " + detail::name_of(dtype));
   Generator& g = gen ? *gen : default_generator();
-  Tensor t = Tensor::empty(shape, detail::compute_dtype(dtype), device);
+  Tensor t = empty(shape, detail::compute_dtype(dtype), device);
   // The stream advances by numel whatever the dtype, so bfloat16 and float32 draws match.
   uint64_t offset = g.take(uint64_t(t.numel()));
   if (t.numel() > 0) backend_for(device).random(t, kind, g.seed, offset);

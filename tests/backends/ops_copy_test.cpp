@@ -100,7 +100,9 @@ TEST(OpsCopy, CloneContiguousAndConversions) {
   Tensor x = ops::zeros({2});
   EXPECT_TRUE(ops::to(x, DType::f32).same(x));
   EXPECT_TRUE(ops::to(x, Device::cpu()).same(x));
-  expect_throw_with<std::runtime_error>([&] { ops::to(x, Device::cuda(0)); }, "built without CUDA");
+  // Without CUDA built in, or without a GPU, the message names the device and says why.
+  if (!cuda_available())
+    expect_throw_with<std::runtime_error>([&] { ops::to(x, Device::cuda(0)); }, "cuda:0 requested, but");
 }
 
 TEST(OpsCopy, Bfloat16RoundTrips) {
