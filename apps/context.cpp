@@ -128,8 +128,8 @@ int main(int argc, char** argv) {
     }
 
     FILE* table = as_json ? stderr : stdout;
-    std::fprintf(table, "%lld streams of %lld tokens from %s; scored: the tokens past each model's window\n",
-                 (long long)streams, (long long)length, tokens_path.c_str());
+    std::fprintf(table, "%lld stream%s of %lld tokens from %s; scored: the tokens past each model's window\n",
+                 (long long)streams, streams == 1 ? "" : "s", (long long)length, tokens_path.c_str());
     std::fprintf(table, "%-24s %-7s %8s %13s\n", "model", "method", "loss", "ms/token");
     std::fflush(table);
 

@@ -45,8 +45,9 @@ using namespace mvgpt::apps;
 namespace {
 
 // About ten minutes of the series' model at batch 16 x 256 on this repository's 2-core reference
-// machine (see docs/apps.md); both runs use it unless told otherwise, so their rates match.
-constexpr int64_t kDefaultScheduleSteps = 300;
+// machine (~1,400 tokens/s when nothing else runs; see docs/apps.md); both runs use it unless told
+// otherwise, so their rates match step for step whatever the clock says.
+constexpr int64_t kDefaultScheduleSteps = 200;
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
                                    "steps the cosine schedule spans (default: --steps, else " +
                                        std::to_string(kDefaultScheduleSteps) + ")")
                         ->check(CLI::PositiveNumber);
-  auto* warmup_opt = app.add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule)")
+  auto* warmup_opt = app.add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule, at least min(10, a quarter of it))")
                          ->check(CLI::NonNegativeNumber);
   auto* batch_opt = app.add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
   auto* lr_opt = app.add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
@@ -245,7 +246,8 @@ int main(int argc, char** argv) {
       if (rope) config.rope = true;
     }
     if (s.schedule_steps <= 0) s.schedule_steps = steps > 0 ? steps : kDefaultScheduleSteps;
-    if (s.warmup_steps < 0) s.warmup_steps = std::max<int64_t>(1, s.schedule_steps / 20);
+    // 5% of the schedule, but at least a few steps (a short run at full rate from step 0 diverges).
+    if (s.warmup_steps < 0) s.warmup_steps = std::max(s.schedule_steps / 20, std::min<int64_t>(10, s.schedule_steps / 4));
     if (s.min_lr < 0) s.min_lr = s.lr / 10;
     if (s.warmup_steps > s.schedule_steps)
       throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
