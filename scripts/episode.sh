@@ -42,7 +42,9 @@ if [ "${MVGPT_SKIP_INSTALL:-0}" != 1 ]; then
 fi
 
 step "build (the apps)"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+generator=(-G Ninja)
+[ -f "$build/CMakeCache.txt" ] && generator=()  # keep the generator an existing build folder was made with
+cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release > /dev/null
 cmake --build "$build" --target prepare pretrain evaluate context generate
 bin="$(cd "$build/apps" && pwd)"
 # The raw stories are found from the executables' location, so the outputs can go anywhere.
