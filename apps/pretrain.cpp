@@ -24,6 +24,7 @@
 #include "apps/common/checkpoints.h"
 #include "apps/common/csv_log.h"
 #include "apps/common/evaluation.h"
+#include "apps/common/numerics.h"
 #include "apps/common/tensorboard.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -139,7 +140,8 @@ int main(int argc, char** argv) {
                "Runs go to checkpoints/pretrain (learned positions) or checkpoints/pretrain-rope (--rope).",
                "pretrain"};
   Settings s;
-  bool rope = false, resume = false, overwrite = false;
+  bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
+  int64_t inject_nan_step = -1;
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir, runs_dir = "runs";
@@ -185,6 +187,12 @@ int main(int argc, char** argv) {
   app.add_option("--runs-dir", runs_dir, "TensorBoard folder; the run is named after the run folder")->capture_default_str();
   auto* resume_opt = app.add_flag("--resume", resume, "continue the run in the run folder where its last checkpoint left it");
   app.add_flag("--overwrite", overwrite, "start over, replacing a run that is already in the run folder")->excludes(resume_opt);
+  app.add_flag("--skip-nonfinite", skip_nonfinite,
+               "skip a step whose loss or gradients hold a NaN or an infinity (default: stop the run there)");
+  app.add_option("--debug-inject-nan-at-step", inject_nan_step,
+                 "testing aid: write NaN into the last parameter's gradient at this step (0-based)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Testing");
 
   return run_app(app, argc, argv, [&] {
     const Device device = resolve_device(device_flag);
@@ -279,6 +287,7 @@ int main(int argc, char** argv) {
     if (resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
     const nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
     const std::vector<Tensor> params = model->parameters();
+    const nn::NamedTensors named_params = model->named_parameters();
 
     std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
                 run_name.c_str(), format_count(model->num_parameters()).c_str(), config.rope ? "rotary" : "learned",
@@ -334,6 +343,9 @@ int main(int argc, char** argv) {
     const double elapsed_before = st.elapsed_s;
     const int64_t first_step = st.step;
     const int64_t tokens_per_step = s.batch_size * config.block_size;
+    int64_t saved_step = resume ? st.step : -1;  // what last/ holds
+    int64_t skipped_in_a_row = 0;
+    constexpr int64_t kMaxSkippedInARow = 10;  // past this, skipping is hiding a diverged run
 
     while (true) {
       const auto t0 = Clock::now();
@@ -342,13 +354,35 @@ int main(int argc, char** argv) {
       gpt::Batch batch = batches.at(st.step);
       Tensor loss = model->loss(ops::to(batch.inputs, device), ops::to(batch.targets, device));
       backward(loss);
+      if (st.step == inject_nan_step) {
+        poison_gradient(named_params.back().second);
+        std::printf("debug: wrote NaN into the gradient of %s at step %lld\n", named_params.back().first.c_str(),
+                    (long long)st.step);
+      }
+      // clip_grad_norm_ leaves the gradients alone when their norm is not finite, so the culprit can
+      // still be named; without clipping every gradient is checked.
       const double grad_norm = s.grad_clip > 0 ? nn::clip_grad_norm_(params, s.grad_clip) : NAN;
       const double train_loss = host_scalar(loss);
-      if (!std::isfinite(train_loss))
-        throw AppError(format("the loss is %g at step %lld; nothing was saved from this step on (last/ holds step %lld); "
-                              "lower --lr or --grad-clip and start over with --overwrite",
-                              train_loss, (long long)st.step, (long long)first_step));
-      opt.step();
+      const std::string bad_grad =
+          s.grad_clip > 0 && std::isfinite(grad_norm) ? "" : first_nonfinite_gradient(named_params);
+      const bool skipped = !std::isfinite(train_loss) || !bad_grad.empty();
+      if (skipped) {
+        std::string what = format("step %lld: ", (long long)st.step) +
+                           (std::isfinite(train_loss) ? format("the gradient of %s is not finite (loss %.4f)", bad_grad.c_str(), train_loss)
+                                                      : format("the loss is %g", train_loss) +
+                                                            (bad_grad.empty() ? "" : ", first non-finite gradient " + bad_grad));
+        const std::string saved = saved_step < 0 ? "no checkpoint saved yet" : format("last/ holds step %lld", (long long)saved_step);
+        if (!skip_nonfinite)
+          throw AppError(what + "; stopped without saving (" + saved + "); lower --lr or --grad-clip and --resume, "
+                         "or pass --skip-nonfinite to skip such steps");
+        if (++skipped_in_a_row > kMaxSkippedInARow)
+          throw AppError(what + format("; %lld steps in a row were not finite, stopped (", (long long)skipped_in_a_row) + saved +
+                         "); lower --lr or --grad-clip");
+        std::printf("%s; skipped (--skip-nonfinite)\n", what.c_str());
+      } else {
+        skipped_in_a_row = 0;
+        opt.step();
+      }
       opt.zero_grad();
       synchronize(device);
       const double step_s = seconds_since(t0);
@@ -379,6 +413,10 @@ int main(int argc, char** argv) {
         EvalResult r = evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device);
         model->train();
         val_loss = r.loss;
+        if (!std::isfinite(val_loss))
+          throw AppError(format("step %lld: the held-out loss is %g; stopped without saving (", (long long)st.step, val_loss) +
+                         (saved_step < 0 ? std::string("no checkpoint saved yet") : format("last/ holds step %lld", (long long)saved_step)) +
+                         "); lower --lr or --grad-clip");
         tb.add_scalar("loss/val", val_loss, st.step);
         const bool improved = val_loss < st.best_val_loss;
         if (improved) {
@@ -387,6 +425,7 @@ int main(int argc, char** argv) {
           save(best_dir, false);
         }
         save(last_dir, true);
+        saved_step = st.step;
         std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
                     (long long)st.step, r.loss, r.perplexity(), 100 * r.top1, format_count(r.tokens).c_str(),
                     improved ? " best so far" : "", last_dir.c_str(), improved ? (" and " + best_dir).c_str() : "");
