@@ -25,6 +25,7 @@
 #include "apps/common/csv_log.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/numerics.h"
+#include "apps/common/resources.h"
 #include "apps/common/tensorboard.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -266,6 +267,7 @@ int main(int argc, char** argv) {
     if (!resume && config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
     check_tokenizer_fits(tok, tok_path, config, run_name);
     config.validate();
+    check_training_fits(config, s.batch_size, device);  // before anything big is allocated
     text::TokenFile train(train_path), valid(valid_path);
     check_tokens_fit(train, config, run_name);
     check_tokens_fit(valid, config, run_name);

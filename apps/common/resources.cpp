@@ -1,0 +1,64 @@
+#include "apps/common/resources.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "apps/common/app.h"
+
+namespace mvgpt::apps {
+
+TrainingMemory estimate_training_memory(const gpt::GPTConfig& c, int64_t batch_size) {
+  // Doubles throughout: an absurd config must give an absurd number, not an overflow.
+  // num_parameters() counts exactly in int64; past ~1e15 parameters it could overflow, and a rough
+  // count (12 C^2 per block plus the embeddings) is all the message needs.
+  const double C = double(c.n_embd), F = double(c.hidden_size());
+  const double rough = double(c.n_layer) * (4 * C * C + 3 * C * F) + 2 * double(c.vocab_size + c.block_size) * C;
+  const double params = rough < 1e15 ? double(c.num_parameters()) : rough;
+  const double tokens = double(batch_size) * double(c.block_size);
+  TrainingMemory m;
+  m.weights = 4 * params;
+  m.gradients = 4 * params;
+  m.optimizer = 8 * params;  // AdamW's m and v
+  const double per_layer_token = 20 * double(c.n_embd) + 2 * double(c.n_head) * double(c.block_size);
+  m.activations = 4 * tokens * (double(c.n_layer) * per_layer_token + 3 * double(c.vocab_size));
+  return m;
+}
+
+double available_memory_bytes() {
+  if (const char* env = std::getenv("MVGPT_AVAILABLE_MEMORY")) return std::strtod(env, nullptr);
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    double kib = 0;
+    if (fields >> kib) return kib * 1024;
+  }
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) : -1;
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  return u == 0 ? format("%.0f bytes", bytes) : format("%.1f %s", bytes, units[u]);
+}
+
+void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Device device) {
+  if (device.type != DeviceType::cpu) return;
+  const double available = available_memory_bytes();
+  const TrainingMemory m = estimate_training_memory(config, batch_size);
+  if (available < 0 || m.total() <= available) return;
+  throw AppError(format("training this model needs about %s of memory (weights %s, gradients %s, AdamW state %s, "
+                        "activations %s for a batch of %lld x %lld), but %s is available; choose a smaller "
+                        "--preset/--config or --batch-size",
+                        format_bytes(m.total()).c_str(), format_bytes(m.weights).c_str(),
+                        format_bytes(m.gradients).c_str(), format_bytes(m.optimizer).c_str(),
+                        format_bytes(m.activations).c_str(), (long long)batch_size, (long long)config.block_size,
+                        format_bytes(available).c_str()));
+}
+
+}  // namespace mvgpt::apps

@@ -1,0 +1,32 @@
+#pragma once
+// Resource limits: a run that cannot fit in memory fails before it allocates anything, with how much
+// it would need, instead of being killed (or swapping) halfway through its first step.
+#include <cstdint>
+#include <string>
+
+#include "mvgpt/config.h"
+#include "tensor/device.h"
+
+namespace mvgpt::apps {
+
+// Bytes a training run of `config` at `batch_size` sequences of block_size tokens needs, roughly:
+// float32 weights, gradients and AdamW's two moments, plus the activations backward keeps (per
+// layer and token ~20 * n_embd floats and the attention's rows, and the logits with their gradient).
+struct TrainingMemory {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+TrainingMemory estimate_training_memory(const gpt::GPTConfig& config, int64_t batch_size);
+
+// Memory the system can give us now: MemAvailable from /proc/meminfo, else free pages from sysconf;
+// -1 when neither is known. MVGPT_AVAILABLE_MEMORY (bytes) overrides it, for tests.
+double available_memory_bytes();
+
+// AppError saying what the run would need and what is available when the estimate does not fit
+// (CPU only: device memory is not measured here).
+void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Device device);
+
+// "1.5 GiB", "300.0 MiB".
+std::string format_bytes(double bytes);
+
+}  // namespace mvgpt::apps

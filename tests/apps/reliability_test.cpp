@@ -1,0 +1,190 @@
+// Reliability of pretrain: a NaN in a gradient is caught at its step (named, nothing overwritten, or
+// skipped by flag); a run killed with SIGKILL at random moments, during checkpoint writes too, always
+// leaves a last/ that loads and resumes, and the resumed run ends bit for bit where an uninterrupted
+// run does.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "app_runner.h"
+#include "mvgpt/checkpoint.h"
+
+namespace mvgpt::apps::testing {
+namespace {
+
+class Reliability : public AppsTest {};
+
+const char* kTiny = "--config tiny.json --batch-size 4 --eval-windows 4 --device cpu ";
+
+int64_t state_step(const fs::path& last) {
+  return nlohmann::json::parse(slurp(last / "state.json")).at("step").get<int64_t>();
+}
+
+// Every weight of the checkpoint in `dir` is finite (it loads, too).
+bool all_weights_finite(const fs::path& dir) {
+  auto ck = gpt::load_checkpoint(dir.string());
+  for (const auto& [name, p] : ck.model->named_parameters())
+    for (double v : p.to_vector<double>())
+      if (!std::isfinite(v)) return false;
+  return true;
+}
+
+// The text after `prefix` up to the next space or newline.
+std::string word_after(const std::string& text, const std::string& prefix) {
+  size_t i = text.find(prefix);
+  if (i == std::string::npos) return "";
+  i += prefix.size();
+  return text.substr(i, text.find_first_of(" \n", i) - i);
+}
+
+TEST_F(Reliability, NanGradientStopsTheRunAtItsStepAndKeepsTheLastCheckpoint) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "tiny.json", tiny_config(false));
+  // The reference: the same run stopped cleanly after step 3 (the schedule does not depend on --steps).
+  RunResult ref = run_app("pretrain", std::string(kTiny) + "--steps 3 --schedule-steps 8 --eval-interval 3 --out nan-ref/run", cwd);
+  ASSERT_EQ(ref.code, 0) << ref.out << ref.err;
+  for (const char* clip : {"1.0", "0"}) {  // the clipped norm finds it, and so does the scan without clipping
+    SCOPED_TRACE(std::string("--grad-clip ") + clip);
+    fs::remove_all(cwd / "nan" / "run");
+    RunResult r = run_app("pretrain", std::string(kTiny) + "--steps 8 --schedule-steps 8 --eval-interval 3 --grad-clip " +
+                          clip + " --out nan/run --debug-inject-nan-at-step 4", cwd);
+    const std::string poisoned = word_after(r.out, "wrote NaN into the gradient of ");
+    ASSERT_FALSE(poisoned.empty()) << r.out;
+    expect_one_line_error(r, "pretrain", "step 4: the gradient of " + poisoned + " is not finite");
+    EXPECT_NE(r.err.find("last/ holds step 3"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--skip-nonfinite"), std::string::npos) << r.err;
+    // last/ is step 3's checkpoint, byte for byte the one of the run that stopped there.
+    EXPECT_EQ(state_step(cwd / "nan" / "run" / "last"), 3);
+    EXPECT_TRUE(slurp(cwd / "nan" / "run" / "last" / "model.safetensors") ==
+                slurp(cwd / "nan-ref" / "run" / "last" / "model.safetensors"));
+    EXPECT_TRUE(slurp(cwd / "nan" / "run" / "last" / "optimizer.safetensors") ==
+                slurp(cwd / "nan-ref" / "run" / "last" / "optimizer.safetensors"));
+  }
+}
+
+TEST_F(Reliability, SkipNonfiniteSkipsTheStepAndTrainsOn) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "tiny.json", tiny_config(false));
+  RunResult r = run_app("pretrain", std::string(kTiny) + "--steps 6 --eval-interval 3 --out skip/run "
+                        "--debug-inject-nan-at-step 2 --skip-nonfinite", cwd);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("step 2: the gradient of "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped (--skip-nonfinite)"), std::string::npos) << r.out;
+  EXPECT_EQ(state_step(cwd / "skip" / "run" / "last"), 6);
+  EXPECT_TRUE(all_weights_finite(cwd / "skip" / "run" / "last"));
+}
+
+// Starts `pretrain args` in `cwd` with its output in files; returns the child's pid.
+pid_t spawn_pretrain(const std::string& args, const fs::path& cwd, const fs::path& out_file) {
+  std::vector<std::string> words{app_path("pretrain")};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
+    const int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// NOTE [ Killing a run at random moments ]
+// Every step evaluates and saves best/ and last/ (--eval-interval 1), so much of a run's time is
+// spent writing checkpoints and a random SIGKILL often lands inside a save (a temporary folder left
+// behind shows it did). After each kill, last/ (when there is one yet) must load and the next
+// process resumes from it; the chain then finishes and must end exactly where an uninterrupted run
+// ends. Delays grow from the process's start-up to a few steps, so most kills hit the training loop.
+TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "tiny.json", tiny_config(false));
+  constexpr int kSteps = 40, kKills = 24;
+  const std::string args = std::string(kTiny) + "--schedule-steps 40 --eval-interval 1 --steps " + std::to_string(kSteps);
+  // Uninterrupted: the same run folder name in another place, so checkpoint metadata match.
+  RunResult whole = run_app("pretrain", args + " --out kill-a/run --runs-dir kill-a/runs", cwd);
+  ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
+
+  const fs::path run = cwd / "kill-b" / "run", last = run / "last", log = cwd / "kill-b.out";
+  std::mt19937 rng(20261129);
+  int kills = 0, mid_save = 0, resumed_starts = 0;
+  for (int attempt = 0; kills < kKills && attempt < 3 * kKills; ++attempt) {
+    const bool resume = fs::exists(last / "state.json");
+    if (resume && state_step(last) >= kSteps) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    const pid_t pid = spawn_pretrain(args + " --out kill-b/run --runs-dir kill-b/runs" + (resume ? " --resume" : ""), cwd, log);
+    ASSERT_GT(pid, 0);
+    // Up to ~2 s after start: the first attempts die in start-up, later ones well into training.
+    const int delay_ms = std::uniform_int_distribution<int>(20, 200 + 60 * attempt)(rng);
+    int status = 0;
+    pid_t done = 0;
+    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(delay_ms))
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (done == 0) {
+      ::kill(pid, SIGKILL);
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFSIGNALED(status));
+      ++kills;
+    } else {
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
+    }
+    if (resume) ++resumed_starts;
+    bool tmp_left = false;
+    if (fs::exists(run))
+      for (const auto& e : fs::directory_iterator(run))
+        tmp_left |= e.path().filename().string().find(".tmp.") != std::string::npos;
+    mid_save += tmp_left;
+    if (fs::exists(last)) {
+      SCOPED_TRACE("after kill " + std::to_string(kills));
+      EXPECT_NO_THROW(gpt::load_checkpoint(last.string()));
+      EXPECT_NO_THROW(state_step(last));
+      EXPECT_TRUE(fs::exists(last / "optimizer.safetensors"));
+      EXPECT_TRUE(fs::exists(last / "tokenizer.json"));
+    }
+  }
+  EXPECT_GE(kills, 20) << slurp(log);
+  EXPECT_GE(resumed_starts, 10);
+  // Finish the chain, then compare with the uninterrupted run.
+  RunResult rest = run_app("pretrain", "--resume --device cpu --steps " + std::to_string(kSteps) +
+                           " --out kill-b/run --runs-dir kill-b/runs", cwd);
+  if (rest.code != 0) EXPECT_NE(rest.err.find("already at step"), std::string::npos) << rest.err;
+  EXPECT_EQ(state_step(last), kSteps);
+  for (const char* f : {"last/model.safetensors", "last/optimizer.safetensors", "best/model.safetensors"})
+    EXPECT_TRUE(slurp(cwd / "kill-a" / "run" / f) == slurp(run / f)) << f << " differs from the uninterrupted run's";
+  std::printf("[ info ] %d kills, %d left a temporary checkpoint folder (killed mid-save), %d resumed starts\n", kills,
+              mid_save, resumed_starts);
+}
+
+TEST_F(Reliability, ARunThatDoesNotFitInMemoryFailsBeforeItStarts) {
+  const fs::path cwd = prepared();
+  // ~3.3 trillion parameters: the 48 TiB of weights and optimizer state fit no machine running this.
+  write_text(cwd / "huge.json",
+             R"({"vocab_size": 300, "block_size": 1024, "n_layer": 64, "n_head": 64, "n_embd": 65536})");
+  RunResult r = run_app("pretrain", "--config huge.json --steps 2 --device cpu --out checkpoints/huge", cwd);
+  expect_one_line_error(r, "pretrain", "training this model needs about");
+  EXPECT_NE(r.err.find("TiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is available"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(cwd / "checkpoints" / "huge"));
+  // A tiny model with a batch whose activations do not fit.
+  write_text(cwd / "tiny.json", tiny_config(false));
+  r = run_app("pretrain", "--config tiny.json --batch-size 1000000000 --steps 2 --device cpu --out checkpoints/bigbatch", cwd);
+  expect_one_line_error(r, "pretrain", "activations");
+  EXPECT_NE(r.err.find("a batch of 1000000000 x 16"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(cwd / "checkpoints" / "bigbatch"));
+}
+
+}  // namespace
+}  // namespace mvgpt::apps::testing
