@@ -316,6 +316,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     fs::create_directories(out_dir);
+    // A run killed while saving left its temporary folder (a whole checkpoint) behind.
+    if (const int n = remove_stale_checkpoint_temps(out_dir))
+      std::printf("removed %d unfinished checkpoint folder%s of a killed run\n", n, n == 1 ? "" : "s");
     CsvLog csv((fs::path(out_dir) / "log.csv").string(), {"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
                resume ? st.step : -1);
     if (!resume) {

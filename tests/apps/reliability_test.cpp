@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -102,37 +103,61 @@ pid_t spawn_pretrain(const std::string& args, const fs::path& cwd, const fs::pat
   return pid;
 }
 
+// How many times `needle` occurs in `text`.
+int occurrences(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t i = text.find(needle); i != std::string::npos; i = text.find(needle, i + 1)) ++n;
+  return n;
+}
+
 // NOTE [ Killing a run at random moments ]
-// Every step evaluates and saves best/ and last/ (--eval-interval 1), so much of a run's time is
-// spent writing checkpoints and a random SIGKILL often lands inside a save (a temporary folder left
-// behind shows it did). After each kill, last/ (when there is one yet) must load and the next
-// process resumes from it; the chain then finishes and must end exactly where an uninterrupted run
-// ends. Delays grow from the process's start-up to a few steps, so most kills hit the training loop.
+// Every step evaluates and saves best/ and last/ (--eval-interval 1), so a run spends much of its
+// time writing checkpoints. Each process is killed either at a random moment of its start-up, or a
+// random fraction of a step after its first or second training step ended (while it evaluates, saves
+// or trains on): each kill moves the run on by a step or two, so 20+ kills fit in one run. A
+// temporary folder left behind shows a kill landed inside a save. After each kill, last/ (when there
+// is one yet) must load and the next process resumes from it; the chain then finishes and must end
+// byte for byte where an uninterrupted run ends.
 TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
   const fs::path cwd = prepared();
   write_text(cwd / "tiny.json", tiny_config(false));
-  constexpr int kSteps = 40, kKills = 24;
-  const std::string args = std::string(kTiny) + "--schedule-steps 40 --eval-interval 1 --steps " + std::to_string(kSteps);
+  constexpr int kSteps = 60, kKills = 24;
+  const std::string args = std::string(kTiny) + "--schedule-steps 60 --eval-interval 1 --steps " + std::to_string(kSteps);
   // Uninterrupted: the same run folder name in another place, so checkpoint metadata match.
+  const auto t_whole = std::chrono::steady_clock::now();
   RunResult whole = run_app("pretrain", args + " --out kill-a/run --runs-dir kill-a/runs", cwd);
   ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
+  const double step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_whole).count() / kSteps;
 
-  const fs::path run = cwd / "kill-b" / "run", last = run / "last", log = cwd / "kill-b.out";
+  const fs::path run = cwd / "kill-b" / "run", last = run / "last";
   std::mt19937 rng(20261129);
   int kills = 0, mid_save = 0, resumed_starts = 0;
-  for (int attempt = 0; kills < kKills && attempt < 3 * kKills; ++attempt) {
+  std::string logs;
+  std::set<std::string> tmp_seen;
+  for (int attempt = 0; kills < kKills && attempt < 2 * kKills; ++attempt) {
     const bool resume = fs::exists(last / "state.json");
     if (resume && state_step(last) >= kSteps) break;
-    const auto t0 = std::chrono::steady_clock::now();
+    const fs::path log = cwd / ("kill-b." + std::to_string(attempt) + ".out");
     const pid_t pid = spawn_pretrain(args + " --out kill-b/run --runs-dir kill-b/runs" + (resume ? " --resume" : ""), cwd, log);
     ASSERT_GT(pid, 0);
-    // Up to ~2 s after start: the first attempts die in start-up, later ones well into training.
-    const int delay_ms = std::uniform_int_distribution<int>(20, 200 + 60 * attempt)(rng);
+    resumed_starts += resume;
+    // 0: in start-up; 1 or 2: after that many training steps.
+    const int after_steps = std::uniform_int_distribution<int>(0, 2)(rng);
+    const double delay_ms = std::uniform_real_distribution<double>(0, after_steps == 0 ? 150 : step_ms)(rng);
     int status = 0;
     pid_t done = 0;
-    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 &&
-           std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(delay_ms))
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    auto t0 = std::chrono::steady_clock::now();
+    bool armed = after_steps == 0;
+    while ((done = ::waitpid(pid, &status, WNOHANG)) == 0) {
+      if (!armed && occurrences(slurp(log), "| loss ") >= after_steps) {
+        armed = true;
+        t0 = std::chrono::steady_clock::now();
+      }
+      if (armed && std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() >= delay_ms)
+        break;
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
     if (done == 0) {
       ::kill(pid, SIGKILL);
       ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -141,11 +166,12 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
     } else {
       ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
     }
-    if (resume) ++resumed_starts;
-    bool tmp_left = false;
+    logs += slurp(log);
+    bool tmp_left = false;  // a new one: the next start removes those of dead processes
     if (fs::exists(run))
       for (const auto& e : fs::directory_iterator(run))
-        tmp_left |= e.path().filename().string().find(".tmp.") != std::string::npos;
+        if (e.path().filename().string().find(".tmp.") != std::string::npos)
+          tmp_left |= tmp_seen.insert(e.path().filename().string()).second;
     mid_save += tmp_left;
     if (fs::exists(last)) {
       SCOPED_TRACE("after kill " + std::to_string(kills));
@@ -155,17 +181,20 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
       EXPECT_TRUE(fs::exists(last / "tokenizer.json"));
     }
   }
-  EXPECT_GE(kills, 20) << slurp(log);
-  EXPECT_GE(resumed_starts, 10);
+  EXPECT_GE(kills, 20) << logs;
+  EXPECT_GE(resumed_starts, 10) << logs;
+  EXPECT_EQ(logs.find("error"), std::string::npos) << logs;
   // Finish the chain, then compare with the uninterrupted run.
   RunResult rest = run_app("pretrain", "--resume --device cpu --steps " + std::to_string(kSteps) +
                            " --out kill-b/run --runs-dir kill-b/runs", cwd);
   if (rest.code != 0) EXPECT_NE(rest.err.find("already at step"), std::string::npos) << rest.err;
   EXPECT_EQ(state_step(last), kSteps);
+  for (const auto& e : fs::directory_iterator(run))  // the dead processes' temporary folders are gone
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   for (const char* f : {"last/model.safetensors", "last/optimizer.safetensors", "best/model.safetensors"})
     EXPECT_TRUE(slurp(cwd / "kill-a" / "run" / f) == slurp(run / f)) << f << " differs from the uninterrupted run's";
-  std::printf("[ info ] %d kills, %d left a temporary checkpoint folder (killed mid-save), %d resumed starts\n", kills,
-              mid_save, resumed_starts);
+  std::printf("[ info     ] %d kills (%.0f ms a step), %d left a temporary checkpoint folder (killed mid-save), %d resumed starts\n",
+              kills, step_ms, mid_save, resumed_starts);
 }
 
 TEST_F(Reliability, ARunThatDoesNotFitInMemoryFailsBeforeItStarts) {
