@@ -80,7 +80,10 @@ GPTConfig GPTConfig::from_json(const std::string& text, const std::string& sourc
   auto fail = [&](const std::string& key, const std::string& what) {
     throw std::invalid_argument(source + ": field \"" + key + "\" " + what);
   };
-  for (auto& [key, value] : j.items()) {
+  for (auto& item : j.items()) {
+    // Named references, not a structured binding: clang before 16 cannot capture bindings in lambdas.
+    const std::string& key = item.key();
+    const json& value = item.value();
     auto get_int = [&](int64_t& out) {
       if (!value.is_number_integer()) fail(key, "must be an integer");
       out = value.get<int64_t>();
