@@ -42,6 +42,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 });
 }
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor y = ops::linear(x, weight, bias);
+  if (!needs_grad(x, weight, bias)) return y;
+  SavedTensor saved_x(weight.requires_grad() ? x : Tensor()), saved_w(x.requires_grad() ? weight : Tensor());
+  const bool need_bias = bias.defined() && bias.requires_grad();
+  return record("linear", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
+                [saved_x, saved_w, need_bias, sx = x.shape(), out = weight.size(0),
+                 in = weight.size(1)](const Tensor& grad) -> Grads {
+                  int64_t rows = 1;
+                  for (size_t d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
+                  Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
+                  Tensor dx, dw, db;
+                  if (saved_w.defined())  // (N, out) @ (out, in)
+                    dx = ops::reshape(ops::matmul(g, saved_w.unpack("linear")), sx);
+                  if (saved_x.defined())  // (out, N) @ (N, in)
+                    dw = ops::matmul(ops::transpose(g, 0, 1), ops::reshape(saved_x.unpack("linear"), {rows, in}));
+                  if (need_bias) db = ops::sum(g, {0});
+                  return {dx, dw, db};
+                });
+}
+
 // --- gradient checks ---
 
 namespace autograd {
@@ -55,6 +76,12 @@ void register_linalg_gradchecks(OpRegistry& r) {
                    {"matrix @ vector", {input({2, 2, 3}), gc::sliced({3})}, mm},
                    {"vector @ batched matrix", {input({3}), input({2, 3, 2})}, mm},
                    {"vector @ vector", {input({4}), input({4})}, mm}});
+  r.add("linear", {{"3-d input with bias", {input({2, 3, 4}), input({5, 4}), input({5})},
+                    [](const Inputs& x) { return linear(x[0], x[1], x[2]); }},
+                   {"no bias, transposed weight", {input({3, 4}), gc::transposed({2, 4})},
+                    [](const Inputs& x) { return linear(x[0], x[1], Tensor()); }},
+                   {"1-d input, sliced", {gc::sliced({4}), input({3, 4}), input({3})},
+                    [](const Inputs& x) { return linear(x[0], x[1], x[2]); }}});
 }
 
 }  // namespace autograd

@@ -106,6 +106,9 @@ Tensor log_softmax(const Tensor& x, int axis = -1);
 // --- linear algebra ---
 // NumPy matmul: 1-d operands are promoted and the added axis removed; batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// nn.Linear: x (..., in) @ weight (out, in)^T + bias (out); bias may be undefined. One GEMM with the
+// bias folded in; backward: dx = g W, dW = g^T x, dbias = column sums of g.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // --- indexing (index tensors are int and get no gradient) ---
 Tensor index_select(const Tensor& x, int axis, const Tensor& index);

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "tensor/views.h"
 
 namespace mvgpt {
 
@@ -20,6 +21,11 @@ Backend& backend_for(Device device) {
   return cuda::backend(device.index);
 }
 
+void Backend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  matmul(x, views::transpose(weight, 0, 1), out);
+  if (bias.defined()) binary(BinaryOp::add, out, views::expand(bias, out.shape()), out);  // same element in and out
+}
+
 bool cuda_available() { return cuda::built_with_cuda() && cuda::device_count() > 0; }
 int cuda_device_count() { return cuda::built_with_cuda() ? cuda::device_count() : 0; }
 
@@ -31,7 +37,8 @@ const char* unary_op_name(UnaryOp op) {
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge"};
+  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq",           "ne",
+                                "lt",  "le",  "gt",  "ge",  "gelu_backward", "silu_backward"};
   return names[int(op)];
 }
 

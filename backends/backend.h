@@ -24,7 +24,12 @@ enum class UnaryOp : uint8_t {
   sign, square,
 };
 
-enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge };
+enum class BinaryOp : uint8_t {
+  add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge,
+  // Fused backward passes (floating point only): out = b * f'(a), a the forward input, b the gradient.
+  gelu_backward,  // f = GELU, tanh approximation
+  silu_backward,  // f = x sigmoid(x)
+};
 
 enum class ReduceOp : uint8_t { sum, max, min, argmax };
 
@@ -35,7 +40,7 @@ enum class RopeLayout : uint8_t { split_half, interleaved };
 
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
-inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq; }
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq && op <= BinaryOp::ge; }
 
 struct AdamWParams {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
@@ -78,6 +83,9 @@ class Backend {
   // --- linear algebra ---
   // out (..., M, N) = a (..., M, K) @ b (..., K, N); batch dims already broadcast to out's.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out (N, O) = x (N, I) @ weight (O, I)^T + bias (O), bias possibly undefined (nn.Linear). The
+  // default is matmul then an in-place add; a backend may fold the bias into its GEMM instead.
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
 
   // --- indexing (every dtype for src/dst; index is int32 or int64 and already range-checked) ---
   // out = src.index_select(axis, index) with index 1-d.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/backend.h"
 
@@ -41,6 +42,23 @@ template <typename T>
 MVGPT_HOST_DEVICE inline T gelu_tanh(T x) {
   const T k = T(0.7978845608028654);
   return T(0.5) * x * (T(1) + m_tanh(k * (x + T(0.044715) * x * x * x)));
+}
+
+// d/dx GELU(x) (tanh approximation), t = tanh(u), u = k (x + a x^3):
+// (1 + t) / 2 + x / 2 (1 - t^2) k (1 + 3 a x^2).
+template <typename T>
+MVGPT_HOST_DEVICE inline T gelu_tanh_grad(T x) {
+  const T k = T(0.7978845608028654), a = T(0.044715);
+  const T x2 = x * x;
+  const T t = m_tanh(k * (x + a * x2 * x));
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x2);
+}
+
+// d/dx x sigmoid(x) = s (1 + x (1 - s)), s = sigmoid(x).
+template <typename T>
+MVGPT_HOST_DEVICE inline T silu_grad(T x) {
+  const T s = sigmoid(x);
+  return s * (T(1) + x * (T(1) - s));
 }
 
 // A unary op on a float or double.
@@ -96,7 +114,8 @@ MVGPT_HOST_DEVICE inline T unary_int(UnaryOp op, T v, T s) {
   }
 }
 
-// add/sub/mul/div/maximum/minimum (div only for floats: the ops layer rejects integer division).
+// add/sub/mul/div/maximum/minimum and the fused backward ops (div and the backward ops only for
+// floats: the ops layer rejects them for integers).
 template <typename T>
 MVGPT_HOST_DEVICE inline T binary_arith(BinaryOp op, T x, T y) {
   switch (op) {
@@ -106,6 +125,12 @@ MVGPT_HOST_DEVICE inline T binary_arith(BinaryOp op, T x, T y) {
     case BinaryOp::div: return T(x / y);
     case BinaryOp::maximum: return (x > y || x != x) ? x : y;
     case BinaryOp::minimum: return (x < y || x != x) ? x : y;
+    case BinaryOp::gelu_backward:
+      if constexpr (std::is_floating_point_v<T>) return y * gelu_tanh_grad(x);
+      return x;
+    case BinaryOp::silu_backward:
+      if constexpr (std::is_floating_point_v<T>) return y * silu_grad(x);
+      return x;
     default: return x;
   }
 }

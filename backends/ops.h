@@ -80,6 +80,10 @@ Tensor lt(const Tensor& a, const Tensor& b);
 Tensor le(const Tensor& a, const Tensor& b);
 Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
+// Fused backward passes: grad * f'(x) in one pass over x and grad (broadcast), for f = GELU (tanh
+// approximation) and SiLU.
+Tensor gelu_backward(const Tensor& x, const Tensor& grad);
+Tensor silu_backward(const Tensor& x, const Tensor& grad);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 
@@ -98,6 +102,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // --- linear algebra ---
 // NumPy matmul: 1-d operands are promoted and the added axis removed; batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// nn.Linear: x (..., in) @ weight (out, in)^T + bias (out) -> (..., out); bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
 // --- indexing ---
 Tensor index_select(const Tensor& x, int axis, const Tensor& index);

@@ -94,6 +94,8 @@ Tensor lt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::lt, a, b);
 Tensor le(const Tensor& a, const Tensor& b) { return binary(BinaryOp::le, a, b); }
 Tensor gt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::gt, a, b); }
 Tensor ge(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ge, a, b); }
+Tensor gelu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_backward, x, grad); }
+Tensor silu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::silu_backward, x, grad); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_defined(cond, "where", "cond");

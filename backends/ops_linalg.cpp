@@ -38,4 +38,34 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return detail::narrow_result(out, a.dtype());
 }
 
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* op = "linear";
+  check_same_device(x, weight, op);
+  check_same_dtype(x, weight, op);
+  check_floating(x, op);
+  if (weight.dim() != 2)
+    throw std::invalid_argument("linear: expected weight (out, in), found shape " + to_string(weight.shape()));
+  const int64_t out_features = weight.size(0), in_features = weight.size(1);
+  if (x.dim() < 1 || x.size(-1) != in_features)
+    throw std::invalid_argument("linear: expected input (..., " + std::to_string(in_features) + ") for weight " +
+                                to_string(weight.shape()) + ", found " + to_string(x.shape()));
+  if (bias.defined()) {
+    check_same_device(x, bias, op);
+    check_same_dtype(x, bias, op);
+    if (bias.dim() != 1 || bias.size(0) != out_features)
+      throw std::invalid_argument("linear: expected bias (" + std::to_string(out_features) + "), found shape " +
+                                  to_string(bias.shape()));
+  }
+  // One GEMM over all leading dims: (N, in) -> (N, out).
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  Tensor x2 = reshape(detail::widen(x), {rows, in_features});
+  Tensor out = Tensor::empty({rows, out_features}, x2.dtype(), x.device());
+  if (out.numel() > 0)
+    detail::backend_of(x).linear(x2, detail::widen(weight), bias.defined() ? detail::widen(bias) : bias, out);
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  return detail::narrow_result(reshape(out, out_shape), x.dtype());
+}
+
 }  // namespace mvgpt::ops

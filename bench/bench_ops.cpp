@@ -36,6 +36,26 @@ BENCHMARK(BM_Sgemm)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The machine's 2-thread sgemm rate on a large square product: the denominator of model FLOPs
+// utilisation (bench/compare).
+void BM_SgemmPeak(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Tensor a = input({n, n}), b = input({n, n});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SgemmPeak)->Arg(3072)->ArgName("n")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
+
+// Memory read bandwidth: summing 512 MB, far past the caches. Decoding one token reads every
+// weight once, so weight bytes / this rate is the floor under ms/token (bench/compare).
+void BM_ReadBandwidth(benchmark::State& state) {
+  Tensor a = ops::full({int64_t(1) << 27}, 1.0);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::sum(a));
+  set_bytes(state, 4.0 * double(a.numel()));
+}
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
+
 // Attention-like batch: (B*H, T, D) @ (B*H, D, T) with many small matrices.
 void BM_BatchedSmallGemm(benchmark::State& state) {
   const int64_t BH = state.range(0), T = state.range(1), D = 64;
@@ -67,6 +87,25 @@ void BM_Gelu(benchmark::State& state) {
   set_bytes(state, 2.0 * 4 * double(a.numel()));
 }
 BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// GELU's backward at the MLP's shape: one fused pass over x and the gradient.
+void BM_GeluBackward(benchmark::State& state) {
+  Tensor x = input({4096, 1536}), g = input({4096, 1536});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::gelu_backward(x, g));
+  set_bytes(state, 3.0 * 4 * double(x.numel()));
+}
+BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// nn.Linear at the MLP's first layer, bias folded into the GEMM.
+void BM_Linear(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  Tensor x = input({M, K}), w = input({N, K}), b = input({N});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::linear(x, w, b));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Linear)->Args({4096, 384, 1536})->Args({1, 384, 1536})->Args({1, 384, 10000})
+    ->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_ContiguousOfTranspose(benchmark::State& state) {
   Tensor a = ops::transpose(input({1536, 4096}), 0, 1);

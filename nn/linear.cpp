@@ -15,13 +15,7 @@ Tensor Linear::forward(const Tensor& x) const {
   if (x.dim() < 1 || x.size(-1) != in_features)
     throw std::invalid_argument("Linear::forward: expected input (..., " + std::to_string(in_features) + "), found " +
                                 x.describe());
-  // One GEMM over all leading dims: (N, in) @ (in, out).
-  Shape out_shape = x.shape();
-  out_shape[out_shape.size() - 1] = out_features;
-  Tensor x2 = x.dim() == 2 ? x : reshape(x, {-1, in_features});
-  Tensor y = matmul(x2, transpose(weight, 0, 1));  // (N, out)
-  if (bias.defined()) y = add(y, bias);
-  return x.dim() == 2 ? y : reshape(y, out_shape);
+  return linear(x, weight, bias);  // one GEMM over all leading dims, the bias folded in
 }
 
 }  // namespace mvgpt::nn

@@ -1,12 +1,17 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include "backends/cpu/blas.h"
 #include "backends/cpu/openblas_core.h"
 #include "tensor/allocator.h"
 
 namespace mvgpt::cpu {
 
-// Fix a mis-detected OpenBLAS kernel set before the first GEMM (once per process).
-CpuBackend::CpuBackend() { ensure_openblas_core(); }
+// Fix a mis-detected OpenBLAS kernel set and hold OpenBLAS to one thread (NOTE [ One thread pool ]
+// in blas.cpp) before the first GEMM, once per process.
+CpuBackend::CpuBackend() {
+  ensure_openblas_core();
+  blas::use_one_blas_thread();
+}
 
 Allocator& CpuBackend::allocator() { return allocator_for(Device::cpu()); }
 

@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void softmax(const Tensor& x, const Tensor& out, bool log) override;
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
 
   void index_select(const Tensor& src, int axis, const Tensor& index, const Tensor& out) override;
   void gather(const Tensor& src, int axis, const Tensor& index, const Tensor& out) override;

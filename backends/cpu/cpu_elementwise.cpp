@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/elementwise_math.h"
 #include "backends/cpu/strided.h"
 #include "backends/cpu/vec_math.h"
 
@@ -71,6 +72,27 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f(x[i * s[1]], y[i * s[2]]);
+    }
+  });
+}
+
+// float binary ops with an 8-wide form: whole vectors where all three runs have unit stride.
+template <typename F8>
+void map_binary_f32x8(const Tensor& a, const Tensor& b, const Tensor& out, F8 f8) {
+  const float* ap = static_cast<const float*>(a.raw_data());
+  const float* bp = static_cast<const float*>(b.raw_data());
+  float* op = out.data<float>();
+  auto l = make_layout<3>(out.shape(), {&out.strides(), &a.strides(), &b.strides()});
+  parallel_runs(l, kElementwiseGrain, [&](const int64_t* off, int64_t n, const int64_t* s) {
+    float* o = op + off[0];
+    const float* x = ap + off[1];
+    const float* y = bp + off[2];
+    if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
+      int64_t i = 0;
+      for (; i + kVec <= n; i += kVec) store8(o + i, f8(load8(x + i), load8(y + i)));
+      if (i < n) store_partial(o + i, f8(load_partial(x + i, n - i), load_partial(y + i, n - i)), n - i);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * s[0]] = f8(splat(x[i * s[1]]), splat(y[i * s[2]]))[0];
     }
   });
 }
@@ -149,6 +171,18 @@ void compare_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
 
 template <typename T>
 void arith_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  // The fused backward ops: out = g * f'(x) in one pass (a = x, b = g).
+  if constexpr (std::is_same_v<T, float>) {
+    if (op == BinaryOp::gelu_backward)
+      return map_binary_f32x8(a, b, out, [](f32x8 x, f32x8 g) { return g * gelu_grad8(x); });
+    if (op == BinaryOp::silu_backward)
+      return map_binary_f32x8(a, b, out, [](f32x8 x, f32x8 g) { return g * silu_grad8(x); });
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (op == BinaryOp::gelu_backward)
+      return map_binary<T, T>(a, b, out, [](T x, T g) { return g * math::gelu_tanh_grad(x); });
+    if (op == BinaryOp::silu_backward)
+      return map_binary<T, T>(a, b, out, [](T x, T g) { return g * math::silu_grad(x); });
+  }
   if constexpr (is_math_type<T> || is_int_type<T>) {
     switch (op) {
       case BinaryOp::add: return map_binary<T, T>(a, b, out, [](T x, T y) { return T(x + y); });

@@ -1,20 +1,18 @@
 // Matrix multiplication through OpenBLAS.
 //
-// NOTE [ Matmul layouts and threads ]
+// NOTE [ Matmul layouts ]
 // Each operand's matrix dims are handed to BLAS as they are: row-major (unit column stride) or
 // transposed (unit row stride, e.g. a .transpose(-1, -2) view) with the other stride as the leading
 // dimension. Only a layout that is neither (a slice with gaps in both, a stride-0 expand) is packed.
 // A shared right operand (batch strides 0, as in x (B, T, C) @ w (C, N)) whose left rows are evenly
 // strided becomes one tall GEMM, which BLAS runs best.
-// Threads: one large GEMM uses OpenBLAS's own threads. A batch of small GEMMs (attention-like) runs
-// one GEMM per TBB task instead, with OpenBLAS held to one thread meanwhile, so the two pools never
-// oversubscribe the cores; big batched GEMMs keep OpenBLAS threading, one after another.
-#include <cblas.h>
-
-#include <mutex>
+// Threads (NOTE [ One thread pool ] in blas.cpp): a large GEMM is split over the TBB pool by
+// blas::gemm; a batch of small GEMMs (attention-like) runs one single-threaded GEMM per TBB task.
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
+#include "backends/cpu/blas.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
 
@@ -23,29 +21,6 @@ namespace {
 
 // Below this many multiply-adds per matrix, a batch is split across TBB tasks.
 constexpr int64_t kSmallGemmFlops = int64_t(1) << 24;
-
-// Holds OpenBLAS to one thread while any batch-parallel matmul runs (nesting and concurrency safe).
-class OneBlasThread {
- public:
-  OneBlasThread() {
-    std::lock_guard lock(mutex_);
-    if (depth_++ == 0) {
-      saved_ = openblas_get_num_threads();
-      openblas_set_num_threads(1);
-    }
-  }
-  ~OneBlasThread() {
-    std::lock_guard lock(mutex_);
-    if (--depth_ == 0) openblas_set_num_threads(saved_);
-  }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  static inline std::mutex mutex_;
-  static inline int depth_ = 0;
-  static inline int saved_ = 1;
-};
 
 struct MatLayout {
   bool ok = false;
@@ -62,15 +37,10 @@ MatLayout blas_layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) 
   return {};
 }
 
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float* C) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-              1.0f, A, int(lda), B, int(ldb), 0.0f, C, int(N));
-}
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
-          int64_t ldb, double* C) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
-              1.0, A, int(lda), B, int(ldb), 0.0, C, int(N));
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
+          bool parallel = true) {
+  blas::gemm(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C, N, parallel);
 }
 
 template <typename T>
@@ -132,21 +102,62 @@ void matmul_typed(Tensor a, Tensor b, const Tensor& out) {
       offs[size_t(3 * i + 2)] = off[2] + k * s[2];
     }
   });
-  auto one = [&](int64_t i) {
+  auto one = [&](int64_t i, bool parallel) {
     gemm(la.trans, lb.trans, M, N, K, ap + offs[size_t(3 * i)], la.ld, bp + offs[size_t(3 * i + 1)], lb.ld,
-         cp + offs[size_t(3 * i + 2)]);
+         cp + offs[size_t(3 * i + 2)], parallel);
   };
   if (nbatch > 1 && M * N * K < kSmallGemmFlops) {
-    OneBlasThread single;
     parallel_for(nbatch, 1, [&](int64_t b0, int64_t e0) {
-      for (int64_t i = b0; i < e0; ++i) one(i);
+      for (int64_t i = b0; i < e0; ++i) one(i, false);
     });
   } else {
-    for (int64_t i = 0; i < nbatch; ++i) one(i);
+    for (int64_t i = 0; i < nbatch; ++i) one(i, true);
   }
 }
 
+// A copy of t that BLAS can read when its layout is not one it can (see blas_layout).
+Tensor blas_readable(const Tensor& t) {
+  if (blas_layout(t.size(0), t.size(1), t.strides()[0], t.strides()[1]).ok) return t;
+  Tensor packed = Tensor::empty(t.shape(), t.dtype());
+  backend_for(Device::cpu()).copy(t, packed);
+  return packed;
+}
+
+// out (N, O) = x (N, I) weight^T (+ bias): the bias is written into every row of out first and the
+// GEMM adds to it (beta = 1), which saves a pass over out; OpenBLAS would otherwise zero it first.
+template <typename T>
+void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out) {
+  x = blas_readable(x);
+  weight = blas_readable(weight);
+  const int64_t N = out.size(0), O = out.size(1), I = x.size(1);
+  const MatLayout lx = blas_layout(N, I, x.strides()[0], x.strides()[1]);
+  const MatLayout lw = blas_layout(O, I, weight.strides()[0], weight.strides()[1]);
+  T* c = out.data<T>();
+  if (bias.defined()) {
+    Tensor b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
+    if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
+    const T* bp = b.data<T>();
+    parallel_for(N, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(O, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + O, c + r * O);
+    });
+  }
+  // op(B) = weight^T: a row-major weight is read transposed, a transposed view as it is.
+  blas::gemm(lx.trans, !lw.trans, N, O, I, T(1), static_cast<const T*>(x.raw_data()), lx.ld,
+             static_cast<const T*>(weight.raw_data()), lw.ld, bias.defined() ? T(1) : T(0), c, O);
+}
+
 }  // namespace
+
+void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  if (out.numel() == 0) return;
+  switch (out.dtype()) {
+    case DType::f32: return linear_typed<float>(x, weight, bias, out);
+    case DType::f64: return linear_typed<double>(x, weight, bias, out);
+    default:
+      throw std::logic_error("CpuBackend::linear: dtype " + std::string(dtype_name(out.dtype())) +
+                             " reached the kernel");
+  }
+}
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;

@@ -79,6 +79,19 @@ inline f32x8 silu8(f32x8 x) { return x * sigmoid8(x); }
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 inline f32x8 gelu8(f32x8 x) { return 0.5f * x * (1.0f + tanh8(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 
+// Their derivatives, for the fused backward ops: GELU' = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3 a x^2) with
+// t = tanh(k (x + a x^3)); SiLU' = s (1 + x (1 - s)) with s = sigmoid(x).
+inline f32x8 gelu_grad8(f32x8 x) {
+  const float k = 0.7978845608028654f, a = 0.044715f;
+  const f32x8 x2 = x * x;
+  const f32x8 t = tanh8(k * (x + a * x2 * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + (3.0f * a) * x2);
+}
+inline f32x8 silu_grad8(f32x8 x) {
+  const f32x8 s = sigmoid8(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
 // Scalar entry points with the same results as the vector ones.
 inline float exp_fast(float x) { return exp8(splat(x))[0]; }
 inline float tanh_fast(float x) { return tanh8(splat(x))[0]; }

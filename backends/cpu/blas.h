@@ -1,0 +1,22 @@
+#pragma once
+// GEMM and GEMV for the CPU kernels: OpenBLAS, single-threaded, with large products split over the
+// framework's one thread pool (oneTBB). See NOTE [ One thread pool ] in blas.cpp.
+#include <cstdint>
+
+namespace mvgpt::cpu::blas {
+
+// Holds OpenBLAS to one thread for the rest of the process (once; CpuBackend's constructor calls it,
+// before the first GEMM).
+void use_one_blas_thread();
+
+// C (M, N) = alpha op(A) op(B) + beta C, row-major, op(X) = X or X^T; lda/ldb/ldc are the row strides
+// of the matrices as stored. beta = 0 overwrites C (NaNs in C do not survive). M = 1 or N = 1 runs
+// as a GEMV (no packing of the other operand, which is what batch-1 decoding needs). Splits the
+// work into tasks over the TBB pool when it is large enough to pay for them; callers already inside
+// a parallel loop pass parallel = false.
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true);
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc, bool parallel = true);
+
+}  // namespace mvgpt::cpu::blas
