@@ -12,6 +12,10 @@
 // Folder layout: <out>/last (config.json, model.safetensors, optimizer.safetensors, state.json,
 // tokenizer.json), <out>/best (the lowest held-out loss so far, without the optimizer state),
 // <out>/log.csv; TensorBoard events in runs/<out's name>/.
+//
+// Under `mpirun -np N` the run is data-parallel (docs/distributed.md): the same weights on every
+// rank, rank r trains on rows [r B/N, (r+1) B/N) of each global batch of B, the gradients are
+// averaged before clipping, and rank 0 alone prints, evaluates and writes files.
 #include <csignal>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +35,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "backends/cpu/openblas_core.h"
+#include "dist/data_parallel.h"
+#include "dist/world.h"
 #include "mvgpt/batches.h"
 #include "mvgpt/checkpoint.h"
 #include "mvgpt/model.h"
@@ -195,7 +201,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->group("Testing");
 
-  return run_app(app, argc, argv, [&] {
+  return dist::finalize(run_app(app, argc, argv, [&] {
+    dist::init();  // joins an mpirun launch; a world of one otherwise
+    if (!dist::is_root() && !std::freopen("/dev/null", "w", stdout))  // rank 0 alone prints
+      throw AppError("cannot silence the output of rank " + std::to_string(dist::rank()));
     const Device device = resolve_device(device_flag);
     if (out_dir.empty()) out_dir = rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
     const std::string run_name = checkpoint_name(out_dir);
@@ -262,6 +271,10 @@ int main(int argc, char** argv) {
       throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
                        std::to_string(s.schedule_steps) + " steps)");
 
+    if (s.batch_size % dist::size() != 0)
+      throw UsageError(format("--batch-size %lld does not split over %d ranks; use a multiple of %d",
+                              (long long)s.batch_size, dist::size(), dist::size()));
+
     // --- data and tokenizer ---
     text::Tokenizer tok = text::Tokenizer::load(tok_path);
     if (!resume && config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
@@ -289,6 +302,7 @@ int main(int argc, char** argv) {
     if (resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
     const nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
     const std::vector<Tensor> params = model->parameters();
+    dist::broadcast_tensors(params);  // rank 0's weights everywhere (built from the seed or loaded, they agree already)
     const nn::NamedTensors named_params = model->named_parameters();
 
     std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
@@ -296,6 +310,10 @@ int main(int argc, char** argv) {
                 (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
                 (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
     std::printf("%s\n", cpu::openblas_core_report().c_str());
+    if (dist::size() > 1)
+      std::printf("data parallel: %d ranks over %s, %lld sequences each; %s bytes of gradients all-reduced a step\n",
+                  dist::size(), dist::transport().c_str(), (long long)(s.batch_size / dist::size()),
+                  format_count(dist::gradient_bytes(params)).c_str());
     std::printf("data: %s tokens to train on, %s held out; batch %lld x %lld = %s tokens a step\n",
                 format_count(int64_t(train.size())).c_str(), format_count(int64_t(valid.size())).c_str(),
                 (long long)s.batch_size, (long long)config.block_size,
@@ -319,19 +337,24 @@ int main(int argc, char** argv) {
     // A run killed while saving left its temporary folder (a whole checkpoint) behind.
     if (const int n = remove_stale_checkpoint_temps(out_dir))
       std::printf("removed %d unfinished checkpoint folder%s of a killed run\n", n, n == 1 ? "" : "s");
-    CsvLog csv((fs::path(out_dir) / "log.csv").string(), {"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
-               resume ? st.step : -1);
-    if (!resume) {
+    std::optional<CsvLog> csv;  // rank 0 alone writes files
+    if (dist::is_root())
+      csv.emplace((fs::path(out_dir) / "log.csv").string(),
+                  std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
+                  resume ? st.step : -1);
+    if (!resume && dist::is_root()) {
       // A fresh run: drop the previous run's TensorBoard events and checkpoints.
       fs::remove_all(fs::path(runs_dir) / run_name);
       fs::remove_all(best_dir);
       fs::remove_all(last_dir);
     }
-    TensorBoardWriter tb((fs::path(runs_dir) / run_name).string());
+    std::optional<TensorBoardWriter> tb;
+    if (dist::is_root()) tb.emplace((fs::path(runs_dir) / run_name).string());
     // Copies the tokenizer beside the checkpoints, so generate and evaluate find it there.
     const std::string tok_json = util::read_file(tok_path);
 
     auto save = [&](const std::string& dir, bool with_optimizer) {
+      if (!dist::is_root()) return;
       st.rng_seed = default_generator().seed;
       st.rng_offset = default_generator().offset;
       gpt::save_checkpoint(dir, *model, {{"step", std::to_string(st.step)}, {"run", run_name}},
@@ -357,8 +380,12 @@ int main(int argc, char** argv) {
       const double lr = schedule(st.step);
       opt.set_lr(lr);
       gpt::Batch batch = batches.at(st.step);
+      if (dist::size() > 1)  // this rank's share of the global batch
+        batch = {dist::shard_rows(batch.inputs, dist::rank(), dist::size()),
+                 dist::shard_rows(batch.targets, dist::rank(), dist::size())};
       Tensor loss = model->loss(ops::to(batch.inputs, device), ops::to(batch.targets, device));
       backward(loss);
+      dist::average_gradients(params);  // the global batch's gradient on every rank, before clipping
       if (st.step == inject_nan_step) {
         poison_gradient(named_params.back().second);
         std::printf("debug: wrote NaN into the gradient of %s at step %lld\n", named_params.back().first.c_str(),
@@ -367,7 +394,7 @@ int main(int argc, char** argv) {
       // clip_grad_norm_ leaves the gradients alone when their norm is not finite, so the culprit can
       // still be named; without clipping every gradient is checked.
       const double grad_norm = s.grad_clip > 0 ? nn::clip_grad_norm_(params, s.grad_clip) : NAN;
-      const double train_loss = host_scalar(loss);
+      const double train_loss = dist::mean_over_ranks(host_scalar(loss));  // the global batch's mean
       const std::string bad_grad =
           s.grad_clip > 0 && std::isfinite(grad_norm) ? "" : first_nonfinite_gradient(named_params);
       const bool skipped = !std::isfinite(train_loss) || !bad_grad.empty();
@@ -396,7 +423,8 @@ int main(int argc, char** argv) {
       st.elapsed_s = elapsed_before + seconds_since(t_session);
       const double tok_s = double(tokens_per_step) / std::max(step_s, 1e-9);
 
-      const bool done = (steps > 0 ? st.step >= steps : st.elapsed_s >= budget_s) || g_interrupted;
+      // Rank 0's clock decides, so that every rank stops at the same step.
+      const bool done = dist::from_root((steps > 0 ? st.step >= steps : st.elapsed_s >= budget_s) || g_interrupted);
       const bool eval_now = done || st.step % s.eval_interval == 0;
 
       if (st.step % log_interval == 0 || done) {
@@ -408,21 +436,22 @@ int main(int argc, char** argv) {
                     format_duration(eta).c_str());
         std::fflush(stdout);
       }
-      tb.add_scalar("loss/train", train_loss, st.step);
-      tb.add_scalar("lr", lr, st.step);
-      tb.add_scalar("tokens_per_s", tok_s, st.step);
+      if (tb) tb->add_scalar("loss/train", train_loss, st.step);
+      if (tb) tb->add_scalar("lr", lr, st.step);
+      if (tb) tb->add_scalar("tokens_per_s", tok_s, st.step);
 
       double val_loss = NAN;
       if (eval_now) {
         model->eval();
-        EvalResult r = evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device);
+        EvalResult r = dist::is_root() ? evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device) : EvalResult{};
+        dist::broadcast(&r.loss, sizeof r.loss);  // the other ranks wait for rank 0's measure
         model->train();
         val_loss = r.loss;
         if (!std::isfinite(val_loss))
           throw AppError(format("step %lld: the held-out loss is %g; stopped without saving (", (long long)st.step, val_loss) +
                          (saved_step < 0 ? std::string("no checkpoint saved yet") : format("last/ holds step %lld", (long long)saved_step)) +
                          "); lower --lr or --grad-clip");
-        tb.add_scalar("loss/val", val_loss, st.step);
+        if (tb) tb->add_scalar("loss/val", val_loss, st.step);
         const bool improved = val_loss < st.best_val_loss;
         if (improved) {
           st.best_val_loss = val_loss;
@@ -436,8 +465,8 @@ int main(int argc, char** argv) {
                     improved ? " best so far" : "", last_dir.c_str(), improved ? (" and " + best_dir).c_str() : "");
         std::fflush(stdout);
       }
-      tb.flush();
-      csv.row({std::to_string(st.step), csv_number(train_loss), csv_number(val_loss), csv_number(lr, "%.6e"),
+      if (tb) tb->flush();
+      if (csv) csv->row({std::to_string(st.step), csv_number(train_loss), csv_number(val_loss), csv_number(lr, "%.6e"),
                csv_number(tok_s, "%.1f"), csv_number(st.elapsed_s, "%.3f")});
       if (done) break;
     }
@@ -448,11 +477,11 @@ int main(int argc, char** argv) {
                 format_count(int64_t(double((st.step - first_step) * tokens_per_step) / std::max(session_s, 1e-9))).c_str(),
                 st.best_val_loss, (long long)st.best_step);
     std::printf("checkpoints: %s, %s; log: %s; TensorBoard: tensorboard --logdir %s\n", last_dir.c_str(), best_dir.c_str(),
-                csv.path().c_str(), runs_dir.c_str());
+                (csv ? csv->path() : std::string()).c_str(), runs_dir.c_str());
     if (g_interrupted) {
       std::printf("interrupted: continue with the same command and --resume\n");
       return 130;
     }
     return 0;
-  });
+  }));
 }

@@ -7,6 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   nlohmann-json3-dev libcli11-dev       # JSON files and command lines
   gnuplot-nox                           # training and context plots
+  libopenmpi-dev openmpi-bin            # data-parallel training (optional at build time)
 )
 missing=()
 for p in "${packages[@]}"; do
