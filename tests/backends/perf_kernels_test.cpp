@@ -163,6 +163,35 @@ TEST(BlasPaths, SplitGemmsMatchAndDoNotDependOnThreads) {
   }
 }
 
+TEST(ColumnSums, RowBlocksMatchDoubleLoopsAndDoNotDependOnThreads) {
+  // Row counts around the 64-row block, in rows with and without gaps (a sliced view), and a
+  // broadcast (stride-0) row.
+  for (int64_t R : {1, 63, 64, 65, 300}) {
+    for (Kind kind : {Kind::contiguous, Kind::sliced, Kind::expanded}) {
+      for (DType dt : {DType::f32, DType::f64}) {
+        Tensor x = make_input({R, 37}, dt, 41, kind);
+        const std::vector<double> xv = x.to_vector<double>();
+        std::vector<std::vector<double>> runs;
+        for (int threads : {1, 2}) {
+          tbb::global_control limit(tbb::global_control::max_allowed_parallelism, size_t(threads));
+          Tensor s = ops::sum(x, {0});
+          ASSERT_EQ(s.shape(), (Shape{37}));
+          runs.push_back(s.to_vector<double>());
+        }
+        EXPECT_EQ(runs[0], runs[1]);
+        expect_all_close(ops::sum(x, {0}), [&](int64_t j) {
+          double acc = 0;
+          for (int64_t r = 0; r < R; ++r) acc += xv[size_t(r * 37 + j)];
+          return acc;
+        }, dt == DType::f32 ? 1e-6 : 1e-12, std::to_string(R) + " rows, " + testing::kind_name(kind));
+      }
+    }
+  }
+  // Many rows of float: double accumulation keeps the sum exact to float rounding.
+  Tensor ones = ops::full({100000, 3}, 0.1);
+  for (float v : ops::sum(ones, {0}).to_vector<float>()) EXPECT_FLOAT_EQ(v, 10000.0f);
+}
+
 // linear against a naive double loop: y[n, o] = sum_i x[n, i] w[o, i] + b[o].
 void expect_linear(const Tensor& x, const Tensor& w, const Tensor& b, double tol, const std::string& what) {
   Tensor y = ops::linear(x, w, b);
