@@ -83,6 +83,21 @@ TEST_F(Reliability, SkipNonfiniteSkipsTheStepAndTrainsOn) {
   EXPECT_TRUE(all_weights_finite(cwd / "skip" / "run" / "last"));
 }
 
+TEST_F(Reliability, ADivergingRunStopsAtItsFirstNonFiniteLossBeforeSavingIt) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "tiny.json", tiny_config(false));
+  // A learning rate of 1e30: step 0's update blows the weights up, and step 1's loss is not finite.
+  const std::string diverge = std::string(kTiny) + "--lr 1e30 --warmup-steps 0 --steps 6 --schedule-steps 6 ";
+  RunResult r = run_app("pretrain", diverge + "--eval-interval 6 --out diverge/run", cwd);
+  expect_one_line_error(r, "pretrain", "step 1: the loss is");
+  EXPECT_NE(r.err.find("no checkpoint saved yet"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(cwd / "diverge" / "run" / "last"));
+  // Measured after step 0 (a checkpoint each step), the held-out loss is the first to show it.
+  r = run_app("pretrain", diverge + "--eval-interval 1 --out diverge-eval/run", cwd);
+  expect_one_line_error(r, "pretrain", "step 1: the held-out loss is");
+  EXPECT_FALSE(fs::exists(cwd / "diverge-eval" / "run" / "last"));
+}
+
 // Starts `pretrain args` in `cwd` with its output in files; returns the child's pid.
 pid_t spawn_pretrain(const std::string& args, const fs::path& cwd, const fs::path& out_file) {
   std::vector<std::string> words{app_path("pretrain")};
