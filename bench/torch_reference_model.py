@@ -1,0 +1,214 @@
+"""The series' model in PyTorch, timed like bench/bench_model.cpp: the reference side of bench/compare.
+
+Run with Debian's torch (1.13): /usr/bin/python3 bench/torch_reference_model.py train --rope 1
+Cases (one per run, so that bench/compare can alternate them with mvgpt's):
+  train    one AdamW training step at batch 16 x 256 (lr 6e-4, weight decay 0.1 on matrices), tokens/s
+  cache    decoding one token with the sliding KV cache (255 kept, RoPE), ms/token
+  window   re-running the 256-token window for each new token (last position's logits), ms/token
+Prints one JSON object per run on stdout: the mean over the timed runs (as Google Benchmark reports)
+and the fastest. fp32, --threads threads (default 2). Nothing here is needed by the tests.
+
+The model is the one of mvgpt/model.cpp (GPTConfig defaults): 6 blocks of width 384, 6 heads of 64,
+context 256, vocab 10,000, pre-norm LayerNorm with bias, tanh-GELU MLP of 1536, learned positions
+or split-half rotary embeddings (base 10,000), head tied to the token embedding. Attention is
+written out (q k^T, causal mask, softmax, @ v): torch 1.13 has no fused scaled_dot_product_attention.
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB, BLOCK, LAYERS, HEADS, EMBD = 10000, 256, 6, 6, 384
+
+
+def rope_tables(positions, head_dim, base=10000.0):
+    # Angles in float64 before the cast, as mvgpt's kernel.
+    inv = base ** (-torch.arange(0, head_dim // 2, dtype=torch.float64) * 2.0 / head_dim)
+    ang = positions.to(torch.float64)[:, None] * inv[None, :]  # (T, D/2)
+    return ang.cos().float(), ang.sin().float()
+
+
+def rope(x, cos, sin):
+    # x (B, H, T, D), channel i paired with i + D/2.
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class Block(nn.Module):
+    def __init__(self, use_rope):
+        super().__init__()
+        self.use_rope = use_rope
+        self.ln_1 = nn.LayerNorm(EMBD)
+        self.c_attn = nn.Linear(EMBD, 3 * EMBD)
+        self.c_proj = nn.Linear(EMBD, EMBD)
+        self.ln_2 = nn.LayerNorm(EMBD)
+        self.c_fc = nn.Linear(EMBD, 4 * EMBD)
+        self.mlp_proj = nn.Linear(4 * EMBD, EMBD)
+
+    def attn(self, x, cos, sin, cache):
+        B, T, C = x.shape
+        D = C // HEADS
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, HEADS, D).transpose(1, 2) for t in (q, k, v))
+        if self.use_rope:
+            q, k = rope(q, cos, sin), rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        Tk = k.shape[2]
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        if T > 1:
+            mask = torch.ones(T, Tk, dtype=torch.bool).tril(diagonal=Tk - T)
+            s = s.masked_fill(~mask, float("-inf"))
+        y = F.softmax(s, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x, cos, sin, cache=None):
+        x = x + self.attn(self.ln_1(x), cos, sin, cache)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class LayerCache:
+    """A preallocated (1, H, capacity, D) buffer per layer; slide() keeps the last n entries."""
+
+    def __init__(self, capacity=2 * BLOCK):
+        D = EMBD // HEADS
+        self.k = torch.zeros(1, HEADS, capacity, D)
+        self.v = torch.zeros(1, HEADS, capacity, D)
+        self.start = self.length = 0
+
+    def append(self, k, v):
+        t = k.shape[2]
+        if self.start + self.length + t > self.k.shape[2]:  # move the window down to 0
+            w = slice(self.start, self.start + self.length)
+            self.k[:, :, : self.length] = self.k[:, :, w].clone()
+            self.v[:, :, : self.length] = self.v[:, :, w].clone()
+            self.start = 0
+        end = self.start + self.length
+        self.k[:, :, end : end + t] = k
+        self.v[:, :, end : end + t] = v
+        self.length += t
+        w = slice(self.start, self.start + self.length)
+        return self.k[:, :, w], self.v[:, :, w]
+
+    def slide(self, keep):
+        if self.length > keep:
+            self.start += self.length - keep
+            self.length = keep
+
+
+class GPT(nn.Module):
+    def __init__(self, use_rope):
+        super().__init__()
+        self.use_rope = use_rope
+        self.wte = nn.Embedding(VOCAB, EMBD)
+        self.wpe = None if use_rope else nn.Embedding(BLOCK, EMBD)
+        self.h = nn.ModuleList([Block(use_rope) for _ in range(LAYERS)])
+        self.ln_f = nn.LayerNorm(EMBD)
+        for name, p in self.named_parameters():  # GPT-2 initialisation
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * LAYERS) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, caches=None, start=0, last_only=False):
+        B, T = idx.shape
+        x = self.wte(idx)
+        cos = sin = None
+        if self.use_rope:
+            cos, sin = rope_tables(torch.arange(start, start + T), EMBD // HEADS)
+        else:
+            x = x + self.wpe.weight[start : start + T]
+        for i, block in enumerate(self.h):
+            x = block(x, cos, sin, caches[i] if caches is not None else None)
+        x = self.ln_f(x)
+        if last_only:
+            x = x[:, -1:]
+        return x @ self.wte.weight.t()
+
+
+def tokens(B, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (B, T), generator=g)
+
+
+def timed(fn, min_time, min_iters):
+    fn()  # warm-up: allocations, first-touch
+    times, total = [], 0.0
+    while total < min_time or len(times) < min_iters:
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        total += dt
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("case", choices=["train", "cache", "window"])
+    ap.add_argument("--rope", type=int, default=1, help="1: rotary positions (default), 0: learned table")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=5.0, help="seconds of timed runs (after one warm-up)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1337)
+    model = GPT(bool(args.rope))
+    result = {"case": args.case, "rope": args.rope, "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+    if args.case == "train":
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        plain = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": plain, "weight_decay": 0.0}],
+                                lr=6e-4, foreach=False)
+        x, y = tokens(args.batch, BLOCK, 1), tokens(args.batch, BLOCK, 2)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        times = timed(step, args.min_time, 2)
+        per = sum(times) / len(times)
+        result.update(seconds_per_step=per, min_seconds_per_step=min(times), tokens_per_s=args.batch * BLOCK / per,
+                      steps=len(times))
+    else:
+        model.eval()
+        with torch.no_grad():
+            if args.case == "cache":
+                if not args.rope:
+                    raise SystemExit("the sliding cache needs rotary positions (--rope 1)")
+                caches = [LayerCache() for _ in range(LAYERS)]
+                state = {"pos": 0}
+                model(tokens(1, BLOCK, 1), caches, 0, last_only=True)
+                state["pos"] = BLOCK
+                one = tokens(1, 1, 2)
+
+                def token():
+                    for c in caches:
+                        c.slide(BLOCK - 1)
+                    model(one, caches, state["pos"], last_only=True)
+                    state["pos"] += 1
+            else:
+                window = tokens(1, BLOCK, 1)
+
+                def token():
+                    model(window, None, 0, last_only=True)
+
+            times = timed(token, args.min_time, 10)
+            per = sum(times) / len(times)
+            result.update(ms_per_token=per * 1e3, min_ms_per_token=min(times) * 1e3, tokens=len(times))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
