@@ -144,7 +144,8 @@ std::string csv_number(double v, const char* fmt = "%.6g") { return std::isfinit
 
 int main(int argc, char** argv) {
   CLI::App app{"Pretrains the GPT on data/train.bin, measuring held-out loss on data/valid.bin.\n"
-               "Runs go to checkpoints/pretrain (learned positions) or checkpoints/pretrain-rope (--rope).",
+               "Runs go to checkpoints/pretrain (learned positions) or checkpoints/pretrain-rope (--rope).\n"
+               "Under mpirun -np N it trains data-parallel, N shares of each --batch-size (docs/distributed.md).",
                "pretrain"};
   Settings s;
   bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
