@@ -178,12 +178,12 @@ TEST_F(Launcher, BuildWithoutMpiRefusesSeveralRanks) {
   EXPECT_NE(one.out.find("rank 0 of 1"), std::string::npos) << one.out;
 }
 
-// step -> training loss, from "step     3/6 | loss 5.6789 | ..." lines.
-std::map<int, double> printed_losses(const std::string& out) {
-  std::map<int, double> losses;
-  std::regex line(R"(step +(\d+)/\d+ \| loss ([0-9.]+))");
+// step -> (training loss, gradient norm), from "step     3/6 | loss 5.6789 | lr ... | norm  1.234" lines.
+std::map<int, std::pair<double, double>> printed_losses(const std::string& out) {
+  std::map<int, std::pair<double, double>> losses;
+  std::regex line(R"(step +(\d+)/\d+ \| loss ([0-9.]+) \| lr [^|]+\| norm +([0-9.]+))");
   for (auto it = std::sregex_iterator(out.begin(), out.end(), line); it != std::sregex_iterator(); ++it)
-    losses[std::stoi((*it)[1])] = std::stod((*it)[2]);
+    losses[std::stoi((*it)[1])] = {std::stod((*it)[2]), std::stod((*it)[3])};
   return losses;
 }
 
@@ -244,7 +244,11 @@ TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
   auto l1 = printed_losses(one.out), l2 = printed_losses(two.out);
   ASSERT_EQ(l1.size(), 6u) << one.out;
   ASSERT_EQ(l2.size(), 6u) << two.out;
-  for (const auto& [step, loss] : l1) EXPECT_NEAR(l2.at(step), loss, 1.5e-4) << "printed loss at step " << step;
+  for (const auto& [step, loss_norm] : l1) {
+    EXPECT_NEAR(l2.at(step).first, loss_norm.first, 1.5e-4) << "printed loss at step " << step;
+    // The norm before clipping: a sum instead of a mean would double it (AdamW would hide that).
+    EXPECT_NEAR(l2.at(step).second, loss_norm.second, 1.5e-3) << "printed gradient norm at step " << step;
+  }
   // The logged curve, with six digits: train and held-out losses to 1e-5 relative.
   auto c1 = csv_columns(cwd / "one" / "run" / "log.csv"), c2 = csv_columns(cwd / "two" / "run" / "log.csv");
   ASSERT_EQ(c1.size(), 6u);
