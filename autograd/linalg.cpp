@@ -51,7 +51,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                 [saved_x, saved_w, need_bias, sx = x.shape(), out = weight.size(0),
                  in = weight.size(1)](const Tensor& grad) -> Grads {
                   int64_t rows = 1;
-                  for (size_t d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
+                  for (int d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
                   Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
                   Tensor dx, dw, db;
                   if (saved_w.defined())  // (N, out) @ (out, in)

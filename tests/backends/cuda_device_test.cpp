@@ -20,7 +20,9 @@ TEST(CudaDevice, CountingDevicesNeverThrows) {
   EXPECT_NO_THROW(n = cuda_device_count());
   EXPECT_GE(n, 0);
   EXPECT_EQ(cuda_available(), n > 0);
-  if (!cuda::built_with_cuda()) EXPECT_EQ(n, 0);
+  if (!cuda::built_with_cuda()) {
+    EXPECT_EQ(n, 0);
+  }
 }
 
 TEST(CudaDevice, WithoutGpuRequestsFailClearly) {

@@ -83,7 +83,9 @@ TEST(OpsCopy, CloneContiguousAndConversions) {
     EXPECT_NE(c.storage(), x.storage());
     expect_all_close(c, [&](int64_t i) { return read_element(x, i); }, 0, "clone");
     Tensor k = ops::contiguous(x);
-    if (kind == Kind::contiguous) EXPECT_TRUE(k.same(x));
+    if (kind == Kind::contiguous) {
+      EXPECT_TRUE(k.same(x));
+    }
     expect_all_close(k, [&](int64_t i) { return read_element(x, i); }, 0, "contiguous");
     for (DType to : {DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean}) {
       Tensor y = ops::to(x, to);
