@@ -49,12 +49,14 @@ std::string word_after(const std::string& text, const std::string& prefix) {
 TEST_F(Reliability, NanGradientStopsTheRunAtItsStepAndKeepsTheLastCheckpoint) {
   const fs::path cwd = prepared();
   write_text(cwd / "tiny.json", tiny_config(false));
-  // The reference: the same run stopped cleanly after step 3 (the schedule does not depend on --steps).
-  RunResult ref = run_app("pretrain", std::string(kTiny) + "--steps 3 --schedule-steps 8 --eval-interval 3 --out nan-ref/run", cwd);
-  ASSERT_EQ(ref.code, 0) << ref.out << ref.err;
   for (const char* clip : {"1.0", "0"}) {  // the clipped norm finds it, and so does the scan without clipping
     SCOPED_TRACE(std::string("--grad-clip ") + clip);
     fs::remove_all(cwd / "nan" / "run");
+    fs::remove_all(cwd / "nan-ref" / "run");
+    // The reference: the same run stopped cleanly after step 3 (the schedule does not depend on --steps).
+    RunResult ref = run_app("pretrain", std::string(kTiny) + "--steps 3 --schedule-steps 8 --eval-interval 3 --grad-clip " +
+                            clip + " --out nan-ref/run", cwd);
+    ASSERT_EQ(ref.code, 0) << ref.out << ref.err;
     RunResult r = run_app("pretrain", std::string(kTiny) + "--steps 8 --schedule-steps 8 --eval-interval 3 --grad-clip " +
                           clip + " --out nan/run --debug-inject-nan-at-step 4", cwd);
     const std::string poisoned = word_after(r.out, "wrote NaN into the gradient of ");
@@ -137,7 +139,9 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
   const fs::path cwd = prepared();
   write_text(cwd / "tiny.json", tiny_config(false));
   constexpr int kSteps = 60, kKills = 24;
-  const std::string args = std::string(kTiny) + "--schedule-steps 60 --eval-interval 1 --steps " + std::to_string(kSteps);
+  const std::string settings = "--batch-size 4 --eval-windows 4 --device cpu --schedule-steps 60 --eval-interval 1 --steps " +
+                               std::to_string(kSteps) + " ";
+  const std::string args = "--config tiny.json " + settings;  // the same settings are allowed on --resume, the model is not
   // Uninterrupted: the same run folder name in another place, so checkpoint metadata match.
   const auto t_whole = std::chrono::steady_clock::now();
   RunResult whole = run_app("pretrain", args + " --out kill-a/run --runs-dir kill-a/runs", cwd);
@@ -154,7 +158,7 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
     const bool resume = fs::exists(last / "state.json");
     if (resume && state_step(last) >= kSteps) break;
     const fs::path log = cwd / ("kill-b." + std::to_string(attempt) + ".out");
-    const pid_t pid = spawn_pretrain(args + " --out kill-b/run --runs-dir kill-b/runs" + (resume ? " --resume" : ""), cwd, log);
+    const pid_t pid = spawn_pretrain((resume ? "--resume " + settings : args) + " --out kill-b/run --runs-dir kill-b/runs", cwd, log);
     ASSERT_GT(pid, 0);
     resumed_starts += resume;
     // 0: in start-up; 1 or 2: after that many training steps.
