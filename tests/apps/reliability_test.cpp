@@ -206,7 +206,9 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
   // Finish the chain, then compare with the uninterrupted run.
   RunResult rest = run_app("pretrain", "--resume --device cpu --steps " + std::to_string(kSteps) +
                            " --out kill-b/run --runs-dir kill-b/runs", cwd);
-  if (rest.code != 0) EXPECT_NE(rest.err.find("already at step"), std::string::npos) << rest.err;
+  if (rest.code != 0) {
+    EXPECT_NE(rest.err.find("already at step"), std::string::npos) << rest.err;
+  }
   EXPECT_EQ(state_step(last), kSteps);
   for (const auto& e : fs::directory_iterator(run))  // the dead processes' temporary folders are gone
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
