@@ -383,7 +383,8 @@ std::vector<Tensor> on_host(const std::vector<Tensor>& ts) {
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   Tensor ca = ops::contiguous(a), cb = ops::contiguous(b);
-  return ca.nbytes() == cb.nbytes() && std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+  // Empty tensors may have no storage: memcmp on a null pointer is undefined even for 0 bytes.
+  return ca.nbytes() == cb.nbytes() && (ca.nbytes() == 0 || std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0);
 }
 
 }  // namespace
