@@ -1,44 +1,28 @@
 #pragma once
 // Iterating N same-shape strided operands (an output and its inputs) in row-major order.
-// make_layout drops size-1 dimensions and merges neighbours that are contiguous in every operand,
-// so contiguous tensors become one flat run and broadcast rows (stride 0) stay cheap inner loops.
-// Kernels then see runs along the innermost dimension: (offsets per operand, count, inner strides).
+// make_layout merges their dimensions (backends/merged_dims.h), so contiguous tensors become one
+// flat run and broadcast rows (stride 0) stay cheap inner loops. Kernels then see runs along the
+// innermost dimension: (offsets per operand, count, inner strides).
 #include <algorithm>
 #include <array>
 #include <cstdint>
 
 #include "backends/cpu/parallel.h"
+#include "backends/merged_dims.h"
 #include "tensor/shape.h"
 
 namespace mvgpt::cpu {
 
 template <int N>
-struct Layout {
-  int ndim = 0;  // 0: a single element
-  int64_t shape[kMaxDims] = {};
-  int64_t strides[N][kMaxDims] = {};
+struct Layout : MergedDims<N> {
   int64_t numel = 1;
 };
 
 template <int N>
 Layout<N> make_layout(const Shape& shape, const std::array<const Strides*, N>& strides) {
   Layout<N> l;
+  merge_dims<N>(shape, strides, l);
   l.numel = mvgpt::numel(shape);
-  for (int d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    int nd = l.ndim;
-    bool merge = nd > 0;
-    for (int k = 0; k < N && merge; ++k)
-      merge = l.strides[k][nd - 1] == (*strides[k])[d] * shape[d];
-    if (merge) {
-      l.shape[nd - 1] *= shape[d];
-      for (int k = 0; k < N; ++k) l.strides[k][nd - 1] = (*strides[k])[d];
-    } else {
-      l.shape[nd] = shape[d];
-      for (int k = 0; k < N; ++k) l.strides[k][nd] = (*strides[k])[d];
-      ++l.ndim;
-    }
-  }
   return l;
 }
 
