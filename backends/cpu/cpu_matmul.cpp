@@ -1,11 +1,5 @@
-// Matrix multiplication through OpenBLAS.
-//
-// NOTE [ Matmul layouts ]
-// Each operand's matrix dims are handed to BLAS as they are: row-major (unit column stride) or
-// transposed (unit row stride, e.g. a .transpose(-1, -2) view) with the other stride as the leading
-// dimension. Only a layout that is neither (a slice with gaps in both, a stride-0 expand) is packed.
-// A shared right operand (batch strides 0, as in x (B, T, C) @ w (C, N)) whose left rows are evenly
-// strided becomes one tall GEMM, which BLAS runs best.
+// Matrix multiplication through OpenBLAS. Layouts and the tall-GEMM case are planned in
+// backends/matmul_plan.h (NOTE [ Matmul layouts ]).
 // Threads (NOTE [ One thread pool ] in blas.cpp): a large GEMM is split over the TBB pool by
 // blas::gemm; a batch of small GEMMs (attention-like) runs one single-threaded GEMM per TBB task.
 #include <algorithm>
@@ -15,26 +9,22 @@
 #include "backends/cpu/blas.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
+#include "backends/matmul_plan.h"
 
 namespace mvgpt::cpu {
 namespace {
 
+using matmul_plan::blas_layout;
+using matmul_plan::MatLayout;
+
 // Below this many multiply-adds per matrix, a batch is split across TBB tasks.
 constexpr int64_t kSmallGemmFlops = int64_t(1) << 24;
 
-struct MatLayout {
-  bool ok = false;
-  bool trans = false;
-  int64_t ld = 1;
-};
-
-// How BLAS can read a rows x cols matrix with strides (s_row, s_col), if at all.
-MatLayout blas_layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
-  if ((cols == 1 || s_col == 1) && (rows == 1 || s_row >= std::max<int64_t>(cols, 1)))
-    return {true, false, rows == 1 ? std::max<int64_t>(cols, 1) : s_row};
-  if ((rows == 1 || s_row == 1) && (cols == 1 || s_col >= std::max<int64_t>(rows, 1)))
-    return {true, true, cols == 1 ? std::max<int64_t>(rows, 1) : s_col};
-  return {};
+// A contiguous copy of t (for an operand BLAS cannot read as it lies).
+Tensor packed_copy(const Tensor& t) {
+  Tensor packed = Tensor::empty(t.shape(), t.dtype());
+  backend_for(Device::cpu()).copy(t, packed);
+  return packed;
 }
 
 template <typename T>
@@ -45,55 +35,19 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t
 
 template <typename T>
 void matmul_typed(Tensor a, Tensor b, const Tensor& out) {
-  const int nd = out.dim();
-  const int64_t M = out.shape()[nd - 2], N = out.shape()[nd - 1], K = a.shape()[nd - 1];
-  auto layout_of = [&](const Tensor& t, int64_t rows, int64_t cols) {
-    return blas_layout(rows, cols, t.strides()[nd - 2], t.strides()[nd - 1]);
-  };
-  MatLayout la = layout_of(a, M, K), lb = layout_of(b, K, N);
-  if (!la.ok) {
-    Tensor packed = Tensor::empty(a.shape(), a.dtype());
-    backend_for(Device::cpu()).copy(a, packed);
-    a = packed;
-    la = layout_of(a, M, K);
-  }
-  if (!lb.ok) {
-    Tensor packed = Tensor::empty(b.shape(), b.dtype());
-    backend_for(Device::cpu()).copy(b, packed);
-    b = packed;
-    lb = layout_of(b, K, N);
-  }
+  const matmul_plan::MatmulPlan p = matmul_plan::plan(a, b, out, packed_copy);
+  const int64_t M = p.M, N = p.N, K = p.K, nbatch = p.nbatch;
   const T* ap = static_cast<const T*>(a.raw_data());
   const T* bp = static_cast<const T*>(b.raw_data());
   T* cp = out.data<T>();
-
-  Shape batch = out.shape();
-  batch.resize(nd - 2);
-  Strides sa = a.strides(), sb = b.strides(), sc = out.strides();
-  sa.resize(nd - 2);
-  sb.resize(nd - 2);
-  sc.resize(nd - 2);
-  const int64_t nbatch = numel(batch);
-
-  // A shared right operand with evenly strided left rows: one (nbatch * M, K) @ (K, N) GEMM.
-  bool b_shared = true;
-  for (int d = 0; d < nd - 2; ++d) b_shared = b_shared && (batch[d] == 1 || sb[d] == 0);
-  if (nbatch > 1 && b_shared && !la.trans) {
-    Shape rows_shape = batch;
-    rows_shape.push_back(M);
-    Strides rows_strides = sa;
-    rows_strides.push_back(a.strides()[nd - 2]);
-    Layout<1> rows = make_layout<1>(rows_shape, {&rows_strides});
-    if (rows.ndim <= 1 && (rows.ndim == 0 || rows.strides[0][0] >= std::max<int64_t>(K, 1))) {
-      int64_t lda = rows.ndim == 0 ? std::max<int64_t>(K, 1) : rows.strides[0][0];
-      gemm(false, lb.trans, nbatch * M, N, K, ap, lda, bp, lb.ld, cp);
-      return;
-    }
+  if (p.tall) {
+    gemm(false, p.b.trans, nbatch * M, N, K, ap, p.tall_lda, bp, p.b.ld, cp);
+    return;
   }
 
   // Offsets of every batch matrix, in row-major batch order.
   std::vector<int64_t> offs(size_t(nbatch) * 3);
-  Layout<3> bl = make_layout<3>(batch, {&sa, &sb, &sc});
+  Layout<3> bl = make_layout<3>(p.batch, {&p.a_batch, &p.b_batch, &p.c_batch});
   int64_t i = 0;
   for_each_run(bl, 0, nbatch, [&](const int64_t* off, int64_t n, const int64_t* s) {
     for (int64_t k = 0; k < n; ++k, ++i) {
@@ -103,7 +57,7 @@ void matmul_typed(Tensor a, Tensor b, const Tensor& out) {
     }
   });
   auto one = [&](int64_t i, bool parallel) {
-    gemm(la.trans, lb.trans, M, N, K, ap + offs[size_t(3 * i)], la.ld, bp + offs[size_t(3 * i + 1)], lb.ld,
+    gemm(p.a.trans, p.b.trans, M, N, K, ap + offs[size_t(3 * i)], p.a.ld, bp + offs[size_t(3 * i + 1)], p.b.ld,
          cp + offs[size_t(3 * i + 2)], parallel);
   };
   if (nbatch > 1 && M * N * K < kSmallGemmFlops) {
@@ -117,10 +71,7 @@ void matmul_typed(Tensor a, Tensor b, const Tensor& out) {
 
 // A copy of t that BLAS can read when its layout is not one it can (see blas_layout).
 Tensor blas_readable(const Tensor& t) {
-  if (blas_layout(t.size(0), t.size(1), t.strides()[0], t.strides()[1]).ok) return t;
-  Tensor packed = Tensor::empty(t.shape(), t.dtype());
-  backend_for(Device::cpu()).copy(t, packed);
-  return packed;
+  return blas_layout(t.size(0), t.size(1), t.strides()[0], t.strides()[1]).ok ? t : packed_copy(t);
 }
 
 // out (N, O) = x (N, I) weight^T (+ bias): the bias is written into every row of out first and the

@@ -4,36 +4,21 @@
 // cuBLAS is column-major. A row-major (M, N) matrix with row stride ld is, to cuBLAS, its (N, M)
 // transpose with leading dimension ld. So row-major C = op(A) op(B) is computed as the column-major
 // C^T = op(B)^T op(A)^T: the operands swap places, M and N swap, and each keeps its transpose flag.
-// As on the CPU, each operand is passed as it lies (unit column stride, or unit row stride = a
-// transposed view) and only a layout that is neither is packed. Batches whose matrices sit at
-// uniform strides (after merging batch dims) become one strided-batched call; a right operand
-// shared by the whole batch with evenly strided left rows becomes one tall GEMM.
+// As on the CPU, the plan of backends/matmul_plan.h (NOTE [ Matmul layouts ]) passes each operand
+// as it lies, packs only a layout that is neither, and makes a shared right operand one tall GEMM.
+// Batches whose matrices sit at uniform strides (after merging batch dims) become one
+// strided-batched call.
 #include <climits>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "backends/cuda/cuda_backend_impl.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/strided_indexer.h"
+#include "backends/matmul_plan.h"
 
 namespace mvgpt::cuda {
 namespace {
-
-struct MatLayout {
-  bool ok = false;
-  bool trans = false;  // row-major sense: the matrix is stored transposed
-  int64_t ld = 1;
-};
-
-// How cuBLAS can read a row-major rows x cols matrix with strides (s_row, s_col), if at all.
-MatLayout blas_layout(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
-  if ((cols == 1 || s_col == 1) && (rows == 1 || s_row >= std::max<int64_t>(cols, 1)))
-    return {true, false, rows == 1 ? std::max<int64_t>(cols, 1) : s_row};
-  if ((rows == 1 || s_row == 1) && (cols == 1 || s_col >= std::max<int64_t>(rows, 1)))
-    return {true, true, cols == 1 ? std::max<int64_t>(rows, 1) : s_col};
-  return {};
-}
 
 int to_int(int64_t v, const char* what) {
   if (v > INT_MAX)
@@ -65,67 +50,35 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
 
 template <typename T>
 void matmul_typed(CudaBackend& be, Tensor a, Tensor b, const Tensor& out) {
-  const int nd = out.dim();
-  const int64_t M = out.shape()[nd - 2], N = out.shape()[nd - 1], K = a.shape()[nd - 1];
-  auto layout_of = [&](const Tensor& t, int64_t rows, int64_t cols) {
-    return blas_layout(rows, cols, t.strides()[nd - 2], t.strides()[nd - 1]);
-  };
-  MatLayout la = layout_of(a, M, K), lb = layout_of(b, K, N);
-  if (!la.ok) {
-    Tensor packed = be.scratch(a.shape(), a.dtype());
-    be.copy(a, packed);
-    a = packed;
-    la = layout_of(a, M, K);
-  }
-  if (!lb.ok) {
-    Tensor packed = be.scratch(b.shape(), b.dtype());
-    be.copy(b, packed);
-    b = packed;
-    lb = layout_of(b, K, N);
-  }
+  const matmul_plan::MatmulPlan p = matmul_plan::plan(a, b, out, [&be](const Tensor& t) {
+    Tensor packed = be.scratch(t.shape(), t.dtype());
+    be.copy(t, packed);
+    return packed;
+  });
+  const int64_t M = p.M, N = p.N, K = p.K;
   const T* ap = static_cast<const T*>(a.raw_data());
   const T* bp = static_cast<const T*>(b.raw_data());
   T* cp = static_cast<T*>(out.raw_data());
   cublasHandle_t h = be.cublas();
-
-  Shape batch = out.shape();
-  batch.resize(nd - 2);
-  Strides sa = a.strides(), sb = b.strides(), sc = out.strides();
-  sa.resize(nd - 2);
-  sb.resize(nd - 2);
-  sc.resize(nd - 2);
-  const int64_t nbatch = numel(batch);
-
-  // A shared right operand with evenly strided left rows: one (nbatch * M, K) @ (K, N) GEMM.
-  bool b_shared = true;
-  for (int d = 0; d < nd - 2; ++d) b_shared = b_shared && (batch[d] == 1 || sb[d] == 0);
-  if (nbatch > 1 && b_shared && !la.trans) {
-    Shape rows_shape = batch;
-    rows_shape.push_back(M);
-    Strides rows_strides = sa;
-    rows_strides.push_back(a.strides()[nd - 2]);
-    StridedIndexer<1> rows = make_indexer<1>(rows_shape, {&rows_strides});
-    if (rows.ndim <= 1 && (rows.ndim == 0 || rows.strides[0][0] >= std::max<int64_t>(K, 1))) {
-      const int64_t lda = rows.ndim == 0 ? std::max<int64_t>(K, 1) : rows.strides[0][0];
-      gemm<T>(h, false, lb.trans, nbatch * M, N, K, ap, lda, 0, bp, lb.ld, 0, cp, N, 0, 1);
-      return;
-    }
+  if (p.tall) {
+    gemm<T>(h, false, p.b.trans, p.nbatch * M, N, K, ap, p.tall_lda, 0, bp, p.b.ld, 0, cp, N, 0, 1);
+    return;
   }
 
   // Batch dims merged across a, b and out: one dim means uniform strides, one strided-batched call.
-  StridedIndexer<3> bl = make_indexer<3>(batch, {&sa, &sb, &sc});
+  StridedIndexer<3> bl = make_indexer<3>(p.batch, {&p.a_batch, &p.b_batch, &p.c_batch});
   if (bl.ndim <= 1) {
     const int64_t count = bl.ndim == 0 ? 1 : bl.shape[0];
     const int64_t bsa = bl.ndim == 0 ? 0 : bl.strides[0][0], bsb = bl.ndim == 0 ? 0 : bl.strides[1][0];
     const int64_t bsc = bl.ndim == 0 ? 0 : bl.strides[2][0];
-    gemm<T>(h, la.trans, lb.trans, M, N, K, ap, la.ld, bsa, bp, lb.ld, bsb, cp, N, bsc, count);
+    gemm<T>(h, p.a.trans, p.b.trans, M, N, K, ap, p.a.ld, bsa, bp, p.b.ld, bsb, cp, N, bsc, count);
     return;
   }
   // Irregular batches (several merged dims): one GEMM per matrix, all queued on the stream.
-  for (int64_t i = 0; i < nbatch; ++i) {
+  for (int64_t i = 0; i < p.nbatch; ++i) {
     int64_t off[3];
     bl.offsets(i, off);
-    gemm<T>(h, la.trans, lb.trans, M, N, K, ap + off[0], la.ld, 0, bp + off[1], lb.ld, 0, cp + off[2], N, 0, 1);
+    gemm<T>(h, p.a.trans, p.b.trans, M, N, K, ap + off[0], p.a.ld, 0, bp + off[1], p.b.ld, 0, cp + off[2], N, 0, 1);
   }
 }
 
