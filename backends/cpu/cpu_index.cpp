@@ -6,31 +6,26 @@
 // element's additions always happen in index order. Indices were range-checked by the ops layer.
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
+#include "backends/index_plan.h"
 
 namespace mvgpt::cpu {
 namespace {
 
-// Strides of `index` as seen over `shape` when it is a 1-d index along `axis` (0 elsewhere).
-Strides along_axis(const Tensor& index, int axis, int ndim) {
-  Strides s;
-  s.resize(ndim, 0);
-  s[axis] = index.dim() == 0 ? 0 : index.strides()[0];
-  return s;
-}
+using index_plan::along_axis;
 
 // out[pos] = src[pos with axis coordinate replaced by index[pos]]; idx_strides describe index over out's shape.
 template <typename T, typename I>
 void gather_kernel(const Tensor& src, int axis, const Tensor& index, const Strides& idx_strides, const Tensor& out) {
-  Strides src_strides = src.strides();
-  const int64_t axis_stride = src_strides[axis];
-  src_strides[axis] = 0;  // the axis coordinate comes from the index
+  const index_plan::GatherSource source = index_plan::gather_source(src, axis);
+  const int64_t axis_stride = source.axis_stride;
   const T* sp = static_cast<const T*>(src.raw_data());
   const I* ip = static_cast<const I*>(index.raw_data());
   T* op = out.data<T>();
-  auto l = make_layout<3>(out.shape(), {&out.strides(), &src_strides, &idx_strides});
+  auto l = make_layout<3>(out.shape(), {&out.strides(), &source.strides, &idx_strides});
   parallel_runs(l, kElementwiseGrain, [&](const int64_t* off, int64_t n, const int64_t* s) {
     T* o = op + off[0];
     const T* a = sp + off[1];
@@ -59,20 +54,13 @@ inline void add_into(T& d, T v) {
 template <typename T, typename I>
 void scatter_add_kernel(const Tensor& dst, int axis, const Tensor& index, const Strides& idx_strides,
                         const Tensor& src) {
-  const int64_t n = src.shape()[axis];
-  if (n == 0 || src.numel() == 0) return;
-  // Positions off the axis: drop it from every operand and keep its strides for the walk along it.
-  Shape outer = src.shape();
-  Strides sd = dst.strides(), ss = src.strides(), si = idx_strides;
-  const int64_t dst_axis = sd[axis], src_axis = ss[axis], idx_axis = si[axis];
-  outer.erase(axis);
-  sd.erase(axis);
-  ss.erase(axis);
-  si.erase(axis);
+  if (src.shape()[axis] == 0 || src.numel() == 0) return;
+  const index_plan::ScatterAddPlan p = index_plan::plan_scatter_add(dst, axis, idx_strides, src);
+  const int64_t n = p.length, dst_axis = p.dst_axis, src_axis = p.src_axis, idx_axis = p.index_axis;
   T* dp = static_cast<T*>(dst.raw_data());
   const T* sp = static_cast<const T*>(src.raw_data());
   const I* ip = static_cast<const I*>(index.raw_data());
-  auto l = make_layout<3>(outer, {&sd, &ss, &si});
+  auto l = make_layout<3>(p.positions, {&p.dst, &p.src, &p.index});
   const int64_t grain = std::max<int64_t>(64, kElementwiseGrain / n);
   parallel_runs(l, grain, [&](const int64_t* off, int64_t count, const int64_t* s) {
     for (int64_t k = 0; k < n; ++k) {  // in index order: repeated indices accumulate deterministically
@@ -95,9 +83,7 @@ void scatter_add_kernel(const Tensor& dst, int axis, const Tensor& index, const 
 
 template <typename F>
 void dispatch_index(const Tensor& index, F&& f) {
-  if (index.dtype() == DType::i64) f(int64_t{});
-  else if (index.dtype() == DType::i32) f(int32_t{});
-  else throw std::logic_error("CpuBackend: index dtype " + std::string(dtype_name(index.dtype())) + " reached the kernel");
+  index_plan::dispatch_index(index, "CpuBackend", std::forward<F>(f));
 }
 
 }  // namespace

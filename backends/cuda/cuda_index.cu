@@ -6,10 +6,12 @@
 // indices accumulate in the same order on every run. Indices were range-checked by the ops layer.
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/cuda_backend_impl.h"
 #include "backends/cuda/cuda_kernels.cuh"
 #include "backends/cuda/strided_indexer.h"
+#include "backends/index_plan.h"
 
 namespace mvgpt::cuda {
 namespace {
@@ -56,27 +58,18 @@ __global__ void scatter_add_kernel(StridedIndexer<3> ix, int64_t positions, int6
 
 template <typename F>
 void dispatch_index(const Tensor& index, F&& f) {
-  if (index.dtype() == DType::i64) f(int64_t{});
-  else if (index.dtype() == DType::i32) f(int32_t{});
-  else throw std::logic_error("CudaBackend: index dtype " + std::string(dtype_name(index.dtype())) + " reached the kernel");
+  index_plan::dispatch_index(index, "CudaBackend", std::forward<F>(f));
 }
 
-// Strides of a 1-d `index` seen over an ndim-d shape along `axis` (0 elsewhere).
-Strides along_axis(const Tensor& index, int axis, int ndim) {
-  Strides s;
-  s.resize(ndim, 0);
-  s[axis] = index.dim() == 0 ? 0 : index.strides()[0];
-  return s;
-}
+using index_plan::along_axis;
 
 void gather_impl(cudaStream_t stream, const Tensor& src, int axis, const Tensor& index, const Strides& idx_strides,
                  const Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  Strides src_strides = src.strides();
-  const int64_t axis_stride = src_strides[axis];
-  src_strides[axis] = 0;  // the axis coordinate comes from the index
-  const auto ix = make_indexer<3>(out.shape(), {&out.strides(), &src_strides, &idx_strides});
+  const index_plan::GatherSource source = index_plan::gather_source(src, axis);
+  const int64_t axis_stride = source.axis_stride;
+  const auto ix = make_indexer<3>(out.shape(), {&out.strides(), &source.strides, &idx_strides});
   dispatch_index(index, [&](auto itag) {
     using I = decltype(itag);
     auto launch = [&](auto word) {
@@ -97,17 +90,11 @@ void gather_impl(cudaStream_t stream, const Tensor& src, int axis, const Tensor&
 
 void scatter_add_impl(cudaStream_t stream, const Tensor& dst, int axis, const Tensor& index,
                       const Strides& idx_strides, const Tensor& src) {
-  const int64_t n = src.shape()[axis];
-  if (n == 0 || src.numel() == 0) return;
-  Shape outer = src.shape();
-  Strides sd = dst.strides(), ss = src.strides(), si = idx_strides;
-  const int64_t dst_axis = sd[axis], src_axis = ss[axis], idx_axis = si[axis];
-  outer.erase(axis);
-  sd.erase(axis);
-  ss.erase(axis);
-  si.erase(axis);
-  const int64_t positions = numel(outer);
-  const auto ix = make_indexer<3>(outer, {&sd, &ss, &si});
+  if (src.shape()[axis] == 0 || src.numel() == 0) return;
+  const index_plan::ScatterAddPlan p = index_plan::plan_scatter_add(dst, axis, idx_strides, src);
+  const int64_t n = p.length, dst_axis = p.dst_axis, src_axis = p.src_axis, idx_axis = p.index_axis;
+  const int64_t positions = numel(p.positions);
+  const auto ix = make_indexer<3>(p.positions, {&p.dst, &p.src, &p.index});
   dispatch_index(index, [&](auto itag) {
     using I = decltype(itag);
     auto launch = [&](auto tag) {
