@@ -20,6 +20,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/strided.h"
 #include "backends/cpu/vec_math.h"
+#include "backends/reduce_plan.h"
 
 namespace mvgpt::cpu {
 namespace {
@@ -234,13 +235,8 @@ void reduce_columns(ReduceOp op, const T* xp, const Layout<1>& outer, const Layo
 template <typename T>
 void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
   const int k = out.dim();
-  Shape outer_shape, red_shape;
-  Strides outer_strides, red_strides;
-  for (int d = 0; d < x.dim(); ++d) {
-    (d < k ? outer_shape : red_shape).push_back(x.shape()[d]);
-    (d < k ? outer_strides : red_strides).push_back(x.strides()[d]);
-  }
-  const int64_t O = out.numel(), R = numel(red_shape);
+  const reduce_plan::DimSplit dims = reduce_plan::split_dims(x, k);
+  const int64_t O = out.numel(), R = dims.inner_numel;
   if (O == 0) return;
   if (R == 0) {
     if (op != ReduceOp::sum) throw std::logic_error("CpuBackend::reduce: max/min/argmax over no elements");
@@ -249,8 +245,8 @@ void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
     return;
   }
   const T* xp = static_cast<const T*>(x.raw_data());
-  Layout<1> outer = make_layout<1>(outer_shape, {&outer_strides});
-  Layout<1> reduced = make_layout<1>(red_shape, {&red_strides});
+  Layout<1> outer = make_layout<1>(dims.outer_shape, {&dims.outer_strides});
+  Layout<1> reduced = make_layout<1>(dims.inner_shape, {&dims.inner_strides});
   if (reduced.ndim == 0 || (reduced.ndim == 1 && reduced.strides[0][0] == 1))
     return reduce_rows(op, xp, outer, R, out);
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
@@ -261,21 +257,16 @@ void reduce_typed(ReduceOp op, const Tensor& x, const Tensor& out) {
     return reduce_columns(op, xp, outer, reduced, out);
   Tensor packed = Tensor::empty(x.shape(), x.dtype());
   backend_for(Device::cpu()).copy(x, packed);
-  Strides packed_outer_strides;
-  Strides ps = packed.strides();
-  for (int d = 0; d < k; ++d) packed_outer_strides.push_back(ps[d]);
-  reduce_rows(op, packed.data<T>(), make_layout<1>(outer_shape, {&packed_outer_strides}), R, out);
+  const reduce_plan::DimSplit packed_dims = reduce_plan::split_dims(packed, k);
+  reduce_rows(op, packed.data<T>(), make_layout<1>(packed_dims.outer_shape, {&packed_dims.outer_strides}), R, out);
 }
 
 template <typename T>
 void softmax_typed(const Tensor& x, const Tensor& out, bool log) {
   const int64_t C = x.shape().back();
   const int64_t rows = x.numel() / C;
-  Shape outer_shape = x.shape();
-  outer_shape.resize(x.dim() - 1);
-  Strides outer_strides = x.strides();
-  outer_strides.resize(x.dim() - 1);
-  Layout<1> outer = make_layout<1>(outer_shape, {&outer_strides});
+  const reduce_plan::DimSplit dims = reduce_plan::split_dims(x, x.dim() - 1);  // rows, then C
+  Layout<1> outer = make_layout<1>(dims.outer_shape, {&dims.outer_strides});
   const int64_t sc = x.strides().back();
   const T* xp = static_cast<const T*>(x.raw_data());
   T* op = out.data<T>();

@@ -13,6 +13,8 @@
 #include "backends/cuda/cuda_backend_impl.h"
 #include "backends/cuda/cuda_kernels.cuh"
 #include "backends/cuda/strided_indexer.h"
+#include "backends/index_plan.h"
+#include "backends/reduce_plan.h"
 
 namespace mvgpt::cuda {
 namespace {
@@ -46,19 +48,26 @@ __device__ ArgBest<T> arg_combine(ArgBest<T> a, ArgBest<T> b) {
   return a.index < b.index ? a : b;
 }
 
+// at(r): the r-th (row-major) of the reduced elements that make output o.
+template <typename T>
+__device__ inline auto row_reader(const StridedIndexer<1>& outer, const StridedIndexer<1>& red, const T* x,
+                                  int64_t o) {
+  int64_t base;
+  outer.offsets(o, &base);
+  return [&red, x, base](int64_t r) {
+    int64_t off;
+    red.offsets(r, &off);
+    return x[base + off];
+  };
+}
+
 // One block per output element (grid-stride over outputs).
 template <typename T>
 __global__ void reduce_block_kernel(StridedIndexer<1> outer, StridedIndexer<1> red, int64_t O, int64_t R,
                                     ReduceOp op, const T* x, void* out) {
   extern __shared__ __align__(16) unsigned char smem[];
   for (int64_t o = blockIdx.x; o < O; o += gridDim.x) {
-    int64_t base;
-    outer.offsets(o, &base);
-    auto at = [&](int64_t r) {
-      int64_t off;
-      red.offsets(r, &off);
-      return x[base + off];
-    };
+    const auto at = row_reader(outer, red, x, o);
     if (op == ReduceOp::sum) {
       SumAcc<T> acc = 0;
       for (int64_t r = threadIdx.x; r < R; r += blockDim.x) acc += SumAcc<T>(at(r));
@@ -99,13 +108,7 @@ template <typename T>
 __global__ void reduce_thread_kernel(StridedIndexer<1> outer, StridedIndexer<1> red, int64_t O, int64_t R,
                                      ReduceOp op, const T* x, void* out) {
   MVGPT_GRID_STRIDE(o, O) {
-    int64_t base;
-    outer.offsets(o, &base);
-    auto at = [&](int64_t r) {
-      int64_t off;
-      red.offsets(r, &off);
-      return x[base + off];
-    };
+    const auto at = row_reader(outer, red, x, o);
     if (op == ReduceOp::sum) {
       SumAcc<T> acc = 0;
       for (int64_t r = 0; r < R; ++r) acc += SumAcc<T>(at(r));
@@ -202,15 +205,6 @@ __global__ void cross_entropy_backward_kernel(int64_t N, int64_t V, const T* dlo
 // Rows per launch are capped; the kernels loop over the rest.
 unsigned row_blocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535 * 4)); }
 
-template <typename F>
-void dispatch_index(const Tensor& index, const char* op, F&& f) {
-  if (index.dtype() == DType::i64) f(int64_t{});
-  else if (index.dtype() == DType::i32) f(int32_t{});
-  else
-    throw std::logic_error(std::string("CudaBackend::") + op + ": index dtype " + std::string(dtype_name(index.dtype())) +
-                           " reached the kernel");
-}
-
 void require_float(const Tensor& t, const char* op) {
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
     throw std::logic_error(std::string("CudaBackend::") + op + ": expects float32 or float64 (the ops layer widens), found " +
@@ -229,14 +223,8 @@ void require_contiguous(std::initializer_list<const Tensor*> ts, const char* op)
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   require_on(x, device(), "CudaBackend::reduce");
   require_on(out, device(), "CudaBackend::reduce");
-  const int k = out.dim();
-  Shape outer_shape, red_shape;
-  Strides outer_strides, red_strides;
-  for (int d = 0; d < x.dim(); ++d) {
-    (d < k ? outer_shape : red_shape).push_back(x.shape()[d]);
-    (d < k ? outer_strides : red_strides).push_back(x.strides()[d]);
-  }
-  const int64_t O = out.numel(), R = numel(red_shape);
+  const reduce_plan::DimSplit dims = reduce_plan::split_dims(x, out.dim());
+  const int64_t O = out.numel(), R = dims.inner_numel;
   if (O == 0) return;
   if (R == 0) {
     if (op != ReduceOp::sum) throw std::logic_error("CudaBackend::reduce: max/min/argmax over no elements");
@@ -245,8 +233,8 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   }
   if (!out.is_contiguous()) throw std::logic_error("CudaBackend::reduce: out must be contiguous");
   cudaStream_t stream = activate();
-  const auto outer = make_indexer<1>(outer_shape, {&outer_strides});
-  const auto red = make_indexer<1>(red_shape, {&red_strides});
+  const auto outer = make_indexer<1>(dims.outer_shape, {&dims.outer_strides});
+  const auto red = make_indexer<1>(dims.inner_shape, {&dims.inner_strides});
   // Many short rows: a thread per output; otherwise a block per output.
   const bool per_thread = R <= 64 || (O >= 32768 && R <= 1024);
   auto launch = [&](auto tag) {
@@ -279,11 +267,8 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   require_contiguous({&out}, "softmax");
   cudaStream_t stream = activate();
   const int64_t C = x.shape().back(), rows = x.numel() / C;
-  Shape outer_shape = x.shape();
-  outer_shape.resize(x.dim() - 1);
-  Strides outer_strides = x.strides();
-  outer_strides.resize(x.dim() - 1);
-  const auto outer = make_indexer<1>(outer_shape, {&outer_strides});
+  const reduce_plan::DimSplit dims = reduce_plan::split_dims(x, x.dim() - 1);  // rows, then C
+  const auto outer = make_indexer<1>(dims.outer_shape, {&dims.outer_strides});
   const int64_t sc = x.strides().back();
   const int threads = threads_for_row(C);
   if (x.dtype() == DType::f64)
@@ -304,7 +289,7 @@ void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int
   if (N == 0) return;
   cudaStream_t stream = activate();
   const int threads = threads_for_row(V);
-  dispatch_index(targets, "cross_entropy", [&](auto itag) {
+  index_plan::dispatch_index(targets, "CudaBackend::cross_entropy", [&](auto itag) {
     using I = decltype(itag);
     if (logits.dtype() == DType::f64)
       cross_entropy_kernel<double, I><<<row_blocks(N), threads, threads * sizeof(double), stream>>>(
@@ -325,7 +310,7 @@ void CudaBackend::cross_entropy_backward(const Tensor& dlosses, const Tensor& lo
   const int64_t N = logits.size(0), V = logits.size(1);
   if (N * V == 0) return;
   cudaStream_t stream = activate();
-  dispatch_index(targets, "cross_entropy_backward", [&](auto itag) {
+  index_plan::dispatch_index(targets, "CudaBackend::cross_entropy_backward", [&](auto itag) {
     using I = decltype(itag);
     if (logits.dtype() == DType::f64)
       cross_entropy_backward_kernel<double, I><<<blocks_for(N * V), kThreads, 0, stream>>>(
