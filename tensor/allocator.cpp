@@ -1,5 +1,6 @@
 #include "tensor/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -7,77 +8,75 @@
 
 namespace mvgpt {
 
-CpuAllocator::~CpuAllocator() { empty_cache(); }
-
-size_t CpuAllocator::round_size(size_t nbytes) {
-  // Small blocks round to 64 bytes; larger ones to 1/8 of their power of two, which bounds waste at 12.5%.
-  if (nbytes <= 4096) return (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  size_t p = size_t(1) << (63 - __builtin_clzll(nbytes));
-  size_t step = p / 8;
+size_t CachingAllocator::size_class(size_t nbytes, size_t small_step, size_t small_limit) {
+  if (nbytes <= small_limit) return (std::max<size_t>(nbytes, 1) + small_step - 1) / small_step * small_step;
+  const size_t p = size_t(1) << (63 - __builtin_clzll(nbytes));
+  const size_t step = p / 8;
   return (nbytes + step - 1) / step * step;
 }
 
-void* CpuAllocator::allocate(size_t nbytes) {
-  size_t size = round_size(nbytes);
+void* CachingAllocator::allocate(size_t nbytes) {
+  const size_t size = size_class(nbytes, small_step_, small_limit_);
   {
     std::lock_guard lock(mutex_);
-    live_ += size;
-    peak_ = std::max(peak_, live_);
     auto it = free_.find(size);
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
       it->second.pop_back();
       cached_ -= size;
+      live_ += size;
+      peak_ = std::max(peak_, live_);
       return p;
     }
   }
-  void* p = std::aligned_alloc(kAlignment, size);
+  void* p = allocate_block(size);
   if (!p) {
     // Give cached blocks back and try once more before failing.
     empty_cache();
-    p = std::aligned_alloc(kAlignment, size);
+    p = allocate_block(size);
   }
-  if (!p) {
-    std::lock_guard lock(mutex_);
-    live_ -= size;
-    throw std::bad_alloc();
-  }
+  if (!p) out_of_memory(size);
+  std::lock_guard lock(mutex_);
+  live_ += size;
+  peak_ = std::max(peak_, live_);
   return p;
 }
 
-void CpuAllocator::deallocate(void* ptr, size_t nbytes) {
+void CachingAllocator::deallocate(void* ptr, size_t nbytes) {
   if (!ptr) return;
-  size_t size = round_size(nbytes);
+  const size_t size = size_class(nbytes, small_step_, small_limit_);
   std::lock_guard lock(mutex_);
   live_ -= size;
   free_[size].push_back(ptr);
   cached_ += size;
 }
 
-size_t CpuAllocator::live_bytes() const {
+size_t CachingAllocator::live_bytes() const {
   std::lock_guard lock(mutex_);
   return live_;
 }
-size_t CpuAllocator::peak_bytes() const {
+size_t CachingAllocator::peak_bytes() const {
   std::lock_guard lock(mutex_);
   return peak_;
 }
-void CpuAllocator::reset_peak() {
+void CachingAllocator::reset_peak() {
   std::lock_guard lock(mutex_);
   peak_ = live_;
 }
-size_t CpuAllocator::cached_bytes() const {
+size_t CachingAllocator::cached_bytes() const {
   std::lock_guard lock(mutex_);
   return cached_;
 }
 
-void CpuAllocator::empty_cache() {
-  std::lock_guard lock(mutex_);
-  for (auto& [size, blocks] : free_)
-    for (void* p : blocks) std::free(p);
-  free_.clear();
-  cached_ = 0;
+void CachingAllocator::empty_cache() {
+  release_cached([this](void* p) { free_block(p); });
 }
+
+CpuAllocator::~CpuAllocator() { empty_cache(); }
+
+void* CpuAllocator::allocate_block(size_t size) { return std::aligned_alloc(kAlignment, size); }
+void CpuAllocator::free_block(void* ptr) { std::free(ptr); }
+void CpuAllocator::out_of_memory(size_t) { throw std::bad_alloc(); }
 
 namespace {
 struct Registry {

@@ -1,6 +1,6 @@
 #pragma once
-// The caching device allocator: freed blocks go to size-class free lists and are handed out again,
-// so a training step does not call cudaMalloc (which synchronizes the device) per temporary.
+// The caching device allocator (a CachingAllocator, tensor/allocator.h): freed blocks are handed
+// out again, so a training step does not call cudaMalloc (which synchronizes the device) per temporary.
 //
 // NOTE [ Reuse is stream-ordered ]
 // Every kernel, copy and GEMM of a device runs on that device's one stream. A block freed on the
@@ -8,36 +8,28 @@
 // tensor's kernels are queued behind them on the same stream, so they cannot touch it early.
 // Anything that uses device memory outside the stream must synchronize first.
 #include <cstddef>
-#include <map>
-#include <mutex>
-#include <vector>
 
 #include "tensor/allocator.h"
 
 namespace mvgpt::cuda {
 
-class CudaAllocator final : public Allocator {
+// Device memory from cudaMalloc on one device; size classes in 512-byte steps up to 1 MiB, then
+// 1/8 of the power of two below (waste under 12.5%).
+class CudaAllocator final : public CachingAllocator {
  public:
-  explicit CudaAllocator(int device) : device_(device) {}
+  explicit CudaAllocator(int device) : CachingAllocator(kSmallStep, kSmallLimit), device_(device) {}
   ~CudaAllocator() override;
-  void* allocate(size_t nbytes) override;
-  void deallocate(void* ptr, size_t nbytes) override;
-  size_t live_bytes() const override;
-  size_t peak_bytes() const override;
-  void reset_peak() override;
-  size_t cached_bytes() const override;
-  void empty_cache() override;
 
-  // The size class a request of nbytes is served from: 512-byte steps up to 1 MiB, then 1/8 of the
-  // power of two below (waste under 12.5%).
-  static size_t round_size(size_t nbytes);
+  // The size class a request of nbytes is served from.
+  static size_t round_size(size_t nbytes) { return size_class(nbytes, kSmallStep, kSmallLimit); }
 
  private:
-  void free_cached_locked();
+  static constexpr size_t kSmallStep = 512, kSmallLimit = size_t(1) << 20;
+  void* allocate_block(size_t size) override;
+  void free_block(void* ptr) override;
+  [[noreturn]] void out_of_memory(size_t size) override;
+  [[noreturn]] void throw_failed(size_t size, int status) const;
   int device_;
-  mutable std::mutex mutex_;
-  std::map<size_t, std::vector<void*>> free_;
-  size_t live_ = 0, peak_ = 0, cached_ = 0;
 };
 
 }  // namespace mvgpt::cuda
