@@ -1,17 +1,9 @@
 // Elementwise ops (unary, scalar, binary with broadcasting), each forward beside its backward.
 #include <cmath>
 
-#include "autograd/function.h"
-#include "autograd/op_registry.h"
-#include "autograd/ops.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 namespace {
 

@@ -1,15 +1,7 @@
 // Fused ops (their forward and backward are kernels of their own) and dropout.
-#include "autograd/function.h"
-#include "autograd/op_registry.h"
-#include "autograd/ops.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 namespace {
 

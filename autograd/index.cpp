@@ -1,16 +1,8 @@
 // Indexing ops, forward beside backward. Index tensors are integers and get no gradient; the
 // backward of a read (index_select, gather, embedding) is the matching scatter into zeros.
-#include "autograd/function.h"
-#include "autograd/op_registry.h"
-#include "autograd/ops.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
   Tensor y = ops::index_select(x, axis, index);

@@ -1,15 +1,8 @@
 // Joining and splitting, forward beside backward. split and chunk are narrows (one node per piece),
 // so each piece's gradient flows back on its own.
-#include "autograd/function.h"
-#include "autograd/op_registry.h"
-#include "autograd/ops.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
 
 namespace {
 

@@ -1,15 +1,7 @@
 // Matrix multiplication, forward beside backward.
-#include "autograd/function.h"
-#include "autograd/op_registry.h"
-#include "autograd/ops.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor y = ops::matmul(a, b);

@@ -1,15 +1,7 @@
 // Reductions and softmax, each forward beside its backward.
-#include "autograd/function.h"
-#include "autograd/op_registry.h"
-#include "autograd/ops.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 namespace {
 

@@ -1,16 +1,9 @@
 // Copies, conversions and views, each forward beside its backward.
 #include <numeric>
 
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "autograd/op_registry.h"
+#include "autograd/op_impl.h"
 
 namespace mvgpt {
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
 
 Tensor parameter(const Tensor& t) {
   Tensor p = t.detach();
