@@ -1,11 +1,12 @@
-# Install the modules as an exported package: find_package(mvgpt) gives mvgpt::tensor ... mvgpt::model.
+# Install the modules as an exported package: find_package(mvgpt) gives mvgpt::tensor ... mvgpt::model
+# and mvgpt::dist.
 include(CMakePackageConfigHelpers)
 get_property(modules GLOBAL PROPERTY MVGPT_MODULES)
 install(TARGETS ${modules} EXPORT mvgptTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir util tensor backends autograd nn mvgpt)
+foreach(dir util tensor backends autograd nn mvgpt dist)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt/${dir}
     FILES_MATCHING PATTERN "*.h")
 endforeach()

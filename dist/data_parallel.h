@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/generator.h"
 #include "tensor/tensor.h"
 
 namespace mvgpt::dist {
@@ -20,7 +21,8 @@ namespace mvgpt::dist {
 inline constexpr size_t kDefaultBucketBytes = size_t(25) << 20;
 
 // Overwrites every tensor (any dtype, any device) with rank `root`'s values, in order. Every rank
-// must pass tensors of the same shapes and dtypes; the shapes are checked across ranks first.
+// must pass tensors of the same shapes, dtypes and device types; that is checked across ranks
+// first. CUDA tensors go through NCCL when the build has it (dist/nccl.h), others through MPI.
 void broadcast_tensors(const std::vector<Tensor>& tensors, int root = 0);
 
 // Replaces every parameter's gradient by its mean over the ranks: float32/float64 gradients are
@@ -28,7 +30,21 @@ void broadcast_tensors(const std::vector<Tensor>& tensors, int root = 0);
 // by the rank count and copied back. Returns the bytes all-reduced (0 with one rank). Throws
 // std::invalid_argument when a parameter has no gradient (the ranks must reduce the same tensors)
 // or a gradient is not floating point.
+// Gradients on a CUDA device, in a build with NCCL, are packed into buckets on that device and
+// averaged by ncclAllReduce on the backend's stream; the others (and CUDA gradients without NCCL)
+// are packed on the host and summed by MPI.
 int64_t average_gradients(const std::vector<Tensor>& params, size_t bucket_bytes = kDefaultBucketBytes);
+
+// The device this rank trains on when `requested` is asked for. Under a launch of several ranks a
+// CUDA device becomes cuda:<local rank> (one GPU per process, as NCCL requires; the index asked for
+// is ignored); a CPU device, or a single process, is returned unchanged. Throws std::runtime_error
+// when this machine runs more ranks than it has visible GPUs.
+Device local_device(Device requested);
+
+// Makes `gen` this rank's shard (rank, size) of the stream (NOTE [ Sharded streams ] in
+// tensor/generator.h): the dropout masks of this rank's rows are then those one process would draw
+// for the same rows of the global batch. Call it after seeding; the offset stays the global one.
+void shard_generator(Generator& gen);
 
 // The bytes average_gradients moves per step for these parameters, counted from their shapes.
 int64_t gradient_bytes(const std::vector<Tensor>& params);

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
+#include "dist/nccl.h"
 #include "dist/world.h"
 
 namespace mvgpt::dist {
@@ -68,7 +70,8 @@ std::string transport() {
   MPI_Get_library_version(version, &len);
   std::string v(version, size_t(len));
   if (auto cut = v.find_first_of(",\n"); cut != std::string::npos) v.resize(cut);
-  return "MPI (" + v + ")";
+  const std::string on_gpus = nccl::in_use();
+  return "MPI (" + v + ")" + (on_gpus.empty() ? "" : " and " + on_gpus);
 }
 
 void all_reduce_sum(float* data, int64_t count) { all_reduce(data, count, MPI_FLOAT, "dist::all_reduce_sum"); }
@@ -97,6 +100,12 @@ int finalize(int exit_code) {
   MPI_Finalized(&finalized);
   if (finalized) return exit_code;
   if (exit_code != 0 && exit_code != 130 && g_size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  try {
+    nccl::finalize();  // every rank reaches here together (success or a shared stop)
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dist::finalize: %s\n", e.what());
+    if (exit_code == 0) exit_code = 1;
+  }
   MPI_Finalize();
   return exit_code;
 }

@@ -16,6 +16,9 @@ namespace mvgpt::dist {
 
 // Ranks the launcher announced in the environment (OMPI_COMM_WORLD_SIZE, PMI_SIZE), 1 without one.
 int launched_size();
+// This process's rank among those of the launch on the same machine (OMPI_COMM_WORLD_LOCAL_RANK,
+// MPI_LOCALRANKID, SLURM_LOCALID), 0 without a launcher: which GPU of the machine it should use.
+int local_rank();
 
 // Joins the run (idempotent). Throws std::runtime_error when the launcher announced several ranks
 // and this build has no MPI, or when MPI's world size disagrees with the launcher's.
@@ -24,7 +27,8 @@ bool initialized();
 int rank();  // 0 before init()
 int size();  // 1 before init()
 inline bool is_root() { return rank() == 0; }
-// "MPI (Open MPI v4.1.4, ...)" or "none (built without MPI)".
+// "MPI (Open MPI v4.1.4)", followed by " and NCCL 2.28.9 on cuda:0" once collectives on CUDA
+// tensors have created the NCCL communicator (dist/nccl.h); "none (built without MPI)".
 std::string transport();
 
 // In-place sums over every rank (MPI_Allreduce with MPI_IN_PLACE). Nothing with one rank.

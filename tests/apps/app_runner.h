@@ -36,11 +36,11 @@ inline void write_text(const fs::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary) << text;
 }
 
-// Runs `app args` in `cwd`, capturing stdout and stderr.
-inline RunResult run_app(const std::string& app, const std::string& args, const fs::path& cwd) {
+// Runs the shell command `command` in `cwd`, capturing stdout and stderr.
+inline RunResult run_command(const std::string& command, const fs::path& cwd) {
   static int counter = 0;
   const fs::path err_file = cwd / (".stderr." + std::to_string(::getpid()) + "." + std::to_string(counter++));
-  const std::string cmd = "cd '" + cwd.string() + "' && '" + app_path(app) + "' " + args + " 2> '" + err_file.string() + "'";
+  const std::string cmd = "cd '" + cwd.string() + "' && " + command + " 2> '" + err_file.string() + "'";
   RunResult r;
   if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[4096];
@@ -51,6 +51,12 @@ inline RunResult run_app(const std::string& app, const std::string& args, const 
   r.err = slurp(err_file);
   fs::remove(err_file);
   return r;
+}
+
+// Runs `app args` in `cwd`, capturing stdout and stderr.
+inline RunResult run_app(const std::string& app, const std::string& args, const fs::path& cwd) {
+  // Appended rather than "'" + ...: GCC 12 misreports the prepend as an overlapping memcpy (-Wrestrict).
+  return run_command(std::string("'").append(app_path(app)).append("' ").append(args), cwd);
 }
 
 // Every file under `dir` with its bytes, to check that a failed command changed nothing.

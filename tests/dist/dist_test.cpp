@@ -1,11 +1,15 @@
 // dist: the world of one (no launcher), sharding and argument checks in process; the collectives
 // and data-parallel pretraining under `mpirun -np 2` on this machine's loopback (skipped without
 // mpirun): two ranks with half the batch each train the same model as one rank with all of it.
+// The same over NCCL on two GPUs (skipped without a build with NCCL and two visible GPUs).
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <regex>
+#include <utility>
 
 #include "apps/app_runner.h"
+#include "backends/cuda/cuda_backend.h"
 #include "backends/ops.h"
 #include "dist/data_parallel.h"
 #include "dist/world.h"
@@ -33,16 +37,34 @@ TEST(DistWorld, WithoutALauncherIsAWorldOfOne) {
   EXPECT_FALSE(dist::transport().empty());
 }
 
+// Sets `name` to each case's value in turn and checks what `read` returns; restores `name` after.
+void expect_env_reads(const char* name, int (*read)(), const std::vector<std::pair<const char*, int>>& cases) {
+  const char* was = std::getenv(name);
+  const std::optional<std::string> saved = was ? std::optional<std::string>(was) : std::nullopt;
+  for (const auto& [value, expected] : cases) {
+    ::setenv(name, value, 1);
+    EXPECT_EQ(read(), expected) << name << "=" << value;
+  }
+  if (saved) ::setenv(name, saved->c_str(), 1);
+  else ::unsetenv(name);
+}
+
 TEST(DistWorld, LaunchedSizeReadsTheLaunchersEnvironment) {
-  const char* saved = std::getenv("PMI_SIZE");
-  ::setenv("PMI_SIZE", "3", 1);
-  EXPECT_EQ(dist::launched_size(), 3);
-  ::setenv("PMI_SIZE", "three", 1);
-  EXPECT_EQ(dist::launched_size(), 1);
-  ::setenv("PMI_SIZE", "0", 1);
-  EXPECT_EQ(dist::launched_size(), 1);
-  if (saved) ::setenv("PMI_SIZE", saved, 1);
-  else ::unsetenv("PMI_SIZE");
+  expect_env_reads("PMI_SIZE", dist::launched_size, {{"3", 3}, {"three", 1}, {"0", 1}});
+}
+
+TEST(DistWorld, LocalRankReadsTheLaunchersEnvironment) {
+  ASSERT_EQ(std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"), nullptr) << "the test itself must not run under mpirun";
+  expect_env_reads("OMPI_COMM_WORLD_LOCAL_RANK", dist::local_rank, {{"2", 2}, {"-1", 0}, {"1x", 0}});
+  expect_env_reads("SLURM_LOCALID", dist::local_rank, {{"1", 1}});  // Slurm's srun
+  EXPECT_EQ(dist::local_rank(), 0);
+}
+
+TEST(DistWorld, ALoneProcessKeepsTheDeviceItAskedFor) {
+  dist::init();
+  EXPECT_EQ(dist::local_device(Device::cpu()), Device::cpu());
+  // One rank: the index asked for stands, even with no such GPU (the app's own check reports that).
+  EXPECT_EQ(dist::local_device(Device::cuda(3)), Device::cuda(3));
 }
 
 TEST(DataParallel, ShardRowsTakesEachRanksShare) {
@@ -111,21 +133,10 @@ std::string mpirun() {
 // In sanitizer builds the ranks skip leak checking: Open MPI keeps allocations until exit, some
 // in plugins unloaded by then that no suppression can name; single-process runs still check leaks.
 RunResult run_ranks(int ranks, const std::string& exe, const std::string& args, const fs::path& cwd) {
-  const fs::path err_file = cwd / (".stderr.dist." + std::to_string(::getpid()));
-  const std::string cmd = "cd '" + cwd.string() + "' && ASAN_OPTIONS=detect_leaks=0 '" + mpirun() +
-                          "' --oversubscribe --allow-run-as-root --bind-to none " +
-                          "--mca btl self,vader --mca btl_vader_single_copy_mechanism none -np " + std::to_string(ranks) +
-                          " '" + exe + "' " + args + " 2> '" + err_file.string() + "'";
-  RunResult r;
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    int status = ::pclose(p);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  r.err = slurp(err_file);
-  fs::remove(err_file);
-  return r;
+  return run_command("ASAN_OPTIONS=detect_leaks=0 '" + mpirun() + "' --oversubscribe --allow-run-as-root --bind-to none " +
+                         "--mca btl self,vader --mca btl_vader_single_copy_mechanism none -np " + std::to_string(ranks) +
+                         " '" + exe + "' " + args,
+                     cwd);
 }
 
 std::string worker(bool with_mpi = true) {
@@ -149,22 +160,25 @@ class DistRanks : public Launcher {
     GTEST_SKIP() << "built without MPI (install libopenmpi-dev and reconfigure): multi-rank tests skipped";
 #endif
   }
+
+  // Runs the worker's scenario `mode` on `ranks` ranks; each must print "rank <q>: ok".
+  static RunResult expect_ranks_ok(const std::string& mode, int ranks) {
+    RunResult r = run_ranks(ranks, worker(), mode, root());
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    for (int q = 0; q < ranks; ++q)
+      EXPECT_NE(r.out.find("rank " + std::to_string(q) + ": ok"), std::string::npos)
+          << mode << " on " << ranks << " ranks:\n" << r.out << r.err;
+    return r;
+  }
 };
 
 TEST_F(DistRanks, AverageGradientsIsTheMeanOverRanks) {
-  for (int ranks : {2, 3}) {
-    RunResult r = run_ranks(ranks, worker(), "reduce", root());
-    EXPECT_EQ(r.code, 0) << r.out << r.err;
-    for (int q = 0; q < ranks; ++q)
-      EXPECT_NE(r.out.find("rank " + std::to_string(q) + ": ok"), std::string::npos) << ranks << " ranks:\n" << r.out << r.err;
-  }
+  for (int ranks : {2, 3}) expect_ranks_ok("reduce", ranks);
 }
 
 TEST_F(DistRanks, BroadcastGivesRankZerosValuesAndCatchesShapeMismatches) {
-  RunResult r = run_ranks(2, worker(), "broadcast", root());
-  EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("rank 1: ok"), std::string::npos) << r.out << r.err;
-  r = run_ranks(2, worker(), "mismatch", root());
+  expect_ranks_ok("broadcast", 2);
+  RunResult r = run_ranks(2, worker(), "mismatch", root());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("rank 0: threw: dist::broadcast_tensors: 1 rank(s) hold tensors whose shapes"), std::string::npos)
       << r.out << r.err;
@@ -231,17 +245,13 @@ void expect_close_files(const fs::path& a, const fs::path& b, double rel) {
   }
 }
 
-const char* kTiny = "--config dist.json --batch-size 4 --eval-interval 3 --eval-windows 4 --device cpu ";
+// The tiny model for six steps, without the device.
+const std::string kTinyRun = "--config dist.json --batch-size 4 --eval-interval 3 --eval-windows 4 ";
+const std::string kTiny = kTinyRun + "--device cpu ";
 
-TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
-  const fs::path cwd = prepared();
-  write_text(cwd / "dist.json", tiny_config(false));
-  RunResult one = run_app("pretrain", std::string(kTiny) + "--steps 6 --out one/run --runs-dir one/runs", cwd);
-  ASSERT_EQ(one.code, 0) << one.out << one.err;
-  RunResult two = run_ranks(2, app_path("pretrain"), std::string(kTiny) + "--steps 6 --out two/run --runs-dir two/runs", cwd);
-  ASSERT_EQ(two.code, 0) << two.out << two.err;
-  EXPECT_NE(two.out.find("data parallel: 2 ranks over MPI"), std::string::npos) << two.out;
-
+// Run `two` (2 ranks, rank 0's output) trained like run `one` (1 rank): the printed loss and
+// gradient-norm curve, the logged losses, and the weights and optimizer state after six steps.
+void expect_same_training(const RunResult& one, const RunResult& two, const fs::path& one_run, const fs::path& two_run) {
   // Rank 0 alone prints: one start line, six steps; the loss curve is the one-rank curve.
   EXPECT_EQ(std::count(two.out.begin(), two.out.end(), '\n'), std::count(one.out.begin(), one.out.end(), '\n') + 1) << two.out;
   auto l1 = printed_losses(one.out), l2 = printed_losses(two.out);
@@ -253,7 +263,7 @@ TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
     EXPECT_NEAR(l2.at(step).second, loss_norm.second, 1.5e-3) << "printed gradient norm at step " << step;
   }
   // The logged curve, with six digits: train and held-out losses to 1e-5 relative.
-  auto c1 = csv_columns(cwd / "one" / "run" / "log.csv"), c2 = csv_columns(cwd / "two" / "run" / "log.csv");
+  auto c1 = csv_columns(one_run / "log.csv"), c2 = csv_columns(two_run / "log.csv");
   ASSERT_EQ(c1.size(), 6u);
   ASSERT_EQ(c2.size(), 6u);
   for (size_t i = 0; i < c1.size(); ++i)
@@ -263,10 +273,20 @@ TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
       const double a = std::stod(c1[i][col]), b = std::stod(c2[i][col]);
       EXPECT_NEAR(b, a, 1e-5 * std::abs(a)) << "row " << i << " column " << col;
     }
-
   // After six AdamW steps the weights and the optimizer state agree to 1e-5 relative.
   for (const char* f : {"last/model.safetensors", "last/optimizer.safetensors", "best/model.safetensors"})
-    expect_close_files(cwd / "two" / "run" / f, cwd / "one" / "run" / f, 1e-5);
+    expect_close_files(two_run / f, one_run / f, 1e-5);
+}
+
+TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "dist.json", tiny_config(false));
+  RunResult one = run_app("pretrain", kTiny + "--steps 6 --out one/run --runs-dir one/runs", cwd);
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  RunResult two = run_ranks(2, app_path("pretrain"), kTiny + "--steps 6 --out two/run --runs-dir two/runs", cwd);
+  ASSERT_EQ(two.code, 0) << two.out << two.err;
+  EXPECT_NE(two.out.find("data parallel: 2 ranks over MPI"), std::string::npos) << two.out;
+  expect_same_training(one, two, cwd / "one" / "run", cwd / "two" / "run");
   // Rank 0 alone wrote the logs: one TensorBoard file, one CSV with six rows.
   EXPECT_EQ(std::distance(fs::directory_iterator(cwd / "two" / "runs" / "run"), fs::directory_iterator()), 1);
   const std::string csv = slurp(cwd / "two" / "run" / "log.csv");
@@ -274,15 +294,13 @@ TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
 
   // --resume on two ranks continues exactly: stopped at 3 and resumed to 6 = the run above, bit for
   // bit (the same folder name in another place, so the checkpoints' metadata match too).
-  RunResult first = run_ranks(2, app_path("pretrain"), std::string(kTiny) + "--steps 3 --schedule-steps 6 --out resumed/run --runs-dir resumed/runs", cwd);
+  RunResult first = run_ranks(2, app_path("pretrain"), kTiny + "--steps 3 --schedule-steps 6 --out resumed/run --runs-dir resumed/runs", cwd);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
   RunResult rest = run_ranks(2, app_path("pretrain"), "--resume --steps 6 --device cpu --out resumed/run --runs-dir resumed/runs", cwd);
   ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
   EXPECT_NE(rest.out.find("resuming resumed/run at step 3"), std::string::npos) << rest.out;
-  EXPECT_TRUE(slurp(cwd / "two" / "run" / "last" / "model.safetensors") ==
-              slurp(cwd / "resumed" / "run" / "last" / "model.safetensors"));
-  EXPECT_TRUE(slurp(cwd / "two" / "run" / "last" / "optimizer.safetensors") ==
-              slurp(cwd / "resumed" / "run" / "last" / "optimizer.safetensors"));
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(slurp(cwd / "two" / "run" / "last" / f) == slurp(cwd / "resumed" / "run" / "last" / f)) << f;
 }
 
 TEST_F(DistRanks, PretrainRefusesABatchThatDoesNotSplit) {
@@ -293,6 +311,50 @@ TEST_F(DistRanks, PretrainRefusesABatchThatDoesNotSplit) {
   // Both ranks print it; their writes may interleave, so the message is looked for without the app name.
   EXPECT_NE(r.err.find("--batch-size 5 does not split over 2 ranks; use a multiple of 2"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(cwd / "odd" / "run" / "last"));
+}
+
+TEST_F(DistRanks, ShardedDropoutStreamsTrainLikeOneProcess) {
+  for (int ranks : {2, 3}) expect_ranks_ok("dropout", ranks);
+}
+
+// ---- several ranks on GPUs, over NCCL ----
+
+// Needs mpirun, a build with NCCL and two visible GPUs (one per rank, as NCCL requires).
+class NcclRanks : public DistRanks {
+ protected:
+  void SetUp() override {
+    DistRanks::SetUp();
+    if (IsSkipped()) return;
+#ifndef MVGPT_DIST_NCCL
+    GTEST_SKIP() << "built without NCCL (needs the CUDA backend, MPI, and nccl.h/libnccl beside the CUDA toolkit): "
+                    "NCCL tests skipped";
+#endif
+    if (const int gpus = cuda::device_count(); gpus < 2)
+      GTEST_SKIP() << "NCCL tests need 2 visible CUDA devices, found " << gpus << ": skipped";
+  }
+};
+
+TEST_F(NcclRanks, AverageGradientsOnGpusIsTheMeanOverRanks) {
+  RunResult r = expect_ranks_ok("nccl-reduce", 2);
+  EXPECT_NE(r.out.find("rank 1: over MPI ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("and NCCL 2."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on cuda:1"), std::string::npos) << "rank 1 should use its local GPU:\n" << r.out;
+}
+
+TEST_F(NcclRanks, BroadcastOnGpusGivesRankZerosValues) { expect_ranks_ok("nccl-broadcast", 2); }
+
+// pretrain --device cuda under mpirun: each rank on its own GPU (dist::local_device), gradients over NCCL.
+TEST_F(NcclRanks, TwoRanksOnTwoGpusTrainLikeOneGpu) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "dist.json", tiny_config(false));
+  const std::string args = kTinyRun + "--device cuda --steps 6 ";
+  RunResult one = run_app("pretrain", args + "--out gpu-one/run --runs-dir gpu-one/runs", cwd);
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  RunResult two = run_ranks(2, app_path("pretrain"), args + "--out gpu-two/run --runs-dir gpu-two/runs", cwd);
+  ASSERT_EQ(two.code, 0) << two.out << two.err;
+  EXPECT_NE(two.out.find("data parallel: 2 ranks over MPI"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find(" and NCCL "), std::string::npos) << two.out;
+  expect_same_training(one, two, cwd / "gpu-one" / "run", cwd / "gpu-two" / "run");
 }
 
 }  // namespace
