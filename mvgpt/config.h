@@ -26,7 +26,7 @@ struct GPTConfig {
   bool bias = true;
   bool tie_embeddings = true;
   double norm_eps = 1e-5;
-  double dropout = 0.0;
+  double dropout = 0.0;    // in training: after the embeddings, on attention weights and on each residual branch (nanoGPT's places)
 
   int64_t head_dim() const { return n_embd / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -40,6 +40,7 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   ac.rope = config.rope;
   ac.rope_base = config.rope_base;
   ac.bias = config.bias;
+  ac.dropout = config.dropout;
   attn = register_module("attn", std::make_shared<nn::CausalSelfAttention>(ac, init));
   reinit_weight(attn->c_proj->weight, residual_init);
   ln_2 = register_module("ln_2", make_norm(config, init));
@@ -63,7 +64,7 @@ Tensor Block::feed_forward(const Tensor& x) const {
 
 Tensor Block::forward(const Tensor& x, const Tensor& positions, nn::KVCacheLayer* cache) const {
   Tensor y = x + attn->forward(norm(*ln_1, x), positions, cache);  // (B, T, C)
-  return y + feed_forward(norm(*ln_2, y));
+  return y + dropout(feed_forward(norm(*ln_2, y)), config_.dropout, nullptr, is_training());
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
@@ -102,6 +103,7 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
   Tensor positions;
   if (config_.rope) positions = ops::arange(double(start), double(start + T), 1, DType::i64);  // (T)
   else x = x + narrow(wpe->weight, 0, start, T);                                               // (T, C) broadcast
+  x = dropout(x, config_.dropout, nullptr, is_training());
   for (size_t i = 0; i < h->size(); ++i)
     x = h->at<Block>(i).forward(x, positions, cache ? &cache->layer(i) : nullptr);
   if (cache) cache->position += T;

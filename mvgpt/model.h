@@ -5,6 +5,8 @@
 //   transformer.ln_f, and the output head tied to wte (not stored).
 // With RoPE the blocks rotate queries and keys by absolute positions that start at the cache's
 // position; the same code builds the Llama-style variant (RMSNorm, SwiGLU, grouped KV heads).
+// config.dropout > 0 drops, in training mode only, where nanoGPT does: the embeddings, the attention
+// weights (through the unfused attention, the fused kernel has no mask) and each residual branch.
 #include <memory>
 
 #include "mvgpt/config.h"

@@ -39,7 +39,7 @@ Tensor CausalSelfAttention::attend_fused(const Tensor& q, const Tensor& k, const
   return attention(q, k, v, 1.0 / std::sqrt(double(q.size(3))), /*causal=*/true);
 }
 
-Tensor CausalSelfAttention::attend_reference(const Tensor& q, const Tensor& k, const Tensor& v) {
+Tensor CausalSelfAttention::attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout) {
   check_heads(q, k, v, "CausalSelfAttention::attend_reference");
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), Tk = k.size(2), rep = H / Hkv;
@@ -55,7 +55,9 @@ Tensor CausalSelfAttention::attend_reference(const Tensor& q, const Tensor& k, c
   Tensor query_pos = reshape(ops::arange(double(Tk - Tq), double(Tk), 1, DType::i64, q.device()), {Tq, 1});
   Tensor hidden = ops::gt(key_pos, query_pos);  // (Tq, Tk) bool
   scores = masked_fill(scores, hidden, -std::numeric_limits<double>::infinity());
-  return matmul(softmax(scores, -1), vr);  // (B, H, Tq, D)
+  Tensor weights = softmax(scores, -1);
+  if (attn_dropout > 0) weights = dropout(weights, attn_dropout);
+  return matmul(weights, vr);  // (B, H, Tq, D)
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheLayer* cache) const {
@@ -90,9 +92,11 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& positions, KV
     k = cache->keys();  // (B, Hkv, L, D)
     v = cache->values();
   }
-  Tensor y = use_fused ? attend_fused(q, k, v) : attend_reference(q, k, v);  // (B, H, T, D)
+  // The fused kernel has no dropout mask: training with dropout takes the reference path.
+  const double p = is_training() ? config.dropout : 0.0;
+  Tensor y = use_fused && p == 0 ? attend_fused(q, k, v) : attend_reference(q, k, v, p);  // (B, H, T, D)
   y = reshape(transpose(y, 1, 2), {B, T, C});
-  return c_proj->forward(y);
+  return dropout(c_proj->forward(y), p);
 }
 
 }  // namespace mvgpt::nn

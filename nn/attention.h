@@ -23,6 +23,9 @@ struct AttentionConfig {
   bool rope = false;
   double rope_base = 10000;
   bool bias = true;
+  // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's
+  // attn_dropout and resid_dropout). Masks come from default_generator().
+  double dropout = 0.0;
 };
 
 class CausalSelfAttention : public Module {
@@ -42,11 +45,12 @@ class CausalSelfAttention : public Module {
   // The attention itself on split heads: q (B, H, Tq, D), k and v (B, Hkv, Tk, D), Tk >= Tq, causal
   // with query i at key position Tk - Tq + i. Exposed for tests and for the GPT's own loop.
   static Tensor attend_fused(const Tensor& q, const Tensor& k, const Tensor& v);
-  static Tensor attend_reference(const Tensor& q, const Tensor& k, const Tensor& v);
+  // attn_dropout > 0 drops attention weights after the softmax (training only).
+  static Tensor attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout = 0.0);
 
   AttentionConfig config;
   int64_t head_dim;
-  bool use_fused = true;  // false: the unfused reference path
+  bool use_fused = true;  // false: the unfused reference path (also taken in training with dropout)
   std::shared_ptr<Linear> c_attn, c_proj;
 };
 
