@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/app.h"
+#include "apps/common/cli.h"
 #include "apps/common/checkpoints.h"
 #include "apps/common/context_methods.h"
 #include "apps/common/plot.h"
@@ -49,42 +50,19 @@ std::string plot_script(const std::string& csv, const std::string& png, size_t c
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Loss and milliseconds per token past the context window: the whole window again for each\n"
-               "token (window), the sliding KV cache (cache, RoPE only), all of the stream at once (full, RoPE only).",
-               "context"};
-  std::vector<std::string> ckpts, method_names;
-  std::string tokens_path = "data/valid.bin", device_flag = "auto", out_dir = "runs/context";
-  int64_t length = 768, streams = 8;
-  bool as_json = false, no_plot = false;
-  app.add_option("--ckpt", ckpts, "checkpoint or run folder (repeat for several)")->required();
-  app.add_option("--tokens", tokens_path, "llm.c token file of held-out text")->capture_default_str();
-  app.add_option("--length", length, "tokens per stream (must exceed each model's window)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--streams", streams, "streams, one after another from the start of the file")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--methods", method_names, "only these methods (window, cache, full); default: all a model supports")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"window", "cache", "full"}));
-  app.add_option("--device", device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
-  app.add_option("--out-dir", out_dir, "folder for context_losses.csv and context_losses.png")->capture_default_str();
-  app.add_flag("--json", as_json,
-               "print only a JSON list of {model, method, loss, ms_per_token} on stdout (progress goes to stderr)");
-  app.add_flag("--no-plot", no_plot, "skip the PNG");
-
-  return run_app(app, argc, argv, [&] {
-    const Device device = resolve_device(device_flag);
-    require_file(tokens_path, "token file", "run prepare first, or pass --tokens FILE");
-    text::TokenFile tokens(tokens_path);
-    const int64_t needed = length * streams;
-    if (int64_t(tokens.size()) < needed)
-      throw AppError(tokens_path + " holds " + format_count(int64_t(tokens.size())) + " tokens, fewer than " +
-                     std::to_string(streams) + " streams of " + std::to_string(length) + " (" + format_count(needed) +
+  ContextArgs args;
+  const auto app = context_cli(args);
+  return run_app(*app, argc, argv, [&] {
+    const Device device = resolve_device(args.device_flag);
+    require_file(args.tokens_path, "token file", "run prepare first, or pass --tokens FILE");
+    text::TokenFile tokens(args.tokens_path);
+    if (int64_t(tokens.size()) < args.tokens_needed)
+      throw AppError(args.tokens_path + " holds " + format_count(int64_t(tokens.size())) + " tokens, fewer than " +
+                     std::to_string(args.streams) + " streams of " + std::to_string(args.length) + " (" + format_count(args.tokens_needed) +
                      "); lower --streams or --length");
-    std::vector<std::vector<int32_t>> stream_tokens(static_cast<size_t>(streams));
-    for (int64_t s = 0; s < streams; ++s)
-      stream_tokens[size_t(s)].assign(tokens.data() + s * length, tokens.data() + (s + 1) * length);
+    std::vector<std::vector<int32_t>> stream_tokens(static_cast<size_t>(args.streams));
+    for (int64_t s = 0; s < args.streams; ++s)
+      stream_tokens[size_t(s)].assign(tokens.data() + s * args.length, tokens.data() + (s + 1) * args.length);
 
     // Load and check every checkpoint before measuring anything.
     struct Model {
@@ -93,29 +71,29 @@ int main(int argc, char** argv) {
       std::vector<ContextMethod> methods;
     };
     std::vector<Model> models;
-    for (const auto& c : ckpts) {
+    for (const auto& c : args.ckpts) {
       Model m{checkpoint_name(c), resolve_checkpoint(c), nullptr, {}};
       m.gpt = load_model(m.dir, device).model;
       m.gpt->eval();
       const auto& config = m.gpt->config();
-      check_same_tokenizer(tokens_path, m.dir, m.name);
+      check_same_tokenizer(args.tokens_path, m.dir, m.name);
       // Only the streams are read: check their ids, not the whole file's.
       for (const auto& st : stream_tokens)
         for (int32_t id : st)
           if (id >= config.vocab_size)
-            throw AppError(tokens_path + " holds token id " + std::to_string(id) + " but " + m.name +
+            throw AppError(args.tokens_path + " holds token id " + std::to_string(id) + " but " + m.name +
                            " has a vocabulary of " + std::to_string(config.vocab_size) +
                            "; encode the text with the model's own tokenizer (prepare --tokenizer <checkpoint>/tokenizer.json)");
-      if (length <= config.block_size)
-        throw UsageError("--length " + std::to_string(length) + " leaves no token past the window of " + m.name +
+      if (args.length <= config.block_size)
+        throw UsageError("--length " + std::to_string(args.length) + " leaves no token past the window of " + m.name +
                          " (" + std::to_string(config.block_size) + " tokens); pass a --length above " +
                          std::to_string(config.block_size));
-      if (method_names.empty()) {
+      if (args.method_names.empty()) {
         m.methods.push_back(ContextMethod::window);
         // Learned positions stop at block_size: the cache cannot slide and the model cannot see further.
         if (config.rope) m.methods.insert(m.methods.end(), {ContextMethod::cache, ContextMethod::full});
       } else {
-        for (const auto& n : method_names) {
+        for (const auto& n : args.method_names) {
           ContextMethod method = parse_context_method(n);
           if (!supports(config, method))
             throw AppError("the '" + n + "' method needs rotary positions, but " + m.name + " has a learned table of " +
@@ -127,9 +105,9 @@ int main(int argc, char** argv) {
       models.push_back(std::move(m));
     }
 
-    FILE* table = as_json ? stderr : stdout;
+    FILE* table = args.as_json ? stderr : stdout;
     std::fprintf(table, "%lld stream%s of %lld tokens from %s; scored: the tokens past each model's window\n",
-                 (long long)streams, streams == 1 ? "" : "s", (long long)length, tokens_path.c_str());
+                 (long long)args.streams, args.streams == 1 ? "" : "s", (long long)args.length, args.tokens_path.c_str());
     std::fprintf(table, "%-24s %-7s %8s %13s\n", "model", "method", "loss", "ms/token");
     std::fflush(table);
 
@@ -140,19 +118,19 @@ int main(int argc, char** argv) {
       (void)context_losses(*m.gpt, std::vector<int32_t>(stream_tokens[0].begin(), stream_tokens[0].begin() + W + 1),
                            ContextMethod::window, device);
       for (ContextMethod method : m.methods) {
-        Row row{m.name, method, 0, 0, std::vector<double>(size_t(length - W), 0.0), W};
+        Row row{m.name, method, 0, 0, std::vector<double>(size_t(args.length - W), 0.0), W};
         double seconds = 0;
         size_t scored = 0;
-        for (int64_t s = 0; s < streams; ++s) {
-          if (as_json)
+        for (int64_t s = 0; s < args.streams; ++s) {
+          if (args.as_json)
             std::fprintf(stderr, "%s %s: stream %lld/%lld\r", m.name.c_str(), to_string(method).c_str(),
-                         (long long)s + 1, (long long)streams);
+                         (long long)s + 1, (long long)args.streams);
           ContextResult r = context_losses(*m.gpt, stream_tokens[size_t(s)], method, device);
           seconds += r.seconds;
           scored += r.losses.size();
           for (size_t j = 0; j < r.losses.size(); ++j) {
             row.loss += r.losses[j];
-            row.position_loss[j] += r.losses[j] / double(streams);
+            row.position_loss[j] += r.losses[j] / double(args.streams);
           }
         }
         row.loss /= double(scored);
@@ -165,15 +143,15 @@ int main(int argc, char** argv) {
     }
 
     // Per-position losses: one column per model and method (empty where a model's window is longer).
-    fs::create_directories(out_dir);
-    const std::string csv_path = (fs::path(out_dir) / "context_losses.csv").string();
-    const std::string png_path = (fs::path(out_dir) / "context_losses.png").string();
+    fs::create_directories(args.out_dir);
+    const std::string csv_path = (fs::path(args.out_dir) / "context_losses.csv").string();
+    const std::string png_path = (fs::path(args.out_dir) / "context_losses.png").string();
     std::string csv = "position";
     for (const auto& r : rows) csv += "," + r.model + " " + to_string(r.method);
     csv += "\n";
-    int64_t first = length;
+    int64_t first = args.length;
     for (const auto& r : rows) first = std::min(first, r.block_size);
-    for (int64_t p = first; p < length; ++p) {
+    for (int64_t p = first; p < args.length; ++p) {
       csv += std::to_string(p);
       for (const auto& r : rows)
         csv += "," + (p >= r.block_size ? format("%.6f", r.position_loss[size_t(p - r.block_size)]) : std::string());
@@ -181,13 +159,13 @@ int main(int argc, char** argv) {
     }
     util::write_file_atomic(csv_path, csv);
     std::string where = "per-position losses: " + csv_path;
-    if (!no_plot) {
-      std::string err = run_gnuplot(plot_script(csv_path, png_path, rows.size(), length));
+    if (!args.no_plot) {
+      std::string err = run_gnuplot(plot_script(csv_path, png_path, rows.size(), args.length));
       where += err.empty() ? ", plot: " + png_path : " (no plot: " + err.substr(0, err.find('\n')) + ")";
     }
     std::fprintf(table, "%s\n", where.c_str());
 
-    if (as_json) {
+    if (args.as_json) {
       nlohmann::ordered_json out = nlohmann::ordered_json::array();
       for (const auto& r : rows)
         out.push_back({{"model", r.model}, {"method", to_string(r.method)}, {"loss", r.loss}, {"ms_per_token", r.ms_per_token}});

@@ -26,6 +26,7 @@
 
 #include "apps/common/app.h"
 #include "apps/common/checkpoints.h"
+#include "apps/common/cli.h"
 #include "apps/common/csv_log.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/numerics.h"
@@ -52,51 +53,37 @@ using namespace mvgpt::apps;
 
 namespace {
 
-// About ten minutes of the series' model at batch 16 x 256 on this repository's 2-core reference
-// machine (~1,400 tokens/s when nothing else runs; see docs/apps.md); both runs use it unless told
-// otherwise, so their rates match step for step whatever the clock says.
-constexpr int64_t kDefaultScheduleSteps = 200;
-
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
   g_interrupted = true;
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C stops at once
 }
 
-// What defines a run: kept in state.json and reused by --resume.
-struct Settings {
-  int64_t batch_size = 16;
-  double lr = 1e-3, min_lr = -1;
-  int64_t warmup_steps = -1, schedule_steps = 0;
-  double weight_decay = 0.1, grad_clip = 1.0, beta1 = 0.9, beta2 = 0.95;
-  uint64_t seed = 1337;
-  int64_t eval_interval = 25, eval_windows = 32;
-
-  json to_json() const {
-    return {{"batch_size", batch_size},       {"lr", lr},
-            {"min_lr", min_lr},               {"warmup_steps", warmup_steps},
-            {"schedule_steps", schedule_steps}, {"weight_decay", weight_decay},
-            {"grad_clip", grad_clip},         {"beta1", beta1},
-            {"beta2", beta2},                 {"seed", seed},
-            {"eval_interval", eval_interval}, {"eval_windows", eval_windows}};
-  }
-  static Settings from_json(const json& j) {
-    Settings s;
-    s.batch_size = j.at("batch_size");
-    s.lr = j.at("lr");
-    s.min_lr = j.at("min_lr");
-    s.warmup_steps = j.at("warmup_steps");
-    s.schedule_steps = j.at("schedule_steps");
-    s.weight_decay = j.at("weight_decay");
-    s.grad_clip = j.at("grad_clip");
-    s.beta1 = j.at("beta1");
-    s.beta2 = j.at("beta2");
-    s.seed = j.at("seed");
-    s.eval_interval = j.at("eval_interval");
-    s.eval_windows = j.at("eval_windows");
-    return s;
-  }
-};
+// The settings that define a run, as state.json keeps them (--resume reads them back).
+json settings_json(const PretrainSettings& s) {
+  return {{"batch_size", s.batch_size},       {"lr", s.lr},
+          {"min_lr", s.min_lr},               {"warmup_steps", s.warmup_steps},
+          {"schedule_steps", s.schedule_steps}, {"weight_decay", s.weight_decay},
+          {"grad_clip", s.grad_clip},         {"beta1", s.beta1},
+          {"beta2", s.beta2},                 {"seed", s.seed},
+          {"eval_interval", s.eval_interval}, {"eval_windows", s.eval_windows}};
+}
+PretrainSettings settings_from_json(const json& j) {
+  PretrainSettings s;
+  s.batch_size = j.at("batch_size");
+  s.lr = j.at("lr");
+  s.min_lr = j.at("min_lr");
+  s.warmup_steps = j.at("warmup_steps");
+  s.schedule_steps = j.at("schedule_steps");
+  s.weight_decay = j.at("weight_decay");
+  s.grad_clip = j.at("grad_clip");
+  s.beta1 = j.at("beta1");
+  s.beta2 = j.at("beta2");
+  s.seed = j.at("seed");
+  s.eval_interval = j.at("eval_interval");
+  s.eval_windows = j.at("eval_windows");
+  return s;
+}
 
 // Where a run stands: state.json in last/.
 struct State {
@@ -108,19 +95,19 @@ struct State {
   uint64_t rng_seed = 0, rng_offset = 0;
 };
 
-json state_json(const State& st, const Settings& s, const std::string& run) {
+json state_json(const State& st, const PretrainSettings& s, const std::string& run) {
   json j = {{"run", run},
             {"step", st.step},
             {"elapsed_s", st.elapsed_s},
             {"tokens_seen", st.tokens_seen},
             {"best_step", st.best_step},
             {"rng", {{"seed", st.rng_seed}, {"offset", st.rng_offset}}},
-            {"settings", s.to_json()}};
+            {"settings", settings_json(s)}};
   j["best_val_loss"] = std::isfinite(st.best_val_loss) ? json(st.best_val_loss) : json(nullptr);
   return j;
 }
 
-State read_state(const std::string& path, Settings& settings) {
+State read_state(const std::string& path, PretrainSettings& settings) {
   State st;
   try {
     json j = json::parse(util::read_file(path));
@@ -131,7 +118,7 @@ State read_state(const std::string& path, Settings& settings) {
     st.best_val_loss = j.at("best_val_loss").is_null() ? INFINITY : double(j.at("best_val_loss"));
     st.rng_seed = j.at("rng").at("seed");
     st.rng_offset = j.at("rng").at("offset");
-    settings = Settings::from_json(j.at("settings"));
+    settings = settings_from_json(j.at("settings"));
   } catch (const json::exception& e) {
     throw AppError(path + ": not a pretrain state file (" + e.what() + "); start a new run with --overwrite");
   }
@@ -143,80 +130,23 @@ std::string csv_number(double v, const char* fmt = "%.6g") { return std::isfinit
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Pretrains the GPT on data/train.bin, measuring held-out loss on data/valid.bin.\n"
-               "Runs go to checkpoints/pretrain (learned positions) or checkpoints/pretrain-rope (--rope).\n"
-               "Under mpirun -np N it trains data-parallel, N shares of each --batch-size (docs/distributed.md).",
-               "pretrain"};
-  Settings s;
-  bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
-  int64_t inject_nan_step = -1;
-  double minutes = 10;
-  int64_t steps = 0, log_interval = 1;
-  std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir, runs_dir = "runs";
-
-  app.add_flag("--rope", rope, "rotary position embeddings instead of a learned table (sets rope in the config)");
-  auto* preset_opt = app.add_option("--preset", preset, "model shape")
-                         ->capture_default_str()
-                         ->check(CLI::IsMember(gpt::GPTConfig::preset_names()));
-  auto* config_opt = app.add_option("--config", config_path, "model shape from a config.json instead of a preset")
-                         ->excludes(preset_opt);
-  auto* minutes_opt = app.add_option("--minutes", minutes, "train until the run has used this many minutes")
-                          ->capture_default_str()
-                          ->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "train until this step instead of by the clock")
-                        ->check(CLI::PositiveNumber)
-                        ->excludes(minutes_opt);
-  auto* sched_opt = app.add_option("--schedule-steps", s.schedule_steps,
-                                   "steps the cosine schedule spans (default: --steps, else " +
-                                       std::to_string(kDefaultScheduleSteps) + ")")
-                        ->check(CLI::PositiveNumber);
-  auto* warmup_opt = app.add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule, at least min(10, a quarter of it))")
-                         ->check(CLI::NonNegativeNumber);
-  auto* batch_opt = app.add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  auto* lr_opt = app.add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  auto* min_lr_opt = app.add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(CLI::NonNegativeNumber);
-  auto* wd_opt = app.add_option("--weight-decay", s.weight_decay, "AdamW weight decay of the matrices and embeddings")
-                     ->capture_default_str()
-                     ->check(CLI::NonNegativeNumber);
-  auto* clip_opt = app.add_option("--grad-clip", s.grad_clip, "clip the gradients' global norm to this (0: off)")
-                       ->capture_default_str()
-                       ->check(CLI::NonNegativeNumber);
-  auto* seed_opt = app.add_option("--seed", s.seed, "seed of the weights and the batches")->capture_default_str();
-  auto* eval_opt = app.add_option("--eval-interval", s.eval_interval, "steps between held-out measurements and checkpoints")
-                       ->capture_default_str()
-                       ->check(CLI::PositiveNumber);
-  auto* evalw_opt = app.add_option("--eval-windows", s.eval_windows, "held-out windows measured each time (the first N of valid.bin)")
-                        ->capture_default_str()
-                        ->check(CLI::PositiveNumber);
-  app.add_option("--log-interval", log_interval, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--device", device_flag, "cpu, cuda[:N] or auto (the GPU when there is one)")->capture_default_str();
-  app.add_option("--data", data_dir, "folder with train.bin, valid.bin and tokenizer.json (from prepare)")->capture_default_str();
-  app.add_option("--out", out_dir, "run folder (default checkpoints/pretrain, or checkpoints/pretrain-rope with --rope)");
-  app.add_option("--runs-dir", runs_dir, "TensorBoard folder; the run is named after the run folder")->capture_default_str();
-  auto* resume_opt = app.add_flag("--resume", resume, "continue the run in the run folder where its last checkpoint left it");
-  app.add_flag("--overwrite", overwrite, "start over, replacing a run that is already in the run folder")->excludes(resume_opt);
-  app.add_flag("--skip-nonfinite", skip_nonfinite,
-               "skip a step whose loss or gradients hold a NaN or an infinity (default: stop the run there)");
-  app.add_option("--debug-inject-nan-at-step", inject_nan_step,
-                 "testing aid: write NaN into the last parameter's gradient at this step (0-based)")
-      ->check(CLI::NonNegativeNumber)
-      ->group("Testing");
-
-  return dist::finalize(run_app(app, argc, argv, [&] {
+  PretrainArgs args;
+  const auto app = pretrain_cli(args);
+  return dist::finalize(run_app(*app, argc, argv, [&] {
+    PretrainSettings& s = args.settings;
     dist::init();  // joins an mpirun launch; a world of one otherwise
     if (!dist::is_root() && !std::freopen("/dev/null", "w", stdout))  // rank 0 alone prints
       throw AppError("cannot silence the output of rank " + std::to_string(dist::rank()));
-    const Device device = resolve_device(device_flag);
-    if (out_dir.empty()) out_dir = rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
-    const std::string run_name = checkpoint_name(out_dir);
-    const std::string last_dir = (fs::path(out_dir) / "last").string();
-    const std::string best_dir = (fs::path(out_dir) / "best").string();
+    const Device device = resolve_device(args.device_flag);
+    const std::string run_name = checkpoint_name(args.out_dir);
+    const std::string last_dir = (fs::path(args.out_dir) / "last").string();
+    const std::string best_dir = (fs::path(args.out_dir) / "best").string();
     const std::string state_path = (fs::path(last_dir) / "state.json").string();
 
     const std::string prep_hint = "run prepare first, or pass --data DIR";
-    const std::string train_path = (fs::path(data_dir) / "train.bin").string();
-    const std::string valid_path = (fs::path(data_dir) / "valid.bin").string();
-    const std::string tok_path = (fs::path(data_dir) / "tokenizer.json").string();
+    const std::string train_path = (fs::path(args.data_dir) / "train.bin").string();
+    const std::string valid_path = (fs::path(args.data_dir) / "valid.bin").string();
+    const std::string tok_path = (fs::path(args.data_dir) / "tokenizer.json").string();
     require_file(train_path, "training tokens", prep_hint);
     require_file(valid_path, "held-out tokens", prep_hint);
     require_file(tok_path, "tokenizer", prep_hint);
@@ -225,52 +155,44 @@ int main(int argc, char** argv) {
     State st;
     gpt::GPTConfig config;
     std::shared_ptr<gpt::GPT> model;
-    if (resume) {
+    if (args.resume) {
       if (!fs::exists(state_path))
         throw AppError("nothing to resume: " + state_path + " does not exist; start the run without --resume");
-      Settings saved;
+      PretrainSettings saved;
       st = read_state(state_path, saved);
       // Flags that define the run must agree with it (or be left out).
-      auto same = [&](CLI::Option* opt, bool equal) {
-        if (opt->count() && !equal)
-          throw UsageError(opt->get_name() + " differs from the resumed run's (" + saved.to_json().dump() +
+      auto same = [&](const char* flag, bool equal) {
+        if (args.given.has(flag) && !equal)
+          throw UsageError(std::string(flag) + " differs from the resumed run's (" + settings_json(saved).dump() +
                            "); leave it out to keep the run's settings");
       };
-      same(batch_opt, s.batch_size == saved.batch_size);
-      same(lr_opt, s.lr == saved.lr);
-      same(min_lr_opt, s.min_lr == saved.min_lr);
-      same(warmup_opt, s.warmup_steps == saved.warmup_steps);
-      same(sched_opt, s.schedule_steps == saved.schedule_steps);
-      same(wd_opt, s.weight_decay == saved.weight_decay);
-      same(clip_opt, s.grad_clip == saved.grad_clip);
-      same(seed_opt, s.seed == saved.seed);
-      same(eval_opt, s.eval_interval == saved.eval_interval);
-      same(evalw_opt, s.eval_windows == saved.eval_windows);
-      if (preset_opt->count() || config_opt->count())
-        throw UsageError("--preset/--config cannot change a resumed run's model; leave them out");
+      same("--batch-size", s.batch_size == saved.batch_size);
+      same("--lr", s.lr == saved.lr);
+      same("--min-lr", s.min_lr == saved.min_lr);
+      same("--warmup-steps", s.warmup_steps == saved.warmup_steps);
+      same("--schedule-steps", s.schedule_steps == saved.schedule_steps);
+      same("--weight-decay", s.weight_decay == saved.weight_decay);
+      same("--grad-clip", s.grad_clip == saved.grad_clip);
+      same("--seed", s.seed == saved.seed);
+      same("--eval-interval", s.eval_interval == saved.eval_interval);
+      same("--eval-windows", s.eval_windows == saved.eval_windows);
       s = saved;
       if (!same_tokenizer(tok_path, (fs::path(last_dir) / "tokenizer.json").string()))
         throw AppError(tok_path + " is not the tokenizer this run was trained with (" + last_dir +
                        "/tokenizer.json); re-run prepare with --tokenizer " + last_dir + "/tokenizer.json, or start over with --overwrite");
       model = load_model(last_dir, device).model;
       config = model->config();
-      if (rope != config.rope && app.get_option("--rope")->count())
+      if (args.rope != config.rope && args.given.has("--rope"))
         throw UsageError(std::string("--rope: the resumed run has ") + (config.rope ? "rotary" : "learned") + " positions");
     } else {
-      if (fs::exists(state_path) && !overwrite)
-        throw AppError(out_dir + " already holds a run (at step " + std::to_string(read_state(state_path, s).step) +
+      if (fs::exists(state_path) && !args.overwrite)
+        throw AppError(args.out_dir + " already holds a run (at step " + std::to_string(read_state(state_path, s).step) +
                        "); continue it with --resume, start over with --overwrite, or choose another --out");
-      config = config_path.empty() ? gpt::GPTConfig::preset(preset)
-                                   : gpt::GPTConfig::from_json(util::read_file(config_path), config_path);
-      if (rope) config.rope = true;
+      config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
+                                   : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
+      if (args.rope) config.rope = true;
     }
-    if (s.schedule_steps <= 0) s.schedule_steps = steps > 0 ? steps : kDefaultScheduleSteps;
-    // 5% of the schedule, but at least a few steps (a short run at full rate from step 0 diverges).
-    if (s.warmup_steps < 0) s.warmup_steps = std::max(s.schedule_steps / 20, std::min<int64_t>(10, s.schedule_steps / 4));
-    if (s.min_lr < 0) s.min_lr = s.lr / 10;
-    if (s.warmup_steps > s.schedule_steps)
-      throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
-                       std::to_string(s.schedule_steps) + " steps)");
+    complete_schedule(s, args.steps);  // done while parsing for a new run; a resumed one checks its state.json
 
     if (s.batch_size % dist::size() != 0)
       throw UsageError(format("--batch-size %lld does not split over %d ranks; use a multiple of %d",
@@ -278,7 +200,7 @@ int main(int argc, char** argv) {
 
     // --- data and tokenizer ---
     text::Tokenizer tok = text::Tokenizer::load(tok_path);
-    if (!resume && config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
+    if (!args.resume && args.config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
     check_tokenizer_fits(tok, tok_path, config, run_name);
     config.validate();
     check_training_fits(config, s.batch_size, device);  // before anything big is allocated
@@ -296,11 +218,11 @@ int main(int argc, char** argv) {
       model->to(device);
     }
     manual_seed(s.seed);  // dropout's stream
-    if (resume) default_generator().offset = st.rng_offset;
+    if (args.resume) default_generator().offset = st.rng_offset;
 
     auto groups = nn::weight_decay_groups(model->named_parameters(), s.weight_decay);
     nn::AdamW opt(groups, {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay});
-    if (resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
+    if (args.resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
     const nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
     const std::vector<Tensor> params = model->parameters();
     dist::broadcast_tensors(params);  // rank 0's weights everywhere (built from the seed or loaded, they agree already)
@@ -322,35 +244,35 @@ int main(int argc, char** argv) {
     std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %lld steps), weight decay %.3g, clip %.3g, seed %llu\n",
                 s.lr, s.min_lr, (long long)s.warmup_steps, (long long)s.schedule_steps, s.weight_decay, s.grad_clip,
                 (unsigned long long)s.seed);
-    const double budget_s = minutes * 60;
-    if (resume) {
-      std::printf("resuming %s at step %lld (%s used)\n", out_dir.c_str(), (long long)st.step,
+    const double budget_s = args.minutes * 60;
+    if (args.resume) {
+      std::printf("resuming %s at step %lld (%s used)\n", args.out_dir.c_str(), (long long)st.step,
                   format_duration(st.elapsed_s).c_str());
-      if (steps > 0 && st.step >= steps)
+      if (args.steps > 0 && st.step >= args.steps)
         throw AppError("the run is already at step " + std::to_string(st.step) + "; pass a larger --steps to train further");
-      if (steps == 0 && st.elapsed_s >= budget_s)
+      if (args.steps == 0 && st.elapsed_s >= budget_s)
         throw AppError("the run already used its " + format_duration(st.elapsed_s) +
                        "; pass a larger --minutes (the run's total) or --steps N to train further");
     }
     std::fflush(stdout);
 
-    fs::create_directories(out_dir);
+    fs::create_directories(args.out_dir);
     // A run killed while saving left its temporary folder (a whole checkpoint) behind.
-    if (const int n = remove_stale_checkpoint_temps(out_dir))
+    if (const int n = remove_stale_checkpoint_temps(args.out_dir))
       std::printf("removed %d unfinished checkpoint folder%s of a killed run\n", n, n == 1 ? "" : "s");
     std::optional<CsvLog> csv;  // rank 0 alone writes files
     if (dist::is_root())
-      csv.emplace((fs::path(out_dir) / "log.csv").string(),
+      csv.emplace((fs::path(args.out_dir) / "log.csv").string(),
                   std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
-                  resume ? st.step : -1);
-    if (!resume && dist::is_root()) {
+                  args.resume ? st.step : -1);
+    if (!args.resume && dist::is_root()) {
       // A fresh run: drop the previous run's TensorBoard events and checkpoints.
-      fs::remove_all(fs::path(runs_dir) / run_name);
+      fs::remove_all(fs::path(args.runs_dir) / run_name);
       fs::remove_all(best_dir);
       fs::remove_all(last_dir);
     }
     std::optional<TensorBoardWriter> tb;
-    if (dist::is_root()) tb.emplace((fs::path(runs_dir) / run_name).string());
+    if (dist::is_root()) tb.emplace((fs::path(args.runs_dir) / run_name).string());
     // Copies the tokenizer beside the checkpoints, so generate and evaluate find it there.
     const std::string tok_json = util::read_file(tok_path);
 
@@ -372,7 +294,7 @@ int main(int argc, char** argv) {
     const double elapsed_before = st.elapsed_s;
     const int64_t first_step = st.step;
     const int64_t tokens_per_step = s.batch_size * config.block_size;
-    int64_t saved_step = resume ? st.step : -1;  // what last/ holds
+    int64_t saved_step = args.resume ? st.step : -1;  // what last/ holds
     int64_t skipped_in_a_row = 0;
     constexpr int64_t kMaxSkippedInARow = 10;  // past this, skipping is hiding a diverged run
 
@@ -387,7 +309,7 @@ int main(int argc, char** argv) {
       Tensor loss = model->loss(ops::to(batch.inputs, device), ops::to(batch.targets, device));
       backward(loss);
       dist::average_gradients(params);  // the global batch's gradient on every rank, before clipping
-      if (st.step == inject_nan_step) {
+      if (st.step == args.inject_nan_step) {
         poison_gradient(named_params.back().second);
         std::printf("debug: wrote NaN into the gradient of %s at step %lld\n", named_params.back().first.c_str(),
                     (long long)st.step);
@@ -405,7 +327,7 @@ int main(int argc, char** argv) {
                                                       : format("the loss is %g", train_loss) +
                                                             (bad_grad.empty() ? "" : ", first non-finite gradient " + bad_grad));
         const std::string saved = saved_step < 0 ? "no checkpoint saved yet" : format("last/ holds step %lld", (long long)saved_step);
-        if (!skip_nonfinite)
+        if (!args.skip_nonfinite)
           throw AppError(what + "; stopped without saving (" + saved + "); lower --lr or --grad-clip and --resume, "
                          "or pass --skip-nonfinite to skip such steps");
         if (++skipped_in_a_row > kMaxSkippedInARow)
@@ -425,14 +347,14 @@ int main(int argc, char** argv) {
       const double tok_s = double(tokens_per_step) / std::max(step_s, 1e-9);
 
       // Rank 0's clock decides, so that every rank stops at the same step.
-      const bool done = dist::from_root((steps > 0 ? st.step >= steps : st.elapsed_s >= budget_s) || g_interrupted);
+      const bool done = dist::from_root((args.steps > 0 ? st.step >= args.steps : st.elapsed_s >= budget_s) || g_interrupted);
       const bool eval_now = done || st.step % s.eval_interval == 0;
 
-      if (st.step % log_interval == 0 || done) {
+      if (st.step % args.log_interval == 0 || done) {
         const double per_step = (st.elapsed_s - elapsed_before) / double(st.step - first_step);
-        const double eta = steps > 0 ? per_step * double(steps - st.step) : budget_s - st.elapsed_s;
+        const double eta = args.steps > 0 ? per_step * double(args.steps - st.step) : budget_s - st.elapsed_s;
         std::printf("step %5lld%s | loss %.4f | lr %.2e | norm %6.3f | %s tok/s | %s | ETA %s\n", (long long)st.step,
-                    steps > 0 ? format("/%lld", (long long)steps).c_str() : "", train_loss, lr, grad_norm,
+                    args.steps > 0 ? format("/%lld", (long long)args.steps).c_str() : "", train_loss, lr, grad_norm,
                     format_count(int64_t(tok_s)).c_str(), format_duration(st.elapsed_s).c_str(),
                     format_duration(eta).c_str());
         std::fflush(stdout);
@@ -478,7 +400,7 @@ int main(int argc, char** argv) {
                 format_count(int64_t(double((st.step - first_step) * tokens_per_step) / std::max(session_s, 1e-9))).c_str(),
                 st.best_val_loss, (long long)st.best_step);
     std::printf("checkpoints: %s, %s; log: %s; TensorBoard: tensorboard --logdir %s\n", last_dir.c_str(), best_dir.c_str(),
-                (csv ? csv->path() : std::string()).c_str(), runs_dir.c_str());
+                (csv ? csv->path() : std::string()).c_str(), args.runs_dir.c_str());
     if (g_interrupted) {
       std::printf("interrupted: continue with the same command and --resume\n");
       return 130;

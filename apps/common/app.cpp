@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <iostream>
 #include <vector>
 
+#include "apps/common/cli.h"
 #include "backends/backend.h"
 
 namespace mvgpt::apps {
@@ -34,19 +36,23 @@ static std::string one_line(const std::string& message) {
 
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
+  const auto usage_error = [&](const std::exception& e) {
+    std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
+    return 2;
+  };
   try {
-    app.parse(argc, argv);
+    app.parse(argc, argv);  // the app's checks of its flags run in here too (apps/common/cli.h)
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
-    return 2;
+    return usage_error(e);
+  } catch (const UsageError& e) {
+    return usage_error(e);
   }
   try {
     return body();
   } catch (const UsageError& e) {
-    std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
-    return 2;
+    return usage_error(e);
   } catch (const std::exception& e) {
     std::cerr << name << ": error: " << one_line(e.what()) << "\n";
     return 1;
@@ -55,12 +61,8 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
 
 Device resolve_device(const std::string& flag) {
   if (flag.empty() || flag == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
-  Device d;
-  try {
-    d = Device::parse(flag);
-  } catch (const std::exception&) {
-    throw UsageError("--device " + flag + ": expected cpu, cuda, cuda:N or auto");
-  }
+  check_device_flag(flag);
+  const Device d = Device::parse(flag);
   if (d.is_cuda()) {
     if (!cuda_available())
       throw AppError("--device " + flag +
@@ -118,6 +120,7 @@ void require_file(const std::string& path, const std::string& what, const std::s
 
 std::string format_duration(double seconds) {
   if (!(seconds >= 0)) seconds = 0;
+  seconds = std::min(seconds, 1e15);  // an ETA of a --minutes 1e300 run: no int64 overflow (undefined)
   auto s = int64_t(seconds + 0.5);
   char buf[32];
   if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));

@@ -23,9 +23,9 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Parses the command line and runs `body`, turning every exception into one line
-// "<app>: error: <message>" on stderr: 2 for command-line errors, 1 for everything else. --help
-// prints the usage and exits 0.
+// Parses the command line (with the app's checks of its flags, apps/common/cli.h) and runs `body`,
+// turning every exception into one line "<app>: error: <message>" on stderr: 2 for command-line
+// errors (CLI11's and UsageError), 1 for everything else. --help prints the usage and exits 0.
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // "auto" (or ""): the GPU when one is available, else the CPU. "cuda" without a GPU is an AppError

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "apps/common/app.h"
+#include "backends/cuda/cuda_backend.h"
 
 namespace mvgpt::apps {
 
@@ -70,18 +71,34 @@ std::string format_bytes(double bytes) {
   return u == 0 ? format("%.0f bytes", bytes) : format("%.1f %s", bytes, units[u]);
 }
 
+double available_device_memory_bytes(Device device) {
+  if (!device.is_cuda()) return -1;
+  try {
+    return double(cuda::memory_info(device.index).free);
+  } catch (const std::exception&) {  // no CUDA in this build, or the query failed: the run will say
+    return -1;
+  }
+}
+
+std::string training_memory_shortfall(const TrainingMemory& m, int64_t batch_size, int64_t block_size, double available,
+                                      Device device) {
+  if (available < 0 || m.total() <= available) return "";
+  const bool gpu = device.is_cuda();
+  const std::string there = gpu ? "free on " + device.str() : "available";
+  return format("training this model needs about %s of %smemory (weights %s, gradients %s, AdamW state %s, "
+                "activations %s for a batch of %lld x %lld), but %s is %s; choose a smaller "
+                "--preset/--config or --batch-size",
+                format_bytes(m.total()).c_str(), gpu ? "GPU " : "", format_bytes(m.weights).c_str(),
+                format_bytes(m.gradients).c_str(), format_bytes(m.optimizer).c_str(), format_bytes(m.activations).c_str(),
+                (long long)batch_size, (long long)block_size, format_bytes(available).c_str(),
+                there.c_str());
+}
+
 void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Device device) {
-  if (device.type != DeviceType::cpu) return;
-  const double available = available_memory_bytes();
-  const TrainingMemory m = estimate_training_memory(config, batch_size);
-  if (available < 0 || m.total() <= available) return;
-  throw AppError(format("training this model needs about %s of memory (weights %s, gradients %s, AdamW state %s, "
-                        "activations %s for a batch of %lld x %lld), but %s is available; choose a smaller "
-                        "--preset/--config or --batch-size",
-                        format_bytes(m.total()).c_str(), format_bytes(m.weights).c_str(),
-                        format_bytes(m.gradients).c_str(), format_bytes(m.optimizer).c_str(),
-                        format_bytes(m.activations).c_str(), (long long)batch_size, (long long)config.block_size,
-                        format_bytes(available).c_str()));
+  const double available = device.is_cuda() ? available_device_memory_bytes(device) : available_memory_bytes();
+  const std::string shortfall =
+      training_memory_shortfall(estimate_training_memory(config, batch_size), batch_size, config.block_size, available, device);
+  if (!shortfall.empty()) throw AppError(shortfall);
 }
 
 }  // namespace mvgpt::apps

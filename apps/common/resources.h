@@ -22,8 +22,16 @@ TrainingMemory estimate_training_memory(const gpt::GPTConfig& config, int64_t ba
 // -1 when neither is known. MVGPT_AVAILABLE_MEMORY (bytes) overrides it, for tests.
 double available_memory_bytes();
 
-// AppError saying what the run would need and what is available when the estimate does not fit
-// (CPU only: device memory is not measured here).
+// What the GPU `device` has free now (cudaMemGetInfo: other processes' use counts), -1 when unknown.
+double available_device_memory_bytes(Device device);
+
+// The decision, apart from the machine: "" when `m` fits in `available` bytes of `device`'s memory
+// (or available < 0, unknown), else the message saying what the run needs and what there is.
+std::string training_memory_shortfall(const TrainingMemory& m, int64_t batch_size, int64_t block_size, double available,
+                                      Device device);
+
+// AppError with that message when the run does not fit: in the host's memory on the CPU, in the
+// GPU's free memory with --device cuda (the weights pass through the host on their way, briefly).
 void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Device device);
 
 // A process killed inside save_checkpoint leaves its "<name>.tmp.<pid>" folder (a whole checkpoint)

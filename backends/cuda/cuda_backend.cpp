@@ -63,6 +63,21 @@ Backend& backend(int index) {
   return *backends[size_t(index)];
 }
 
+MemoryInfo memory_info(int index) {
+  const int n = device_count();
+  if (index < 0 || index >= n)
+    throw std::runtime_error("cuda:" + std::to_string(index) + ": no such GPU (" + std::to_string(n) + " visible)");
+  // cudaMemGetInfo answers for the current device: switch to it and back.
+  int current = 0;
+  MVGPT_CUDA_CHECK(cudaGetDevice(&current));
+  MVGPT_CUDA_CHECK(cudaSetDevice(index));
+  MemoryInfo info;
+  const cudaError_t status = cudaMemGetInfo(&info.free, &info.total);
+  MVGPT_CUDA_CHECK(cudaSetDevice(current));
+  MVGPT_CUDA_CHECK(status);
+  return info;
+}
+
 CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
   MVGPT_CUDA_CHECK(cudaSetDevice(index_));
   MVGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -9,4 +9,11 @@ bool built_with_cuda();
 int device_count();
 Backend& backend(int index);
 
+// Free and total bytes of GPU `index` now (cudaMemGetInfo: the driver's view, other processes
+// included; blocks cached by our allocator count as used). Throws without CUDA or such a GPU.
+struct MemoryInfo {
+  size_t free = 0, total = 0;
+};
+MemoryInfo memory_info(int index);
+
 }  // namespace mvgpt::cuda

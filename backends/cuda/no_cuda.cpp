@@ -13,4 +13,9 @@ Backend& backend(int index) {
                            "machine with the CUDA toolkit, or use --device cpu)");
 }
 
+MemoryInfo memory_info(int index) {
+  (void)backend(index);  // throws: no CUDA in this build
+  return {};
+}
+
 }  // namespace mvgpt::cuda

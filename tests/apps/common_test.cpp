@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "apps/common/app.h"
 #include "apps/common/checkpoints.h"
@@ -119,6 +121,10 @@ TEST(Format, DurationsAndCounts) {
   EXPECT_EQ(format_duration(9.4), "0:09");
   EXPECT_EQ(format_duration(247), "4:07");
   EXPECT_EQ(format_duration(3903), "1:05:03");
+  // The ETA of a --minutes 1e300 run: clamped, not an int64 overflow.
+  EXPECT_EQ(format_duration(1e300), format_duration(std::numeric_limits<double>::infinity()));
+  EXPECT_EQ(format_duration(1e300).substr(0, 13), "277777777777:");
+  EXPECT_EQ(format_duration(std::nan("")), "0:00");
   EXPECT_EQ(format_count(12345678), "12,345,678");
   EXPECT_EQ(format_count(999), "999");
   EXPECT_EQ(format_count(-1000), "-1,000");

@@ -1,0 +1,228 @@
+#include "apps/common/cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "apps/common/app.h"
+#include "mvgpt/config.h"
+#include "tensor/device.h"
+
+namespace mvgpt::apps {
+
+namespace {
+
+// CLI11's PositiveNumber and NonNegativeNumber let "nan" through (every comparison with it is false):
+// a NaN learning rate or temperature would poison the whole run. No description, so --help is unchanged.
+const CLI::Validator kFinite(
+    [](std::string& text) {
+      double v = 0;
+      if (CLI::detail::lexical_cast(text, v) && std::isfinite(v)) return std::string();
+      return text + " is not a finite number";
+    },
+    "");
+
+void record_given(const CLI::App& app, GivenFlags& given) {
+  given.names.clear();
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() > 0) given.names.insert(opt->get_name());
+}
+
+// Parses into a fresh T through its app's CLI (which validates it).
+template <typename T>
+T parse_with(std::unique_ptr<CLI::App> (*make)(T&), int argc, const char* const* argv) {
+  T args;
+  make(args)->parse(argc, argv);
+  return args;
+}
+
+}  // namespace
+
+void check_device_flag(const std::string& flag) {
+  if (flag.empty() || flag == "auto") return;
+  try {
+    (void)Device::parse(flag);
+  } catch (const std::exception&) {
+    throw UsageError("--device " + flag + ": expected cpu, cuda, cuda:N or auto");
+  }
+}
+
+void complete_schedule(PretrainSettings& s, int64_t steps) {
+  if (s.schedule_steps <= 0) s.schedule_steps = steps > 0 ? steps : kDefaultScheduleSteps;
+  // 5% of the schedule, but at least a few steps (a short run at full rate from step 0 diverges).
+  if (s.warmup_steps < 0) s.warmup_steps = std::max(s.schedule_steps / 20, std::min<int64_t>(10, s.schedule_steps / 4));
+  if (s.min_lr < 0) s.min_lr = s.lr / 10;
+  if (s.warmup_steps > s.schedule_steps)
+    throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
+                     std::to_string(s.schedule_steps) + " steps)");
+}
+
+std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
+  auto app = std::make_unique<CLI::App>(
+      "Trains the byte-level BPE tokenizer on the training stories and encodes the training and\n"
+      "held-out stories into llm.c token files (tokenizer.json, train.bin, valid.bin).",
+      "prepare");
+  app->add_option("--data-dir", a.data_dir,
+                  "folder with train.txt and valid.txt (stories separated by <|endoftext|> lines); default "
+                  "$MVGPT_DATA_DIR, else ../shared/data/tinystories from the repository root");
+  app->add_option("--train", a.train_path, "training stories (default <data-dir>/train.txt)");
+  app->add_option("--valid", a.valid_path, "held-out stories (default <data-dir>/valid.txt)");
+  app->add_option("--out", a.out_dir, "output folder")->capture_default_str();
+  app->add_option("--vocab-size", a.vocab_size, "tokens in the vocabulary: 256 bytes + merges + <|endoftext|>")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t(257), size_t(65536)));
+  app->add_option("--tokenizer", a.tokenizer_path, "use this tokenizer.json instead of training one");
+  app->add_option("--tokenizer-mb", a.tokenizer_mb,
+                  "train the tokenizer on the first N MB of the training stories (0: all of them)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->check(kFinite);
+  app->final_callback([&a] {
+    // Past what a size_t holds the limit is no limit (and the cast would be undefined).
+    const double bytes = a.tokenizer_mb * 1e6;
+    a.tokenizer_bytes = bytes < 1e18 ? size_t(bytes) : 0;
+  });
+  return app;
+}
+
+std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
+  auto app = std::make_unique<CLI::App>(
+      "Pretrains the GPT on data/train.bin, measuring held-out loss on data/valid.bin.\n"
+      "Runs go to checkpoints/pretrain (learned positions) or checkpoints/pretrain-rope (--rope).\n"
+      "Under mpirun -np N it trains data-parallel, N shares of each --batch-size (docs/distributed.md).",
+      "pretrain");
+  PretrainSettings& s = a.settings;
+  app->add_flag("--rope", a.rope, "rotary position embeddings instead of a learned table (sets rope in the config)");
+  auto* preset_opt = app->add_option("--preset", a.preset, "model shape")
+                         ->capture_default_str()
+                         ->check(CLI::IsMember(gpt::GPTConfig::preset_names()));
+  app->add_option("--config", a.config_path, "model shape from a config.json instead of a preset")->excludes(preset_opt);
+  auto* minutes_opt = app->add_option("--minutes", a.minutes, "train until the run has used this many minutes")
+                          ->capture_default_str()
+                          ->check(CLI::PositiveNumber)
+                          ->check(kFinite);
+  app->add_option("--steps", a.steps, "train until this step instead of by the clock")
+      ->check(CLI::PositiveNumber)
+      ->excludes(minutes_opt);
+  app->add_option("--schedule-steps", s.schedule_steps,
+                  "steps the cosine schedule spans (default: --steps, else " + std::to_string(kDefaultScheduleSteps) + ")")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule, at least min(10, a quarter of it))")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber)->check(kFinite);
+  app->add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(CLI::NonNegativeNumber)->check(kFinite);
+  app->add_option("--weight-decay", s.weight_decay, "AdamW weight decay of the matrices and embeddings")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->check(kFinite);
+  app->add_option("--grad-clip", s.grad_clip, "clip the gradients' global norm to this (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->check(kFinite);
+  app->add_option("--seed", s.seed, "seed of the weights and the batches")->capture_default_str();
+  app->add_option("--eval-interval", s.eval_interval, "steps between held-out measurements and checkpoints")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--eval-windows", s.eval_windows, "held-out windows measured each time (the first N of valid.bin)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--log-interval", a.log_interval, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto (the GPU when there is one)")->capture_default_str();
+  app->add_option("--data", a.data_dir, "folder with train.bin, valid.bin and tokenizer.json (from prepare)")->capture_default_str();
+  app->add_option("--out", a.out_dir, "run folder (default checkpoints/pretrain, or checkpoints/pretrain-rope with --rope)");
+  app->add_option("--runs-dir", a.runs_dir, "TensorBoard folder; the run is named after the run folder")->capture_default_str();
+  auto* resume_opt = app->add_flag("--resume", a.resume, "continue the run in the run folder where its last checkpoint left it");
+  app->add_flag("--overwrite", a.overwrite, "start over, replacing a run that is already in the run folder")->excludes(resume_opt);
+  app->add_flag("--skip-nonfinite", a.skip_nonfinite,
+                "skip a step whose loss or gradients hold a NaN or an infinity (default: stop the run there)");
+  app->add_option("--debug-inject-nan-at-step", a.inject_nan_step,
+                  "testing aid: write NaN into the last parameter's gradient at this step (0-based)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Testing");
+
+  app->final_callback([&a, self = app.get()] {
+    record_given(*self, a.given);
+    check_device_flag(a.device_flag);
+    if (a.out_dir.empty()) a.out_dir = a.rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
+    if (a.resume) {
+      // The resumed run's settings replace these (the run checks that the given ones agree).
+      if (a.given.has("--preset") || a.given.has("--config"))
+        throw UsageError("--preset/--config cannot change a resumed run's model; leave them out");
+    } else {
+      complete_schedule(a.settings, a.steps);
+    }
+  });
+  return app;
+}
+
+std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
+  auto app = std::make_unique<CLI::App>("Held-out loss, perplexity and top-1 accuracy of checkpoints on a token file.", "evaluate");
+  app->add_option("--ckpt", a.ckpts, "checkpoint or run folder (repeat for several)")->required();
+  app->add_option("--tokens", a.tokens_path, "llm.c token file")->capture_default_str();
+  app->add_option("--batch-size", a.batch_size, "windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--max-windows", a.max_windows, "measure at most this many windows (default: the whole file)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
+  app->add_flag("--json", a.as_json, "print only a JSON list of {model, loss, perplexity, top1}");
+  app->final_callback([&a] { check_device_flag(a.device_flag); });
+  return app;
+}
+
+std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
+  auto app = std::make_unique<CLI::App>(
+      "Loss and milliseconds per token past the context window: the whole window again for each\n"
+      "token (window), the sliding KV cache (cache, RoPE only), all of the stream at once (full, RoPE only).",
+      "context");
+  app->add_option("--ckpt", a.ckpts, "checkpoint or run folder (repeat for several)")->required();
+  app->add_option("--tokens", a.tokens_path, "llm.c token file of held-out text")->capture_default_str();
+  app->add_option("--length", a.length, "tokens per stream (must exceed each model's window)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--streams", a.streams, "streams, one after another from the start of the file")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--methods", a.method_names, "only these methods (window, cache, full); default: all a model supports")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"window", "cache", "full"}));
+  app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
+  app->add_option("--out-dir", a.out_dir, "folder for context_losses.csv and context_losses.png")->capture_default_str();
+  app->add_flag("--json", a.as_json,
+                "print only a JSON list of {model, method, loss, ms_per_token} on stdout (progress goes to stderr)");
+  app->add_flag("--no-plot", a.no_plot, "skip the PNG");
+  app->final_callback([&a] {
+    check_device_flag(a.device_flag);
+    // Saturates: a file never holds INT64_MAX tokens, so the run's "too few tokens" message still reads right.
+    if (__builtin_mul_overflow(a.length, a.streams, &a.tokens_needed)) a.tokens_needed = std::numeric_limits<int64_t>::max();
+  });
+  return app;
+}
+
+std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
+  auto app = std::make_unique<CLI::App>("Generates text from a checkpoint, streaming it as it is produced.", "generate");
+  app->add_option("--ckpt", a.ckpt, "checkpoint or run folder")->required();
+  app->add_option("--prompt", a.prompt, "text to continue (empty: start a new story)");
+  app->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app->add_option("--temperature", a.temperature, "0: always the likeliest token")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->check(kFinite);
+  app->add_option("--top-k", a.top_k, "draw among the k likeliest tokens (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--seed", a.seed, "seed of the draws")->capture_default_str();
+  app->add_option("--tokenizer", a.tokenizer_path, "tokenizer.json (default: the checkpoint's, else data/tokenizer.json)");
+  app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
+  app->add_flag("--no-cache", a.no_cache, "run the whole window again for each token");
+  app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>)");
+  app->final_callback([&a] { check_device_flag(a.device_flag); });
+  return app;
+}
+
+PrepareArgs parse_prepare_args(int argc, const char* const* argv) { return parse_with(prepare_cli, argc, argv); }
+PretrainArgs parse_pretrain_args(int argc, const char* const* argv) { return parse_with(pretrain_cli, argc, argv); }
+EvaluateArgs parse_evaluate_args(int argc, const char* const* argv) { return parse_with(evaluate_cli, argc, argv); }
+ContextArgs parse_context_args(int argc, const char* const* argv) { return parse_with(context_cli, argc, argv); }
+GenerateArgs parse_generate_args(int argc, const char* const* argv) { return parse_with(generate_cli, argc, argv); }
+
+}  // namespace mvgpt::apps
