@@ -19,8 +19,11 @@ TrainingMemory estimate_training_memory(const gpt::GPTConfig& c, int64_t batch_s
   // Doubles throughout: an absurd config must give an absurd number, not an overflow.
   // num_parameters() counts exactly in int64; past ~1e15 parameters it could overflow, and a rough
   // count (12 C^2 per block plus the embeddings) is all the message needs.
-  const double C = double(c.n_embd), F = double(c.hidden_size());
-  const double rough = double(c.n_layer) * (4 * C * C + 3 * C * F) + 2 * double(c.vocab_size + c.block_size) * C;
+  // hidden_size() multiplies n_embd in int64 (a fuzzed config.json overflowed it): past 2^40 take
+  // the GELU rule in double, the larger of the two.
+  const double C = double(c.n_embd);
+  const double F = c.mlp_hidden > 0 || c.n_embd < (int64_t(1) << 40) ? double(c.hidden_size()) : 4 * C;
+  const double rough = double(c.n_layer) * (4 * C * C + 3 * C * F) + 2 * (double(c.vocab_size) + double(c.block_size)) * C;
   const double params = rough < 1e15 ? double(c.num_parameters()) : rough;
   const double tokens = double(batch_size) * double(c.block_size);
   TrainingMemory m;
@@ -68,6 +71,7 @@ std::string format_bytes(double bytes) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;
   while (bytes >= 1024 && u < 6) bytes /= 1024, ++u;
+  if (u == 6 && bytes >= 1e4) return format("%.3g EiB", bytes);  // a fuzzed config's 1e40 bytes: no 23-digit number
   return u == 0 ? format("%.0f bytes", bytes) : format("%.1f %s", bytes, units[u]);
 }
 
