@@ -42,6 +42,18 @@ void GPTConfig::validate() const {
   if (vocab_size > 65536)
     throw std::invalid_argument("GPTConfig: vocab_size " + std::to_string(vocab_size) +
                                 " does not fit the uint16 token files (at most 65536)");
+  if (mlp_hidden < 0) throw std::invalid_argument("GPTConfig: mlp_hidden must not be negative (0: the default size)");
+  // Bounds far past any model that fits a machine, so that sizes and the parameter count stay
+  // exact in int64 (a fuzzed config with n_embd near 2^63 overflowed 4 * n_embd).
+  auto at_most = [](int64_t v, int64_t limit, const char* name) {
+    if (v > limit)
+      throw std::invalid_argument("GPTConfig: " + std::string(name) + " " + std::to_string(v) + " is past the limit of " +
+                                  std::to_string(limit));
+  };
+  at_most(n_embd, int64_t(1) << 20, "n_embd");
+  at_most(mlp_hidden, int64_t(1) << 22, "mlp_hidden");
+  at_most(n_layer, int64_t(1) << 12, "n_layer");
+  at_most(block_size, int64_t(1) << 24, "block_size");
 }
 
 int64_t GPTConfig::num_parameters() const {

@@ -69,6 +69,10 @@ TEST(GPTConfig, JsonRoundTripAndErrors) {
   EXPECT_THROW(GPTConfig::from_json(R"({"n_heads": 6})"), std::invalid_argument);
   EXPECT_THROW(GPTConfig::from_json(R"({"n_embd": 100, "n_head": 6})"), std::invalid_argument);
   EXPECT_THROW(GPTConfig::from_json("{"), std::invalid_argument);
+  EXPECT_THROW(GPTConfig::from_json(R"({"n_embd": 5555555555555511048, "n_head": 1})"), std::invalid_argument);
+  EXPECT_THROW(GPTConfig::from_json(R"({"n_layer": 100000})"), std::invalid_argument);
+  EXPECT_THROW(GPTConfig::from_json(R"({"mlp_hidden": -1})"), std::invalid_argument);
+  EXPECT_NO_THROW(GPTConfig::from_json(R"({"n_embd": 1048576, "n_head": 1, "n_layer": 4096, "mlp_hidden": 4194304})").num_parameters());
   try {
     GPTConfig::from_json(R"({"norm": "batchnorm"})", "ckpt/config.json");
     FAIL();
