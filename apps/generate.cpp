@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     });
     const double s = seconds_since(t0);
     std::printf("\n");
+    std::fflush(stdout);  // the text ends before the stats line, also when both go to one file
     std::fprintf(stderr, "%s: %lld tokens in %.2f s (%.2f ms/token, %s cache, %s positions)\n", name.c_str(),
                  (long long)produced, s, produced ? 1e3 * s / double(produced) : 0.0, args.no_cache ? "no" : "with",
                  model.config().rope ? "rotary" : "learned");

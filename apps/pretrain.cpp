@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     dist::init();  // joins an mpirun launch; a world of one otherwise
     if (!dist::is_root() && !std::freopen("/dev/null", "w", stdout))  // rank 0 alone prints
       throw AppError("cannot silence the output of rank " + std::to_string(dist::rank()));
-    const Device device = resolve_device(args.device_flag);
+    const Device device = dist::local_device(resolve_device(args.device_flag));  // cuda:<local rank> under mpirun
     const std::string run_name = checkpoint_name(args.out_dir);
     const std::string last_dir = (fs::path(args.out_dir) / "last").string();
     const std::string best_dir = (fs::path(args.out_dir) / "best").string();
@@ -218,7 +218,9 @@ int main(int argc, char** argv) {
       model->to(device);
     }
     manual_seed(s.seed);  // dropout's stream
+    dist::shard_generator(default_generator());  // rank r draws its rows' share of each mask
     if (args.resume) default_generator().offset = st.rng_offset;
+    model->train();  // a loaded checkpoint comes in eval mode; dropout (when configured) must apply
 
     auto groups = nn::weight_decay_groups(model->named_parameters(), s.weight_decay);
     nn::AdamW opt(groups, {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay});
