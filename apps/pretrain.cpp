@@ -48,6 +48,13 @@
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+namespace mvgpt::apps {
+// The settings that define a run, as state.json keeps them (--resume reads them back; a missing
+// key is an error).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PretrainSettings, batch_size, lr, min_lr, warmup_steps, schedule_steps,
+                                   weight_decay, grad_clip, beta1, beta2, seed, eval_interval, eval_windows)
+}  // namespace mvgpt::apps
 using namespace mvgpt;
 using namespace mvgpt::apps;
 
@@ -59,31 +66,6 @@ extern "C" void on_sigint(int) {
   std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C stops at once
 }
 
-// The settings that define a run, as state.json keeps them (--resume reads them back).
-json settings_json(const PretrainSettings& s) {
-  return {{"batch_size", s.batch_size},       {"lr", s.lr},
-          {"min_lr", s.min_lr},               {"warmup_steps", s.warmup_steps},
-          {"schedule_steps", s.schedule_steps}, {"weight_decay", s.weight_decay},
-          {"grad_clip", s.grad_clip},         {"beta1", s.beta1},
-          {"beta2", s.beta2},                 {"seed", s.seed},
-          {"eval_interval", s.eval_interval}, {"eval_windows", s.eval_windows}};
-}
-PretrainSettings settings_from_json(const json& j) {
-  PretrainSettings s;
-  s.batch_size = j.at("batch_size");
-  s.lr = j.at("lr");
-  s.min_lr = j.at("min_lr");
-  s.warmup_steps = j.at("warmup_steps");
-  s.schedule_steps = j.at("schedule_steps");
-  s.weight_decay = j.at("weight_decay");
-  s.grad_clip = j.at("grad_clip");
-  s.beta1 = j.at("beta1");
-  s.beta2 = j.at("beta2");
-  s.seed = j.at("seed");
-  s.eval_interval = j.at("eval_interval");
-  s.eval_windows = j.at("eval_windows");
-  return s;
-}
 
 // Where a run stands: state.json in last/.
 struct State {
@@ -102,7 +84,7 @@ json state_json(const State& st, const PretrainSettings& s, const std::string& r
             {"tokens_seen", st.tokens_seen},
             {"best_step", st.best_step},
             {"rng", {{"seed", st.rng_seed}, {"offset", st.rng_offset}}},
-            {"settings", settings_json(s)}};
+            {"settings", json(s)}};
   j["best_val_loss"] = std::isfinite(st.best_val_loss) ? json(st.best_val_loss) : json(nullptr);
   return j;
 }
@@ -118,7 +100,7 @@ State read_state(const std::string& path, PretrainSettings& settings) {
     st.best_val_loss = j.at("best_val_loss").is_null() ? INFINITY : double(j.at("best_val_loss"));
     st.rng_seed = j.at("rng").at("seed");
     st.rng_offset = j.at("rng").at("offset");
-    settings = settings_from_json(j.at("settings"));
+    settings = j.at("settings").get<PretrainSettings>();
   } catch (const json::exception& e) {
     throw AppError(path + ": not a pretrain state file (" + e.what() + "); start a new run with --overwrite");
   }
@@ -163,7 +145,7 @@ int main(int argc, char** argv) {
       // Flags that define the run must agree with it (or be left out).
       auto same = [&](const char* flag, bool equal) {
         if (args.given.has(flag) && !equal)
-          throw UsageError(std::string(flag) + " differs from the resumed run's (" + settings_json(saved).dump() +
+          throw UsageError(std::string(flag) + " differs from the resumed run's (" + json(saved).dump() +
                            "); leave it out to keep the run's settings");
       };
       same("--batch-size", s.batch_size == saved.batch_size);
