@@ -8,7 +8,8 @@ install(TARGETS ${modules} EXPORT mvgptTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(dir util tensor backends autograd nn mvgpt dist)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt/${dir}
-    FILES_MATCHING PATTERN "*.h")
+    FILES_MATCHING PATTERN "*.h"
+    PATTERN "op_impl.h" EXCLUDE)  # autograd's internal prelude for its op files, not an API
 endforeach()
 install(EXPORT mvgptTargets NAMESPACE mvgpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mvgptConfig.cmake.in
