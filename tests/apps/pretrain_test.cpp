@@ -28,6 +28,26 @@ std::map<std::string, std::vector<std::string>> csv_rows(const fs::path& csv) {
   return rows;
 }
 
+// With dropout the masks come from the saved stream, and a resumed model must be back in training
+// mode (a loaded checkpoint comes in eval mode): otherwise the steps after the resume drop nothing.
+TEST_F(Pretrain, ResumeWithDropoutContinuesExactly) {
+  const fs::path cwd = prepared();
+  std::string config = tiny_config(true);
+  config.insert(config.size() - 1, ", \"dropout\": 0.2");
+  write_text(cwd / "resume.json", config);
+  RunResult whole = run_app("pretrain", std::string(kArgs) + "--steps 6 --schedule-steps 6 --out c/run --runs-dir c/runs", cwd);
+  ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
+  RunResult first = run_app("pretrain", std::string(kArgs) + "--steps 3 --schedule-steps 6 --out d/run --runs-dir d/runs", cwd);
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  RunResult rest = run_app("pretrain", "--resume --steps 6 --device cpu --out d/run --runs-dir d/runs", cwd);
+  ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
+  auto whole_rows = csv_rows(cwd / "c" / "run" / "log.csv"), resumed_rows = csv_rows(cwd / "d" / "run" / "log.csv");
+  ASSERT_EQ(whole_rows.size(), 6u);
+  ASSERT_EQ(resumed_rows.size(), 6u);
+  for (const auto& [step, w] : whole_rows) EXPECT_EQ(resumed_rows.at(step).at(1), w.at(1)) << "train loss at step " << step;
+  EXPECT_TRUE(slurp(cwd / "c" / "run" / "last" / "model.safetensors") == slurp(cwd / "d" / "run" / "last" / "model.safetensors"));
+}
+
 TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
   const fs::path cwd = prepared();
   write_text(cwd / "resume.json", tiny_config(true));
