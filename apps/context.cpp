@@ -14,6 +14,7 @@
 #include "apps/common/cli.h"
 #include "apps/common/checkpoints.h"
 #include "apps/common/context_methods.h"
+#include "apps/common/evaluation.h"
 #include "apps/common/plot.h"
 #include "util/atomic_file.h"
 
@@ -54,8 +55,7 @@ int main(int argc, char** argv) {
   const auto app = context_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
-    require_file(args.tokens_path, "token file", "run prepare first, or pass --tokens FILE");
-    text::TokenFile tokens(args.tokens_path);
+    const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     if (int64_t(tokens.size()) < args.tokens_needed)
       throw AppError(args.tokens_path + " holds " + format_count(int64_t(tokens.size())) + " tokens, fewer than " +
                      std::to_string(args.streams) + " streams of " + std::to_string(args.length) + " (" + format_count(args.tokens_needed) +

@@ -20,8 +20,7 @@ int main(int argc, char** argv) {
   const auto app = evaluate_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
-    require_file(args.tokens_path, "token file", "run prepare first, or pass --tokens FILE");
-    text::TokenFile tokens(args.tokens_path);
+    const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     // Check every checkpoint before measuring any, so a bad one fails fast.
     std::vector<std::string> dirs, names;
     for (const auto& c : args.ckpts) {

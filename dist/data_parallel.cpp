@@ -203,8 +203,8 @@ Tensor shard_rows(const Tensor& batch, int rank, int n) {
 
 double mean_over_ranks(double value) {
   if (size() == 1) return value;
-  all_reduce_sum(&value, 1);
-  return value / size();
+  host_mean(&value, 1);
+  return value;
 }
 
 }  // namespace mvgpt::dist

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "apps/common/app.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "mvgpt/batches.h"
@@ -41,6 +42,11 @@ EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens
   r.loss = count ? loss_sum / double(count) : 0;
   r.top1 = count ? double(correct) / double(count) : 0;
   return r;
+}
+
+text::TokenFile open_held_out_tokens(const std::string& path) {
+  require_file(path, "token file", "run prepare first, or pass --tokens FILE");
+  return text::TokenFile(path);
 }
 
 }  // namespace mvgpt::apps

@@ -2,6 +2,7 @@
 // Held-out loss, perplexity and top-1 accuracy of a model on consecutive windows of a token file
 // (what pretrain measures at intervals and evaluate reports).
 #include <cstdint>
+#include <string>
 
 #include "mvgpt/model.h"
 #include "mvgpt/token_file.h"
@@ -20,6 +21,10 @@ struct EvalResult {
 // does not depend on the batch size beyond float rounding of the logits.
 EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
                             int64_t max_windows, Device device);
+
+// The held-out token file given by --tokens; an AppError naming it, with prepare's hint, when it
+// is missing.
+text::TokenFile open_held_out_tokens(const std::string& path);
 
 // A scalar tensor's value on the host.
 double host_scalar(const Tensor& t);
