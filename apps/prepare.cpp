@@ -1,8 +1,8 @@
 // prepare: trains the byte-level BPE tokenizer on the training stories and encodes the training and
 // held-out stories into llm.c token files:
 //   <out>/tokenizer.json, <out>/train.bin, <out>/valid.bin
-// Everything is computed in memory first and the three files are written (atomically) only at the
-// end, so a failure leaves the previous files as they were.
+// Everything is computed in memory first; the three files are then written as one
+// (apps/common/data_folder.h), so a failure leaves the previous files as they were, all three.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "apps/common/app.h"
 #include "apps/common/cli.h"
+#include "apps/common/data_folder.h"
 #include "mvgpt/token_file.h"
 #include "mvgpt/tokenizer.h"
 #include "util/atomic_file.h"
@@ -96,20 +97,20 @@ int main(int argc, char** argv) {
     Encoded train = encode_file(tok, args.train_path, "train");
     Encoded valid = encode_file(tok, args.valid_path, "valid");
 
-    // All computed: now write the three files, each atomically.
-    fs::create_directories(args.out_dir);
+    // All computed: now the three files, as one.
+    PreparedFolderWriter out(args.out_dir);
     const std::string tok_out = (fs::path(args.out_dir) / "tokenizer.json").string();
     const std::string train_out = (fs::path(args.out_dir) / "train.bin").string();
     const std::string valid_out = (fs::path(args.out_dir) / "valid.bin").string();
-    text::write_token_file(train_out, train.tokens);
-    text::write_token_file(valid_out, valid.tokens);
-    if (args.tokenizer_path.empty() || fs::weakly_canonical(args.tokenizer_path) != fs::weakly_canonical(tok_out)) tok.save(tok_out);
-
+    text::write_token_file(out.staged("train.bin"), train.tokens);
+    text::write_token_file(out.staged("valid.bin"), valid.tokens);
+    tok.save(out.staged("tokenizer.json"));
     // Read back through the memory map: the header and the count must agree with what we wrote.
-    for (const auto& [path, n] : {std::pair{train_out, train.tokens.size()}, std::pair{valid_out, valid.tokens.size()}}) {
-      text::TokenFile f(path);
-      if (f.size() != n) throw AppError(path + ": read back " + std::to_string(f.size()) + " tokens, wrote " + std::to_string(n));
+    for (const auto& [name, n] : {std::pair{"train.bin", train.tokens.size()}, std::pair{"valid.bin", valid.tokens.size()}}) {
+      text::TokenFile f(out.staged(name));
+      if (f.size() != n) throw AppError(out.staged(name) + ": read back " + std::to_string(f.size()) + " tokens, wrote " + std::to_string(n));
     }
+    out.commit({"tokenizer.json", "train.bin", "valid.bin"});
     std::printf("wrote %s (%zu tokens), %s (%s tokens), %s (%s tokens)\n", tok_out.c_str(), tok.vocab_size(),
                 train_out.c_str(), format_count(int64_t(train.tokens.size())).c_str(), valid_out.c_str(),
                 format_count(int64_t(valid.tokens.size())).c_str());

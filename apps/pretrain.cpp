@@ -11,7 +11,8 @@
 //
 // Folder layout: <out>/last (config.json, model.safetensors, optimizer.safetensors, state.json,
 // tokenizer.json), <out>/best (the lowest held-out loss so far, without the optimizer state),
-// <out>/log.csv; TensorBoard events in runs/<out's name>/.
+// <out>/log.csv, TensorBoard events in <out>/tensorboard/; the folder is marked, locked and replaced
+// as apps/common/run_folder.h says.
 //
 // Under `mpirun -np N` the run is data-parallel (docs/distributed.md): the same weights on every
 // rank, rank r trains on rows [r B/N, (r+1) B/N) of each global batch of B, the gradients are
@@ -28,9 +29,11 @@
 #include "apps/common/checkpoints.h"
 #include "apps/common/cli.h"
 #include "apps/common/csv_log.h"
+#include "apps/common/data_folder.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/numerics.h"
 #include "apps/common/resources.h"
+#include "apps/common/run_folder.h"
 #include "apps/common/tensorboard.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -60,10 +63,12 @@ using namespace mvgpt::apps;
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) {
-  g_interrupted = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C stops at once
+// Ctrl-C (SIGINT), and SIGTERM and SIGHUP (what kill, timeout, systemd and batch schedulers send):
+// finish the step, save, exit 128 + the signal. A second one stops at once.
+std::atomic<int> g_signal{0};
+extern "C" void on_stop_signal(int sig) {
+  g_signal = sig;
+  std::signal(sig, SIG_DFL);
 }
 
 
@@ -109,6 +114,19 @@ State read_state(const std::string& path, PretrainSettings& settings) {
 
 std::string csv_number(double v, const char* fmt = "%.6g") { return std::isfinite(v) ? format(fmt, v) : ""; }
 
+std::string what_was_saved(int64_t saved_step) {
+  return saved_step < 0 ? "no checkpoint saved yet" : format("last/ holds step %lld", (long long)saved_step);
+}
+
+// --resume keeps the run's --lr and --grad-clip, so a lower rate means a new run; `resume_with` is
+// what --resume can still change.
+std::string what_to_do(int64_t saved_step, const std::string& resume_with) {
+  std::string s = "start over with a lower --lr or --grad-clip";
+  if (saved_step >= 0) s += " and --overwrite" + (resume_with.empty() ? "" : ", or continue from last/ with " + resume_with);
+  else if (!resume_with.empty()) s += ", or pass --skip-nonfinite to skip such steps";
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,6 +150,9 @@ int main(int argc, char** argv) {
     require_file(train_path, "training tokens", prep_hint);
     require_file(valid_path, "held-out tokens", prep_hint);
     require_file(tok_path, "tokenizer", prep_hint);
+    for (const std::string& path : {train_path, valid_path, tok_path}) verify_prepared_file(path);  // one prepare's three files
+    std::optional<RunFolder> folder;  // rank 0 alone writes files
+    if (dist::is_root()) folder.emplace(args.out_dir);
 
     // --- the run: new, or resumed from last/ ---
     State st;
@@ -139,9 +160,14 @@ int main(int argc, char** argv) {
     std::shared_ptr<gpt::GPT> model;
     if (args.resume) {
       if (!fs::exists(state_path))
-        throw AppError("nothing to resume: " + state_path + " does not exist; start the run without --resume");
+        throw AppError("nothing to resume: " + state_path + " does not exist; " +
+                       (fs::exists(best_dir) ? "the run's best/ can be evaluated, or start over with --overwrite (best/ is kept until "
+                                               "the new run's first checkpoint)"
+                                             : "start the run without --resume"));
       PretrainSettings saved;
       st = read_state(state_path, saved);
+      if (const std::string why = settings_problem(saved); !why.empty())
+        throw AppError(state_path + ": settings." + why + "; the file was edited or damaged: start over with --overwrite");
       // Flags that define the run must agree with it (or be left out).
       auto same = [&](const char* flag, bool equal) {
         if (args.given.has(flag) && !equal)
@@ -167,9 +193,7 @@ int main(int argc, char** argv) {
       if (args.rope != config.rope && args.given.has("--rope"))
         throw UsageError(std::string("--rope: the resumed run has ") + (config.rope ? "rotary" : "learned") + " positions");
     } else {
-      if (fs::exists(state_path) && !args.overwrite)
-        throw AppError(args.out_dir + " already holds a run (at step " + std::to_string(read_state(state_path, s).step) +
-                       "); continue it with --resume, start over with --overwrite, or choose another --out");
+      if (folder) folder->check_fresh(args.overwrite);
       config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
                                    : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
       if (args.rope) config.rope = true;
@@ -240,23 +264,24 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
 
-    fs::create_directories(args.out_dir);
-    // A run killed while saving left its temporary folder (a whole checkpoint) behind.
-    if (const int n = remove_stale_checkpoint_temps(args.out_dir))
-      std::printf("removed %d unfinished checkpoint folder%s of a killed run\n", n, n == 1 ? "" : "s");
-    std::optional<CsvLog> csv;  // rank 0 alone writes files
+    if (folder) {
+      for (const std::string& note : folder->notes()) std::printf("%s\n", note.c_str());
+      if (args.resume) {
+        folder->start_resumed();
+      } else {
+        folder->start_fresh(args.overwrite);  // the old run moves aside, deleted at this run's first checkpoint
+        if (folder->replacing())
+          std::printf("replacing the run in %s: it is kept until this run's first checkpoint is saved\n", args.out_dir.c_str());
+      }
+    }
+    std::optional<CsvLog> csv;
     if (dist::is_root())
       csv.emplace((fs::path(args.out_dir) / "log.csv").string(),
                   std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
                   args.resume ? st.step : -1);
-    if (!args.resume && dist::is_root()) {
-      // A fresh run: drop the previous run's TensorBoard events and checkpoints.
-      fs::remove_all(fs::path(args.runs_dir) / run_name);
-      fs::remove_all(best_dir);
-      fs::remove_all(last_dir);
-    }
+    const std::string tb_dir = (fs::path(args.out_dir) / "tensorboard").string();
     std::optional<TensorBoardWriter> tb;
-    if (dist::is_root()) tb.emplace((fs::path(args.runs_dir) / run_name).string());
+    if (dist::is_root()) tb.emplace(tb_dir);
     // Copies the tokenizer beside the checkpoints, so generate and evaluate find it there.
     const std::string tok_json = util::read_file(tok_path);
 
@@ -273,7 +298,7 @@ int main(int argc, char** argv) {
                            });
     };
 
-    std::signal(SIGINT, on_sigint);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_stop_signal);
     const auto t_session = Clock::now();
     const double elapsed_before = st.elapsed_s;
     const int64_t first_step = st.step;
@@ -310,13 +335,12 @@ int main(int argc, char** argv) {
                            (std::isfinite(train_loss) ? format("the gradient of %s is not finite (loss %.4f)", bad_grad.c_str(), train_loss)
                                                       : format("the loss is %g", train_loss) +
                                                             (bad_grad.empty() ? "" : ", first non-finite gradient " + bad_grad));
-        const std::string saved = saved_step < 0 ? "no checkpoint saved yet" : format("last/ holds step %lld", (long long)saved_step);
         if (!args.skip_nonfinite)
-          throw AppError(what + "; stopped without saving (" + saved + "); lower --lr or --grad-clip and --resume, "
-                         "or pass --skip-nonfinite to skip such steps");
+          throw AppError(what + "; stopped without saving (" + what_was_saved(saved_step) + "); " +
+                         what_to_do(saved_step, "--resume --skip-nonfinite to skip such steps"));
         if (++skipped_in_a_row > kMaxSkippedInARow)
-          throw AppError(what + format("; %lld steps in a row were not finite, stopped (", (long long)skipped_in_a_row) + saved +
-                         "); lower --lr or --grad-clip");
+          throw AppError(what + format("; %lld steps in a row were not finite, stopped (", (long long)skipped_in_a_row) +
+                         what_was_saved(saved_step) + "); " + what_to_do(saved_step, ""));
         std::printf("%s; skipped (--skip-nonfinite)\n", what.c_str());
       } else {
         skipped_in_a_row = 0;
@@ -331,7 +355,7 @@ int main(int argc, char** argv) {
       const double tok_s = double(tokens_per_step) / std::max(step_s, 1e-9);
 
       // Rank 0's clock decides, so that every rank stops at the same step.
-      const bool done = dist::from_root((args.steps > 0 ? st.step >= args.steps : st.elapsed_s >= budget_s) || g_interrupted);
+      const bool done = dist::from_root((args.steps > 0 ? st.step >= args.steps : st.elapsed_s >= budget_s) || g_signal != 0);
       const bool eval_now = done || st.step % s.eval_interval == 0;
 
       if (st.step % args.log_interval == 0 || done) {
@@ -356,8 +380,7 @@ int main(int argc, char** argv) {
         val_loss = r.loss;
         if (!std::isfinite(val_loss))
           throw AppError(format("step %lld: the held-out loss is %g; stopped without saving (", (long long)st.step, val_loss) +
-                         (saved_step < 0 ? std::string("no checkpoint saved yet") : format("last/ holds step %lld", (long long)saved_step)) +
-                         "); lower --lr or --grad-clip");
+                         what_was_saved(saved_step) + "); " + what_to_do(saved_step, ""));
         if (tb) tb->add_scalar("loss/val", val_loss, st.step);
         const bool improved = val_loss < st.best_val_loss;
         if (improved) {
@@ -366,6 +389,7 @@ int main(int argc, char** argv) {
           save(best_dir, false);
         }
         save(last_dir, true);
+        if (folder) folder->checkpoint_saved();  // a run this one replaces goes now
         saved_step = st.step;
         std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
                     (long long)st.step, r.loss, r.perplexity(), 100 * r.top1, format_count(r.tokens).c_str(),
@@ -384,10 +408,10 @@ int main(int argc, char** argv) {
                 format_count(int64_t(double((st.step - first_step) * tokens_per_step) / std::max(session_s, 1e-9))).c_str(),
                 st.best_val_loss, (long long)st.best_step);
     std::printf("checkpoints: %s, %s; log: %s; TensorBoard: tensorboard --logdir %s\n", last_dir.c_str(), best_dir.c_str(),
-                (csv ? csv->path() : std::string()).c_str(), args.runs_dir.c_str());
-    if (g_interrupted) {
-      std::printf("interrupted: continue with the same command and --resume\n");
-      return 130;
+                (csv ? csv->path() : std::string()).c_str(), tb_dir.c_str());
+    if (const int sig = g_signal) {
+      std::printf("stopped by %s: continue with the same command and --resume\n", sig == SIGINT ? "Ctrl-C (SIGINT)" : sig == SIGTERM ? "SIGTERM" : "SIGHUP");
+      return 128 + sig;
     }
     return 0;
   }));

@@ -57,6 +57,26 @@ void complete_schedule(PretrainSettings& s, int64_t steps) {
                      std::to_string(s.schedule_steps) + " steps)");
 }
 
+std::string settings_problem(const PretrainSettings& s) {
+  auto whole = [](const char* name, int64_t v, int64_t min) {
+    return v >= min ? std::string() : format("%s is %lld; expected a whole number >= %lld", name, (long long)v, (long long)min);
+  };
+  auto real = [](const char* name, double v, double min, double below) {
+    return std::isfinite(v) && v >= min && v < below ? std::string()
+                                                     : format("%s is %g; expected a number in [%g, %g)", name, v, min, below);
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const std::string& why :
+       {whole("batch_size", s.batch_size, 1), real("lr", s.lr, 1e-300, inf), real("min_lr", s.min_lr, 0, inf),
+        whole("warmup_steps", s.warmup_steps, 0), whole("schedule_steps", s.schedule_steps, 1),
+        real("weight_decay", s.weight_decay, 0, inf), real("grad_clip", s.grad_clip, 0, inf), real("beta1", s.beta1, 0, 1),
+        real("beta2", s.beta2, 0, 1), whole("eval_interval", s.eval_interval, 1), whole("eval_windows", s.eval_windows, 1)})
+    if (!why.empty()) return why;
+  if (s.warmup_steps > s.schedule_steps)
+    return format("warmup_steps is %lld, longer than schedule_steps (%lld)", (long long)s.warmup_steps, (long long)s.schedule_steps);
+  return "";
+}
+
 std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
   auto app = std::make_unique<CLI::App>(
       "Trains the byte-level BPE tokenizer on the training stories and encodes the training and\n"
@@ -130,8 +150,9 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_option("--log-interval", a.log_interval, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto (the GPU when there is one)")->capture_default_str();
   app->add_option("--data", a.data_dir, "folder with train.bin, valid.bin and tokenizer.json (from prepare)")->capture_default_str();
-  app->add_option("--out", a.out_dir, "run folder (default checkpoints/pretrain, or checkpoints/pretrain-rope with --rope)");
-  app->add_option("--runs-dir", a.runs_dir, "TensorBoard folder; the run is named after the run folder")->capture_default_str();
+  app->add_option("--out", a.out_dir,
+                  "run folder, locked while training; TensorBoard events in <out>/tensorboard (default "
+                  "checkpoints/pretrain, or checkpoints/pretrain-rope with --rope)");
   auto* resume_opt = app->add_flag("--resume", a.resume, "continue the run in the run folder where its last checkpoint left it");
   app->add_flag("--overwrite", a.overwrite, "start over, replacing a run that is already in the run folder")->excludes(resume_opt);
   app->add_flag("--skip-nonfinite", a.skip_nonfinite,
@@ -145,6 +166,8 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
     record_given(*self, a.given);
     check_device_flag(a.device_flag);
     if (a.out_dir.empty()) a.out_dir = a.rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
+    if (a.out_dir.empty() || a.out_dir == "." || a.out_dir == ".." || a.out_dir == "/")  // the rest is checked at run time
+      throw UsageError("--out " + a.out_dir + " cannot be a run folder; name a folder of the run's own, such as checkpoints/my-run");
     if (a.resume) {
       // The resumed run's settings replace these (the run checks that the given ones agree).
       if (a.given.has("--preset") || a.given.has("--config"))

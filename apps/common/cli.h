@@ -52,13 +52,17 @@ struct PretrainSettings {
 // then UsageError when the warm-up is longer than the schedule.
 void complete_schedule(PretrainSettings& s, int64_t steps);
 
+// The flags' checks applied to settings read from a file (state.json): "" when they hold, else what
+// is wrong, naming the field and its value ("eval_interval is 0; expected a whole number > 0").
+std::string settings_problem(const PretrainSettings& s);
+
 struct PretrainArgs {
   PretrainSettings settings;
   bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
   int64_t inject_nan_step = -1;
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
-  std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir, runs_dir = "runs";
+  std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;
   GivenFlags given;  // on --resume, the run-defining flags given must agree with the run's
 };
 

@@ -1,5 +1,7 @@
 #include "apps/common/csv_log.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -44,6 +46,7 @@ CsvLog::CsvLog(const std::string& path, const std::vector<std::string>& header, 
 void CsvLog::row(const std::vector<std::string>& fields) {
   out_ << join(fields);
   out_.flush();
+  if (!out_) throw std::runtime_error("cannot write to " + path_ + ": " + std::strerror(errno) + "; free space there");
 }
 
 }  // namespace mvgpt::apps

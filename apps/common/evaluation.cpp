@@ -1,8 +1,10 @@
 #include "apps/common/evaluation.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "apps/common/app.h"
+#include "apps/common/data_folder.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "mvgpt/batches.h"
@@ -46,6 +48,8 @@ EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens
 
 text::TokenFile open_held_out_tokens(const std::string& path) {
   require_file(path, "token file", "run prepare first, or pass --tokens FILE");
+  verify_prepared_file(path);
+  verify_prepared_file((std::filesystem::path(path).parent_path() / "tokenizer.json").string());
   return text::TokenFile(path);
 }
 

@@ -1,6 +1,5 @@
 #include "apps/common/resources.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,25 +45,6 @@ double available_memory_bytes() {
   }
   const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? double(pages) * double(page) : -1;
-}
-
-int remove_stale_checkpoint_temps(const std::string& run_dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  int removed = 0;
-  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || !e.is_directory()) continue;
-    const std::string pid_text = name.substr(at + 5);
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
-    const bool alive = pid == ::getpid() || ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
-    if (pid <= 0 || alive) continue;  // a live process may be saving into it right now
-    fs::remove_all(e.path(), ec);
-    removed += !ec;
-  }
-  return removed;
 }
 
 std::string format_bytes(double bytes) {

@@ -34,11 +34,6 @@ std::string training_memory_shortfall(const TrainingMemory& m, int64_t batch_siz
 // GPU's free memory with --device cuda (the weights pass through the host on their way, briefly).
 void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Device device);
 
-// A process killed inside save_checkpoint leaves its "<name>.tmp.<pid>" folder (a whole checkpoint)
-// in the run folder; repeated crashes would fill the disk. Removes those of processes that are no
-// longer running (a live one may be saving right now) and returns how many it removed.
-int remove_stale_checkpoint_temps(const std::string& run_dir);
-
 // "1.5 GiB", "300.0 MiB".
 std::string format_bytes(double bytes);
 

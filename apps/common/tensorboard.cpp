@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -96,7 +97,16 @@ void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t s
   write_record(event(now_seconds(), step, {}, summary));
 }
 
-void TensorBoardWriter::flush() { out_.flush(); }
+void TensorBoardWriter::flush() {
+  out_.flush();
+  if (!out_) throw_write_error();
+}
+
+void TensorBoardWriter::throw_write_error() const {
+  // The stream keeps no errno of its own; the last failed write's is still there.
+  throw std::runtime_error("cannot write TensorBoard events to " + path_ + ": " + std::strerror(errno) +
+                           "; free space there, or move the run folder (--out) to another disk");
+}
 
 void TensorBoardWriter::write_record(const std::string& bytes) {
   // TFRecord: uint64 length, masked crc of the length, data, masked crc of the data.
@@ -107,7 +117,7 @@ void TensorBoardWriter::write_record(const std::string& bytes) {
   out_.write(reinterpret_cast<const char*>(&len_crc), sizeof(len_crc));
   out_.write(bytes.data(), std::streamsize(bytes.size()));
   out_.write(reinterpret_cast<const char*>(&data_crc), sizeof(data_crc));
-  if (!out_) throw std::runtime_error("TensorBoardWriter: write to " + path_ + " failed");
+  if (!out_) throw_write_error();
 }
 
 namespace {

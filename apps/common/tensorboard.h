@@ -19,10 +19,13 @@ class TensorBoardWriter {
   // Creates `dir` and an events.out.tfevents.<time>.<host> file inside it.
   explicit TensorBoardWriter(const std::string& dir);
   void add_scalar(std::string_view tag, double value, int64_t step);
+  // Pushes the events to the file; std::runtime_error naming it and the reason when that fails
+  // (add_scalar may throw the same).
   void flush();
   const std::string& path() const { return path_; }
 
  private:
+  [[noreturn]] void throw_write_error() const;
   void write_record(const std::string& bytes);
   std::string path_;
   std::ofstream out_;

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for tests that run the built apps: a scratch folder per test process, tiny stories to
 // prepare, a tiny model config, and running an app with its exit code, stdout and stderr.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -148,6 +150,26 @@ class ScratchCleanup : public ::testing::Environment {
   }
 };
 inline const bool kScratchCleanupRegistered = (::testing::AddGlobalTestEnvironment(new ScratchCleanup), true);
+
+// Starts `pretrain args` in `cwd` with its output in files; returns the child's pid.
+inline pid_t spawn_pretrain(const std::string& args, const fs::path& cwd, const fs::path& out_file) {
+  std::vector<std::string> words{app_path("pretrain")};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
+    const int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
 
 // One line "<app>: error: ..." on stderr, containing `needle`.
 inline void expect_one_line_error(const RunResult& r, const std::string& app, const std::string& needle, int code = 1) {

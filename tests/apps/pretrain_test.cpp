@@ -35,11 +35,11 @@ TEST_F(Pretrain, ResumeWithDropoutContinuesExactly) {
   std::string config = tiny_config(true);
   config.insert(config.size() - 1, ", \"dropout\": 0.2");
   write_text(cwd / "resume.json", config);
-  RunResult whole = run_app("pretrain", std::string(kArgs) + "--steps 6 --schedule-steps 6 --out c/run --runs-dir c/runs", cwd);
+  RunResult whole = run_app("pretrain", std::string(kArgs) + "--steps 6 --schedule-steps 6 --out c/run", cwd);
   ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
-  RunResult first = run_app("pretrain", std::string(kArgs) + "--steps 3 --schedule-steps 6 --out d/run --runs-dir d/runs", cwd);
+  RunResult first = run_app("pretrain", std::string(kArgs) + "--steps 3 --schedule-steps 6 --out d/run", cwd);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
-  RunResult rest = run_app("pretrain", "--resume --steps 6 --device cpu --out d/run --runs-dir d/runs", cwd);
+  RunResult rest = run_app("pretrain", "--resume --steps 6 --device cpu --out d/run", cwd);
   ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
   auto whole_rows = csv_rows(cwd / "c" / "run" / "log.csv"), resumed_rows = csv_rows(cwd / "d" / "run" / "log.csv");
   ASSERT_EQ(whole_rows.size(), 6u);
@@ -52,11 +52,11 @@ TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
   const fs::path cwd = prepared();
   write_text(cwd / "resume.json", tiny_config(true));
   // The same run folder name in two places, so the checkpoints' metadata match too.
-  RunResult whole = run_app("pretrain", std::string(kArgs) + "--steps 9 --schedule-steps 9 --out a/run --runs-dir a/runs", cwd);
+  RunResult whole = run_app("pretrain", std::string(kArgs) + "--steps 9 --schedule-steps 9 --out a/run", cwd);
   ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
-  RunResult first = run_app("pretrain", std::string(kArgs) + "--steps 4 --schedule-steps 9 --out b/run --runs-dir b/runs", cwd);
+  RunResult first = run_app("pretrain", std::string(kArgs) + "--steps 4 --schedule-steps 9 --out b/run", cwd);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
-  RunResult rest = run_app("pretrain", "--resume --steps 9 --device cpu --out b/run --runs-dir b/runs", cwd);
+  RunResult rest = run_app("pretrain", "--resume --steps 9 --device cpu --out b/run", cwd);
   ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
   EXPECT_NE(rest.out.find("resuming b/run at step 4"), std::string::npos) << rest.out;
 
@@ -79,9 +79,9 @@ TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
   EXPECT_TRUE(fs::exists(cwd / "a" / "run" / "last" / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(cwd / "a" / "run" / "last" / "state.json"));
 
-  // TensorBoard: the four scalars, in a run named after the folder.
+  // TensorBoard: the four scalars, in the run folder.
   std::vector<ScalarEvent> events;
-  for (const auto& e : fs::directory_iterator(cwd / "a" / "runs" / "run")) {
+  for (const auto& e : fs::directory_iterator(cwd / "a" / "run" / "tensorboard")) {
     auto part = read_scalar_events(e.path().string());
     events.insert(events.end(), part.begin(), part.end());
   }

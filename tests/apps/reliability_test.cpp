@@ -100,26 +100,6 @@ TEST_F(Reliability, ADivergingRunStopsAtItsFirstNonFiniteLossBeforeSavingIt) {
   EXPECT_FALSE(fs::exists(cwd / "diverge-eval" / "run" / "last"));
 }
 
-// Starts `pretrain args` in `cwd` with its output in files; returns the child's pid.
-pid_t spawn_pretrain(const std::string& args, const fs::path& cwd, const fs::path& out_file) {
-  std::vector<std::string> words{app_path("pretrain")};
-  std::istringstream in(args);
-  for (std::string w; in >> w;) words.push_back(w);
-  std::vector<char*> argv;
-  for (auto& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
-    const int fd = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
 // How many times `needle` occurs in `text`.
 int occurrences(const std::string& text, const std::string& needle) {
   int n = 0;
@@ -144,7 +124,7 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
   const std::string args = "--config tiny.json " + settings;  // the same settings are allowed on --resume, the model is not
   // Uninterrupted: the same run folder name in another place, so checkpoint metadata match.
   const auto t_whole = std::chrono::steady_clock::now();
-  RunResult whole = run_app("pretrain", args + " --out kill-a/run --runs-dir kill-a/runs", cwd);
+  RunResult whole = run_app("pretrain", args + " --out kill-a/run", cwd);
   ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
   const double step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_whole).count() / kSteps;
@@ -158,7 +138,7 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
     const bool resume = fs::exists(last / "state.json");
     if (resume && state_step(last) >= kSteps) break;
     const fs::path log = cwd / ("kill-b." + std::to_string(attempt) + ".out");
-    const pid_t pid = spawn_pretrain((resume ? "--resume " + settings : args) + " --out kill-b/run --runs-dir kill-b/runs", cwd, log);
+    const pid_t pid = spawn_pretrain((resume ? "--resume " + settings : args) + " --out kill-b/run", cwd, log);
     ASSERT_GT(pid, 0);
     resumed_starts += resume;
     // 0: in start-up; 1 or 2: after that many training steps.
@@ -205,7 +185,7 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
   EXPECT_EQ(logs.find("error"), std::string::npos) << logs;
   // Finish the chain, then compare with the uninterrupted run.
   RunResult rest = run_app("pretrain", "--resume --device cpu --steps " + std::to_string(kSteps) +
-                           " --out kill-b/run --runs-dir kill-b/runs", cwd);
+                           " --out kill-b/run", cwd);
   if (rest.code != 0) {
     EXPECT_NE(rest.err.find("already at step"), std::string::npos) << rest.err;
   }

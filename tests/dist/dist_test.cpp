@@ -281,22 +281,22 @@ void expect_same_training(const RunResult& one, const RunResult& two, const fs::
 TEST_F(DistRanks, TwoRanksWithHalfTheBatchTrainLikeOneWithAllOfIt) {
   const fs::path cwd = prepared();
   write_text(cwd / "dist.json", tiny_config(false));
-  RunResult one = run_app("pretrain", kTiny + "--steps 6 --out one/run --runs-dir one/runs", cwd);
+  RunResult one = run_app("pretrain", kTiny + "--steps 6 --out one/run", cwd);
   ASSERT_EQ(one.code, 0) << one.out << one.err;
-  RunResult two = run_ranks(2, app_path("pretrain"), kTiny + "--steps 6 --out two/run --runs-dir two/runs", cwd);
+  RunResult two = run_ranks(2, app_path("pretrain"), kTiny + "--steps 6 --out two/run", cwd);
   ASSERT_EQ(two.code, 0) << two.out << two.err;
   EXPECT_NE(two.out.find("data parallel: 2 ranks over MPI"), std::string::npos) << two.out;
   expect_same_training(one, two, cwd / "one" / "run", cwd / "two" / "run");
   // Rank 0 alone wrote the logs: one TensorBoard file, one CSV with six rows.
-  EXPECT_EQ(std::distance(fs::directory_iterator(cwd / "two" / "runs" / "run"), fs::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(cwd / "two" / "run" / "tensorboard"), fs::directory_iterator()), 1);
   const std::string csv = slurp(cwd / "two" / "run" / "log.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7) << csv;
 
   // --resume on two ranks continues exactly: stopped at 3 and resumed to 6 = the run above, bit for
   // bit (the same folder name in another place, so the checkpoints' metadata match too).
-  RunResult first = run_ranks(2, app_path("pretrain"), kTiny + "--steps 3 --schedule-steps 6 --out resumed/run --runs-dir resumed/runs", cwd);
+  RunResult first = run_ranks(2, app_path("pretrain"), kTiny + "--steps 3 --schedule-steps 6 --out resumed/run", cwd);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
-  RunResult rest = run_ranks(2, app_path("pretrain"), "--resume --steps 6 --device cpu --out resumed/run --runs-dir resumed/runs", cwd);
+  RunResult rest = run_ranks(2, app_path("pretrain"), "--resume --steps 6 --device cpu --out resumed/run", cwd);
   ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
   EXPECT_NE(rest.out.find("resuming resumed/run at step 3"), std::string::npos) << rest.out;
   for (const char* f : {"model.safetensors", "optimizer.safetensors"})
@@ -311,9 +311,9 @@ TEST_F(DistRanks, TwoRanksWithDropoutTrainLikeOneProcess) {
   std::string config = tiny_config(true);
   config.insert(config.size() - 1, ", \"dropout\": 0.2");
   write_text(cwd / "dist.json", config);
-  RunResult one = run_app("pretrain", kTiny + "--steps 6 --out one-drop/run --runs-dir one-drop/runs", cwd);
+  RunResult one = run_app("pretrain", kTiny + "--steps 6 --out one-drop/run", cwd);
   ASSERT_EQ(one.code, 0) << one.out << one.err;
-  RunResult two = run_ranks(2, app_path("pretrain"), kTiny + "--steps 6 --out two-drop/run --runs-dir two-drop/runs", cwd);
+  RunResult two = run_ranks(2, app_path("pretrain"), kTiny + "--steps 6 --out two-drop/run", cwd);
   ASSERT_EQ(two.code, 0) << two.out << two.err;
   expect_same_training(one, two, cwd / "one-drop" / "run", cwd / "two-drop" / "run");
 }
@@ -363,9 +363,9 @@ TEST_F(NcclRanks, TwoRanksOnTwoGpusTrainLikeOneGpu) {
   const fs::path cwd = prepared();
   write_text(cwd / "dist.json", tiny_config(false));
   const std::string args = kTinyRun + "--device cuda --steps 6 ";
-  RunResult one = run_app("pretrain", args + "--out gpu-one/run --runs-dir gpu-one/runs", cwd);
+  RunResult one = run_app("pretrain", args + "--out gpu-one/run", cwd);
   ASSERT_EQ(one.code, 0) << one.out << one.err;
-  RunResult two = run_ranks(2, app_path("pretrain"), args + "--out gpu-two/run --runs-dir gpu-two/runs", cwd);
+  RunResult two = run_ranks(2, app_path("pretrain"), args + "--out gpu-two/run", cwd);
   ASSERT_EQ(two.code, 0) << two.out << two.err;
   EXPECT_NE(two.out.find("data parallel: 2 ranks over MPI"), std::string::npos) << two.out;
   EXPECT_NE(two.out.find(" and NCCL "), std::string::npos) << two.out;

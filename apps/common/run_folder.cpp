@@ -1,0 +1,261 @@
+#include "apps/common/run_folder.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/common/app.h"
+#include "util/atomic_file.h"
+
+namespace mvgpt::apps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMarker = "mvgpt-run.json";
+constexpr const char* kLock = "mvgpt-run.lock";
+constexpr const char* kReplaced = ".replaced";
+
+bool is_run_entry(const std::string& name) {
+  return std::find(kRunEntries.begin(), kRunEntries.end(), name) != kRunEntries.end();
+}
+
+// "<entry>.tmp.<digits>" (a save or an atomic write in progress, or killed) or "<entry>.old.<digits>"
+// (a checkpoint swap killed between its two renames): returns <entry> and which kind, "" otherwise.
+std::pair<std::string, std::string> leftover_of(const std::string& name) {
+  for (const char* kind : {".tmp.", ".old."}) {
+    const size_t at = name.rfind(kind);
+    if (at == std::string::npos) continue;
+    const std::string digits = name.substr(at + 5);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string base = name.substr(0, at);
+    if (is_run_entry(base) || base == kMarker) return {base, kind};
+  }
+  return {"", ""};
+}
+
+bool is_ours(const std::string& name) {
+  return is_run_entry(name) || name == kMarker || name == kLock || name == kReplaced || !leftover_of(name).first.empty();
+}
+
+// "last/ at step 12" from its state.json, for messages.
+std::string describe_run(const fs::path& dir) {
+  std::error_code ec;
+  std::string what;
+  if (fs::exists(dir / "last", ec)) {
+    what = "last/";
+    try {
+      what += " at step " + std::to_string(nlohmann::json::parse(util::read_file((dir / "last" / "state.json").string()))
+                                               .at("step")
+                                               .get<int64_t>());
+    } catch (const std::exception&) {
+    }
+  }
+  if (fs::exists(dir / "best", ec)) what += what.empty() ? "best/ but no last/" : " and best/";
+  return what;
+}
+
+std::string join_names(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 3; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 3) s += format(" and %zu more", names.size() - 3);
+  return s;
+}
+
+bool is_same_or_inside(const fs::path& inner, const fs::path& outer) {
+  auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
+}  // namespace
+
+void check_run_folder_path(const std::string& out) {
+  const std::string hint = "; name a folder of the run's own, such as checkpoints/my-run";
+  if (out.empty()) throw UsageError("--out is empty" + hint);
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(fs::absolute(out), ec);
+  if (ec) throw UsageError("--out " + out + ": " + ec.message() + hint);
+  if (abs == abs.root_path()) throw UsageError("--out " + out + " is the filesystem's root" + hint);
+  const fs::path cwd = fs::weakly_canonical(fs::current_path(), ec);
+  if (!ec && is_same_or_inside(cwd, abs))
+    throw UsageError("--out " + out + " is " + (abs == cwd ? "the current folder" : "a folder above the current one") + hint);
+  if (fs::exists(abs, ec) && !fs::is_directory(abs, ec)) throw UsageError("--out " + out + " is a file, not a folder" + hint);
+}
+
+FolderLock::FolderLock(std::string lock_path, const std::string& what) : path_(std::move(lock_path)) {
+  for (;;) {
+    // O_CLOEXEC: a child (gnuplot) must not inherit the lock and hold it after we die.
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw AppError("cannot create " + path_ + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      std::string holder;
+      try {
+        holder = util::read_file(path_);
+      } catch (const std::exception&) {
+      }
+      ::close(fd_);
+      fd_ = -1;
+      if (err == EWOULDBLOCK)
+        throw AppError(what + " is in use by another process" + (holder.empty() ? "" : " (" + holder + ")") +
+                       "; wait for it to end, or choose another folder");
+      throw AppError("cannot lock " + path_ + ": " + std::strerror(err));
+    }
+    // The holder we waited for may have removed the file between our open and our lock: then we
+    // hold a lock on a file nobody else will see, and must lock the one at the path instead.
+    struct stat held {}, at_path {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &at_path) == 0 && held.st_ino == at_path.st_ino &&
+        held.st_dev == at_path.st_dev)
+      break;
+    ::close(fd_);
+  }
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof host - 1);
+  const std::string who = format("pid %d on %s", int(::getpid()), host);
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, who.data(), who.size(), 0) != ssize_t(who.size())) {
+    // The lock holds without its note; only another process's message loses the pid.
+  }
+}
+
+FolderLock::~FolderLock() {
+  ::unlink(path_.c_str());  // before the unlock: a waiter then finds the file gone and retries
+  ::close(fd_);
+}
+
+RunFolder::RunFolder(std::string dir) : dir_(std::move(dir)) {
+  check_run_folder_path(dir_);
+  std::error_code ec;
+  created_ = !fs::exists(dir_, ec);
+  fs::create_directories(dir_);
+  lock_.emplace((fs::path(dir_) / kLock).string(), dir_);
+  recover();
+}
+
+RunFolder::~RunFolder() {
+  if (replacing_) restore_replaced();
+  lock_.reset();
+  if (created_ && !started_) {
+    std::error_code ec;
+    fs::remove(dir_, ec);  // only when empty: a new folder for a run that never started
+  }
+}
+
+void RunFolder::recover() {
+  const fs::path dir(dir_);
+  std::error_code ec;
+  if (fs::exists(dir / kReplaced, ec)) {
+    if (fs::exists(dir / "last" / "config.json", ec)) {
+      fs::remove_all(dir / kReplaced, ec);
+      notes_.push_back("removed the run an interrupted --overwrite had replaced (" + (dir / kReplaced).string() + ")");
+    } else {
+      replacing_ = true;
+      restore_replaced();
+      notes_.push_back("put back the run an interrupted --overwrite had moved aside (its replacement saved no checkpoint)");
+    }
+  }
+  std::vector<std::string> leftovers;  // collected first: the loop below renames and removes entries
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (!leftover_of(e.path().filename().string()).first.empty()) leftovers.push_back(e.path().filename().string());
+  std::sort(leftovers.begin(), leftovers.end());
+  for (const std::string& name : leftovers) {
+    const auto [base, kind] = leftover_of(name);
+    std::error_code err;
+    if (kind == ".old." && !fs::exists(dir / base, err)) {
+      fs::rename(dir / name, dir / base, err);
+      notes_.push_back("put back " + (dir / base).string() + " from " + name + " (a save killed between two renames)");
+    } else {
+      fs::remove_all(dir / name, err);
+      notes_.push_back("removed " + name + ", left by a save that was killed");
+    }
+  }
+}
+
+bool RunFolder::holds_run() const {
+  std::error_code ec;
+  return fs::exists(fs::path(dir_) / "last", ec) || fs::exists(fs::path(dir_) / "best", ec);
+}
+
+std::vector<std::string> RunFolder::foreign_entries() const {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_ours(name)) names.push_back(name);
+  }
+  return names;
+}
+
+void RunFolder::check_fresh(bool overwrite) const {
+  const fs::path dir(dir_);
+  std::error_code ec;
+  const bool marked = fs::exists(dir / kMarker, ec);
+  if (holds_run()) {
+    if (!overwrite)
+      throw AppError(dir_ + " already holds a run (" + describe_run(dir) +
+                     "); continue it with --resume, start over with --overwrite, or choose another --out");
+  } else if (!marked) {
+    const std::vector<std::string> foreign = foreign_entries();
+    if (!foreign.empty())
+      throw AppError(dir_ + " is not a run folder and holds other files (" + join_names(foreign) +
+                     "), which pretrain never deletes; choose another --out, such as checkpoints/my-run");
+  }
+}
+
+void RunFolder::start_fresh(bool overwrite) {
+  check_fresh(overwrite);
+  const fs::path dir(dir_);
+  std::error_code ec;
+  // Aside, not deleted: the old run goes only once the new one has a checkpoint (checkpoint_saved).
+  fs::create_directories(dir / kReplaced);
+  replacing_ = true;
+  for (const std::string& name : kRunEntries)
+    if (fs::exists(dir / name, ec)) fs::rename(dir / name, dir / kReplaced / name);
+  if (fs::is_empty(dir / kReplaced, ec)) {
+    fs::remove(dir / kReplaced, ec);
+    replacing_ = false;
+  }
+  write_marker();
+  started_ = true;
+}
+
+void RunFolder::start_resumed() {
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir_) / kMarker, ec)) write_marker();
+  started_ = true;
+}
+
+void RunFolder::checkpoint_saved() {
+  if (!replacing_) return;
+  std::error_code ec;
+  fs::remove_all(fs::path(dir_) / kReplaced, ec);
+  replacing_ = false;
+}
+
+void RunFolder::restore_replaced() noexcept {
+  const fs::path dir(dir_);
+  std::error_code ec;
+  for (const std::string& name : kRunEntries) {
+    fs::remove_all(dir / name, ec);  // the new run's (a log without a checkpoint)
+    if (fs::exists(dir / kReplaced / name, ec)) fs::rename(dir / kReplaced / name, dir / name, ec);
+  }
+  fs::remove_all(dir / kReplaced, ec);
+  replacing_ = false;
+}
+
+void RunFolder::write_marker() const {
+  const nlohmann::json marker = {{"app", "pretrain"}, {"what", "an mvgpt training run folder"}, {"format", 1}};
+  util::write_file_atomic((fs::path(dir_) / kMarker).string(), marker.dump(2) + "\n");
+}
+
+}  // namespace mvgpt::apps

@@ -1,0 +1,90 @@
+#pragma once
+// The run folder pretrain writes into (checkpoints/pretrain): recognised by the marker file pretrain
+// wrote, locked while a process trains in it, and replaced only once the new run exists.
+//
+// NOTE [ Nothing lost in a run folder ]
+// - pretrain touches only the names it writes (kRunEntries, the marker, the lock, its temporary
+//   folders); anything else in the folder is the user's and is never moved or deleted.
+// - A folder is a run when it holds the marker (mvgpt-run.json) and something of a run, or, for
+//   folders written before the marker existed, a last/ or best/ checkpoint. A non-empty folder that
+//   is neither is refused: `--out ..` names the user's own folder, not a run.
+// - The folder is locked with flock() on mvgpt-run.lock for as long as the process lives: the
+//   kernel releases it when the process dies, however it dies, and it holds across PID namespaces.
+//   Only the lock holder writes checkpoints, so any "<name>.tmp.<pid>" folder found under the lock
+//   is a killed save's leftover, whatever its pid says.
+// - --overwrite moves the old run into .replaced/ inside the folder and deletes it only after the new
+//   run's first last/ checkpoint is complete; a new run that fails before that puts the old one back,
+//   and a killed one is put back (or finished) by the next start.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mvgpt::apps {
+
+// What a run folder may hold that pretrain wrote (and may move aside with --overwrite).
+inline const std::vector<std::string> kRunEntries = {"last", "best", "log.csv", "tensorboard"};
+
+// An exclusive flock() on `lock_path`, created when missing and removed by its holder when released,
+// so the file exists only while someone holds it. AppError naming the holder when it is held.
+class FolderLock {
+ public:
+  FolderLock(std::string lock_path, const std::string& what);
+  ~FolderLock();
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// UsageError when `out` cannot be a run folder of its own: empty, ".", "..", the filesystem root,
+// the current folder or one above it, or an existing file.
+void check_run_folder_path(const std::string& out);
+
+class RunFolder {
+ public:
+  // Checks the path, creates the folder when missing, takes the lock (AppError naming the other
+  // process when it is held), finishes or undoes an --overwrite a killed process left half done, and
+  // removes killed saves' temporary folders (`notes` gets a line for each thing it did).
+  explicit RunFolder(std::string dir);
+  // A replacement that never reached its first checkpoint puts the old run back.
+  ~RunFolder();
+  RunFolder(const RunFolder&) = delete;
+  RunFolder& operator=(const RunFolder&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  const std::vector<std::string>& notes() const { return notes_; }
+
+  // The folder holds a run (marker + run entries, or an older run's last/ or best/).
+  bool holds_run() const;
+  // Names in the folder that pretrain did not write (empty for a run folder or a new one).
+  std::vector<std::string> foreign_entries() const;
+
+  // AppError when a fresh run may not start here: the folder holds a run and not `overwrite`, or it
+  // holds files that are not a run's.
+  void check_fresh(bool overwrite) const;
+  // A fresh run starts here: check_fresh, then what a previous run left is moved aside and the marker
+  // written.
+  void start_fresh(bool overwrite);
+  // A resumed run: writes the marker if an older run folder has none.
+  void start_resumed();
+  // The new run's last/ checkpoint is complete: the replaced run (if any) is deleted.
+  void checkpoint_saved();
+  bool replacing() const { return replacing_; }
+
+ private:
+  void recover();
+  void restore_replaced() noexcept;
+  void write_marker() const;
+
+  std::string dir_;
+  std::optional<FolderLock> lock_;
+  bool created_ = false;  // the folder did not exist: removed again if nothing was started in it
+  bool started_ = false;
+  bool replacing_ = false;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace mvgpt::apps
