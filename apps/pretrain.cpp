@@ -109,6 +109,14 @@ State read_state(const std::string& path, PretrainSettings& settings) {
   } catch (const json::exception& e) {
     throw AppError(path + ": not a pretrain state file (" + e.what() + "); start a new run with --overwrite");
   }
+  // Where the run stands must be a place a run can stand (the file was edited or damaged otherwise).
+  std::string bad;
+  if (st.step < 0) bad = format("step is %lld", (long long)st.step);
+  else if (!std::isfinite(st.elapsed_s) || st.elapsed_s < 0) bad = format("elapsed_s is %g", st.elapsed_s);
+  else if (st.tokens_seen < 0) bad = format("tokens_seen is %lld", (long long)st.tokens_seen);
+  else if (st.best_step < -1 || st.best_step > st.step) bad = format("best_step is %lld at step %lld", (long long)st.best_step, (long long)st.step);
+  else if (std::isnan(st.best_val_loss) || st.best_val_loss < 0) bad = format("best_val_loss is %g", st.best_val_loss);
+  if (!bad.empty()) throw AppError(path + ": " + bad + "; the file was edited or damaged: start over with --overwrite");
   return st;
 }
 

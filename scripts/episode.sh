@@ -101,5 +101,5 @@ in $PWD:
 training logs:    checkpoints/pretrain/log.csv, checkpoints/pretrain-rope/log.csv
 training curves:  runs/training.png
 past the window:  runs/context/context_losses.csv, runs/context/context_losses.png
-TensorBoard:      tensorboard --logdir runs
+TensorBoard:      tensorboard --logdir checkpoints
 EOF

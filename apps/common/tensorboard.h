@@ -1,6 +1,6 @@
 #pragma once
 // Writes TensorBoard event files (TFRecord framing of Event protos with scalar summaries), so a
-// training run can be watched with `tensorboard --logdir runs/`. The protobuf encoding is the few
+// training run can be watched with `tensorboard --logdir <run folder>`. The protobuf encoding is the few
 // fields scalars need, written by hand: no protobuf dependency.
 #include <cstdint>
 #include <fstream>
