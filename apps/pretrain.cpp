@@ -34,6 +34,7 @@
 #include "apps/common/numerics.h"
 #include "apps/common/resources.h"
 #include "apps/common/run_folder.h"
+#include "apps/common/schedule_fit.h"
 #include "apps/common/tensorboard.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -53,10 +54,33 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace mvgpt::apps {
-// The settings that define a run, as state.json keeps them (--resume reads them back; a missing
-// key is an error).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PretrainSettings, batch_size, lr, min_lr, warmup_steps, schedule_steps,
-                                   weight_decay, grad_clip, beta1, beta2, seed, eval_interval, eval_windows)
+// The settings that define a run, as state.json keeps them (--resume reads them back). A missing key
+// is an error, except those added since runs were first saved, which take their old meaning.
+void to_json(json& j, const PretrainSettings& s) {
+  j = {{"batch_size", s.batch_size},       {"lr", s.lr},
+       {"min_lr", s.min_lr},               {"warmup_steps", s.warmup_steps},
+       {"schedule_steps", s.schedule_steps}, {"weight_decay", s.weight_decay},
+       {"grad_clip", s.grad_clip},         {"beta1", s.beta1},
+       {"beta2", s.beta2},                 {"seed", s.seed},
+       {"eval_interval", s.eval_interval}, {"eval_windows", s.eval_windows},
+       {"grad_accum_steps", s.grad_accum_steps}, {"fit_schedule", s.fit_schedule}};
+}
+void from_json(const json& j, PretrainSettings& s) {
+  j.at("batch_size").get_to(s.batch_size);
+  j.at("lr").get_to(s.lr);
+  j.at("min_lr").get_to(s.min_lr);
+  j.at("warmup_steps").get_to(s.warmup_steps);
+  j.at("schedule_steps").get_to(s.schedule_steps);
+  j.at("weight_decay").get_to(s.weight_decay);
+  j.at("grad_clip").get_to(s.grad_clip);
+  j.at("beta1").get_to(s.beta1);
+  j.at("beta2").get_to(s.beta2);
+  j.at("seed").get_to(s.seed);
+  j.at("eval_interval").get_to(s.eval_interval);
+  j.at("eval_windows").get_to(s.eval_windows);
+  s.grad_accum_steps = j.value("grad_accum_steps", int64_t(1));
+  s.fit_schedule = j.value("fit_schedule", false);
+}
 }  // namespace mvgpt::apps
 using namespace mvgpt;
 using namespace mvgpt::apps;
@@ -121,6 +145,19 @@ State read_state(const std::string& path, PretrainSettings& settings) {
 }
 
 std::string csv_number(double v, const char* fmt = "%.6g") { return std::isfinite(v) ? format(fmt, v) : ""; }
+
+// The command line that continues this run: this one, --overwrite left out, --resume added.
+std::string resume_command(int argc, char** argv) {
+  std::string cmd = fs::path(argv[0]).filename().string();
+  bool has_resume = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--overwrite") continue;
+    has_resume |= arg == "--resume";
+    cmd += arg.find_first_of(" \t'\"$") == std::string::npos ? " " + arg : " '" + arg + "'";
+  }
+  return has_resume ? cmd : cmd + " --resume";
+}
 
 std::string what_was_saved(int64_t saved_step) {
   return saved_step < 0 ? "no checkpoint saved yet" : format("last/ holds step %lld", (long long)saved_step);
@@ -192,6 +229,9 @@ int main(int argc, char** argv) {
       same("--seed", s.seed == saved.seed);
       same("--eval-interval", s.eval_interval == saved.eval_interval);
       same("--eval-windows", s.eval_windows == saved.eval_windows);
+      same("--beta1", s.beta1 == saved.beta1);
+      same("--beta2", s.beta2 == saved.beta2);
+      same("--grad-accum-steps", s.grad_accum_steps == saved.grad_accum_steps);
       s = saved;
       if (!same_tokenizer(tok_path, (fs::path(last_dir) / "tokenizer.json").string()))
         throw AppError(tok_path + " is not the tokenizer this run was trained with (" + last_dir +
@@ -200,24 +240,39 @@ int main(int argc, char** argv) {
       config = model->config();
       if (args.rope != config.rope && args.given.has("--rope"))
         throw UsageError(std::string("--rope: the resumed run has ") + (config.rope ? "rotary" : "learned") + " positions");
+      if (args.given.has("--preset") || args.given.has("--config")) {  // the same command again: the same model
+        gpt::GPTConfig given = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
+                                                        : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
+        if (args.rope) given.rope = true;
+        given.dropout = config.dropout;  // --dropout is checked on its own below
+        if (args.config_path.empty()) given.vocab_size = config.vocab_size;  // presets follow the (same) tokenizer
+        if (given.to_json() != config.to_json())
+          throw UsageError((args.config_path.empty() ? "--preset " + args.preset : "--config " + args.config_path) +
+                           " describes another model than the resumed run's (" + last_dir + "/config.json); leave it out");
+      }
+      if (args.given.has("--dropout") && args.dropout != config.dropout)
+        throw UsageError(format("--dropout differs from the resumed run's (%g); leave it out to keep it", config.dropout));
     } else {
       if (folder) folder->check_fresh(args.overwrite);
       config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
                                    : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
       if (args.rope) config.rope = true;
+      if (args.dropout >= 0) config.dropout = args.dropout;
     }
     complete_schedule(s, args.steps);  // done while parsing for a new run; a resumed one checks its state.json
 
-    if (s.batch_size % dist::size() != 0)
-      throw UsageError(format("--batch-size %lld does not split over %d ranks; use a multiple of %d",
-                              (long long)s.batch_size, dist::size(), dist::size()));
+    if (s.batch_size % (dist::size() * s.grad_accum_steps) != 0)
+      throw UsageError(format("--batch-size %lld does not split over %d rank%s x %lld micro-batches; use a multiple of %lld",
+                              (long long)s.batch_size, dist::size(), dist::size() == 1 ? "" : "s",
+                              (long long)s.grad_accum_steps, (long long)(dist::size() * s.grad_accum_steps)));
+    const int64_t micro_batch = s.batch_size / dist::size() / s.grad_accum_steps;  // sequences a forward pass holds
 
     // --- data and tokenizer ---
     text::Tokenizer tok = text::Tokenizer::load(tok_path);
     if (!args.resume && args.config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
     check_tokenizer_fits(tok, tok_path, config, run_name);
     config.validate();
-    check_training_fits(config, s.batch_size, device);  // before anything big is allocated
+    check_training_fits(config, micro_batch, device);  // before anything big is allocated
     text::TokenFile train(train_path), valid(valid_path);
     check_tokens_fit(train, config, run_name);
     check_tokens_fit(valid, config, run_name);
@@ -239,7 +294,7 @@ int main(int argc, char** argv) {
     auto groups = nn::weight_decay_groups(model->named_parameters(), s.weight_decay);
     nn::AdamW opt(groups, {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay});
     if (args.resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
-    const nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
+    nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
     const std::vector<Tensor> params = model->parameters();
     dist::broadcast_tensors(params);  // rank 0's weights everywhere (built from the seed or loaded, they agree already)
     const nn::NamedTensors named_params = model->named_parameters();
@@ -257,9 +312,15 @@ int main(int argc, char** argv) {
                 format_count(int64_t(train.size())).c_str(), format_count(int64_t(valid.size())).c_str(),
                 (long long)s.batch_size, (long long)config.block_size,
                 format_count(s.batch_size * config.block_size).c_str());
-    std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %lld steps), weight decay %.3g, clip %.3g, seed %llu\n",
-                s.lr, s.min_lr, (long long)s.warmup_steps, (long long)s.schedule_steps, s.weight_decay, s.grad_clip,
-                (unsigned long long)s.seed);
+    if (s.grad_accum_steps > 1)
+      std::printf("gradient accumulation: %lld micro-batches of %lld sequences a step\n", (long long)s.grad_accum_steps,
+                  (long long)micro_batch);
+    std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %s), betas %.3g %.3g, weight decay %.3g, clip %.3g, seed %llu%s\n",
+                s.lr, s.min_lr, (long long)s.warmup_steps,
+                s.fit_schedule ? format("the steps --minutes allows, fitted to the clock from %lld", (long long)s.schedule_steps).c_str()
+                               : format("%lld steps", (long long)s.schedule_steps).c_str(),
+                s.beta1, s.beta2, s.weight_decay, s.grad_clip, (unsigned long long)s.seed,
+                config.dropout > 0 ? format(", dropout %.3g", config.dropout).c_str() : "");
     const double budget_s = args.minutes * 60;
     if (args.resume) {
       std::printf("resuming %s at step %lld (%s used)\n", args.out_dir.c_str(), (long long)st.step,
@@ -307,9 +368,16 @@ int main(int argc, char** argv) {
     };
 
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_stop_signal);
-    const auto t_session = Clock::now();
-    const double elapsed_before = st.elapsed_s;
     const int64_t first_step = st.step;
+    const auto t_session = Clock::now();
+    // This session's seconds: the real clock, or the testing aid's where each step takes the same.
+    auto session_seconds = [&] {
+      return args.debug_step_seconds > 0 ? double(st.step - first_step) * args.debug_step_seconds : seconds_since(t_session);
+    };
+    const double elapsed_before = st.elapsed_s;
+    const bool fitting = s.fit_schedule && args.steps == 0;
+    int64_t fit_from_step = -1, printed_fit = -1;  // the rate is measured from the end of start-up
+    double fit_from_s = 0;
     const int64_t tokens_per_step = s.batch_size * config.block_size;
     int64_t saved_step = args.resume ? st.step : -1;  // what last/ holds
     int64_t skipped_in_a_row = 0;
@@ -317,14 +385,38 @@ int main(int argc, char** argv) {
 
     while (true) {
       const auto t0 = Clock::now();
+      if (fitting && st.step - first_step == kStepsBeforeFitting) {
+        fit_from_step = st.step;
+        fit_from_s = session_seconds();
+      }
+      if (fitting && fit_from_step >= 0 && st.step > fit_from_step) {
+        const double measured_s = session_seconds() - fit_from_s;
+        int64_t fitted = fitted_decay_steps(st.step, st.elapsed_s, budget_s, st.step - fit_from_step, measured_s, s.warmup_steps);
+        dist::broadcast(&fitted, sizeof fitted);  // rank 0's clock decides, as for stopping
+        s.schedule_steps = schedule.decay_steps = fitted;
+        if (printed_fit < 0 || std::abs(double(fitted - printed_fit)) > 0.05 * double(printed_fit)) {
+          std::printf("schedule: %.3g s a step so far; the rate reaches %.3g at step %lld, when --minutes ends\n",
+                      measured_s / double(st.step - fit_from_step), s.min_lr, (long long)fitted);
+          printed_fit = fitted;
+        }
+      }
       const double lr = schedule(st.step);
       opt.set_lr(lr);
       gpt::Batch batch = batches.at(st.step);
       if (dist::size() > 1)  // this rank's share of the global batch
         batch = {dist::shard_rows(batch.inputs, dist::rank(), dist::size()),
                  dist::shard_rows(batch.targets, dist::rank(), dist::size())};
-      Tensor loss = model->loss(ops::to(batch.inputs, device), ops::to(batch.targets, device));
-      backward(loss);
+      // Gradient accumulation: each micro-batch's mean loss, scaled by 1/N, so the summed gradients
+      // are the whole batch's mean (every micro-batch holds as many tokens).
+      double local_loss = 0;
+      for (int64_t micro = 0; micro < s.grad_accum_steps; ++micro) {
+        const int n = int(s.grad_accum_steps);
+        Tensor inputs = n > 1 ? dist::shard_rows(batch.inputs, int(micro), n) : batch.inputs;
+        Tensor targets = n > 1 ? dist::shard_rows(batch.targets, int(micro), n) : batch.targets;
+        Tensor loss = model->loss(ops::to(inputs, device), ops::to(targets, device));
+        backward(n > 1 ? mul(loss, 1.0 / double(n)) : loss);
+        local_loss += host_scalar(loss) / double(n);
+      }
       dist::average_gradients(params);  // the global batch's gradient on every rank, before clipping
       if (st.step == args.inject_nan_step) {
         poison_gradient(named_params.back().second);
@@ -334,7 +426,7 @@ int main(int argc, char** argv) {
       // clip_grad_norm_ leaves the gradients alone when their norm is not finite, so the culprit can
       // still be named; without clipping every gradient is checked.
       const double grad_norm = s.grad_clip > 0 ? nn::clip_grad_norm_(params, s.grad_clip) : NAN;
-      const double train_loss = dist::mean_over_ranks(host_scalar(loss));  // the global batch's mean
+      const double train_loss = dist::mean_over_ranks(local_loss);  // the global batch's mean
       const std::string bad_grad =
           s.grad_clip > 0 && std::isfinite(grad_norm) ? "" : first_nonfinite_gradient(named_params);
       const bool skipped = !std::isfinite(train_loss) || !bad_grad.empty();
@@ -356,10 +448,10 @@ int main(int argc, char** argv) {
       }
       opt.zero_grad();
       synchronize(device);
-      const double step_s = seconds_since(t0);
+      const double step_s = args.debug_step_seconds > 0 ? args.debug_step_seconds : seconds_since(t0);
       st.step += 1;
       st.tokens_seen += tokens_per_step;
-      st.elapsed_s = elapsed_before + seconds_since(t_session);
+      st.elapsed_s = elapsed_before + session_seconds();
       const double tok_s = double(tokens_per_step) / std::max(step_s, 1e-9);
 
       // Rank 0's clock decides, so that every rank stops at the same step.
@@ -418,7 +510,8 @@ int main(int argc, char** argv) {
     std::printf("checkpoints: %s, %s; log: %s; TensorBoard: tensorboard --logdir %s\n", last_dir.c_str(), best_dir.c_str(),
                 (csv ? csv->path() : std::string()).c_str(), tb_dir.c_str());
     if (const int sig = g_signal) {
-      std::printf("stopped by %s: continue with the same command and --resume\n", sig == SIGINT ? "Ctrl-C (SIGINT)" : sig == SIGTERM ? "SIGTERM" : "SIGHUP");
+      std::printf("stopped by %s: continue with the same command and --resume: %s\n",
+                  sig == SIGINT ? "Ctrl-C (SIGINT)" : sig == SIGTERM ? "SIGTERM" : "SIGHUP", resume_command(argc, argv).c_str());
       return 128 + sig;
     }
     return 0;

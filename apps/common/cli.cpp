@@ -70,8 +70,12 @@ std::string settings_problem(const PretrainSettings& s) {
        {whole("batch_size", s.batch_size, 1), real("lr", s.lr, 1e-300, inf), real("min_lr", s.min_lr, 0, inf),
         whole("warmup_steps", s.warmup_steps, 0), whole("schedule_steps", s.schedule_steps, 1),
         real("weight_decay", s.weight_decay, 0, inf), real("grad_clip", s.grad_clip, 0, inf), real("beta1", s.beta1, 0, 1),
-        real("beta2", s.beta2, 0, 1), whole("eval_interval", s.eval_interval, 1), whole("eval_windows", s.eval_windows, 1)})
+        real("beta2", s.beta2, 0, 1), whole("eval_interval", s.eval_interval, 1), whole("eval_windows", s.eval_windows, 1),
+        whole("grad_accum_steps", s.grad_accum_steps, 1)})
     if (!why.empty()) return why;
+  if (s.batch_size % s.grad_accum_steps != 0)
+    return format("batch_size is %lld, not a multiple of grad_accum_steps (%lld)", (long long)s.batch_size,
+                  (long long)s.grad_accum_steps);
   if (s.warmup_steps > s.schedule_steps)
     return format("warmup_steps is %lld, longer than schedule_steps (%lld)", (long long)s.warmup_steps, (long long)s.schedule_steps);
   return "";
@@ -140,6 +144,15 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->check(kFinite);
+  app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(CLI::Range(0.0, 0.999999))->check(kFinite);
+  app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(CLI::Range(0.0, 0.999999))->check(kFinite);
+  app->add_option("--dropout", a.dropout, "dropout probability in training (default: the preset's or config's, 0 for the presets)")
+      ->check(CLI::Range(0.0, 0.99))
+      ->check(kFinite);
+  app->add_option("--grad-accum-steps", s.grad_accum_steps,
+                  "split each batch into this many micro-batches, one forward/backward each, for one update (less memory)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app->add_option("--seed", s.seed, "seed of the weights and the batches")->capture_default_str();
   app->add_option("--eval-interval", s.eval_interval, "steps between held-out measurements and checkpoints")
       ->capture_default_str()
@@ -161,6 +174,11 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
                   "testing aid: write NaN into the last parameter's gradient at this step (0-based)")
       ->check(CLI::NonNegativeNumber)
       ->group("Testing");
+  app->add_option("--debug-step-seconds", a.debug_step_seconds,
+                  "testing aid: time the run on a clock where each step takes this many seconds")
+      ->check(CLI::PositiveNumber)
+      ->check(kFinite)
+      ->group("Testing");
 
   app->final_callback([&a, self = app.get()] {
     record_given(*self, a.given);
@@ -168,12 +186,13 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
     if (a.out_dir.empty()) a.out_dir = a.rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
     if (a.out_dir.empty() || a.out_dir == "." || a.out_dir == ".." || a.out_dir == "/")  // the rest is checked at run time
       throw UsageError("--out " + a.out_dir + " cannot be a run folder; name a folder of the run's own, such as checkpoints/my-run");
-    if (a.resume) {
-      // The resumed run's settings replace these (the run checks that the given ones agree).
-      if (a.given.has("--preset") || a.given.has("--config"))
-        throw UsageError("--preset/--config cannot change a resumed run's model; leave them out");
-    } else {
+    if (!a.resume) {  // a resumed run's settings come from its state.json (the run checks that given ones agree)
+      a.settings.fit_schedule = a.steps == 0 && !a.given.has("--schedule-steps");
       complete_schedule(a.settings, a.steps);
+      if (std::string why = settings_problem(a.settings); !why.empty()) {
+        std::replace(why.begin(), why.end(), '_', '-');  // the flags' spelling of the fields
+        throw UsageError("--" + why);
+      }
     }
   });
   return app;

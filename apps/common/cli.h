@@ -32,9 +32,9 @@ struct PrepareArgs {
   size_t tokenizer_bytes = 0;
 };
 
-// About ten minutes of the series' model at batch 16 x 256 on this repository's 2-core reference
-// machine (~1,450 tokens/s with held-out evaluations, when nothing else runs; see docs/apps.md); both runs use it unless told
-// otherwise, so their rates match step for step whatever the clock says.
+// The schedule's span before the clock is known: about ten minutes of the series' model at batch
+// 16 x 256 on this repository's 2-core reference machine. With --minutes (and no --schedule-steps)
+// the span is then fitted to the measured step time (apps/common/schedule_fit.h).
 constexpr int64_t kDefaultScheduleSteps = 220;
 
 // What defines a pretraining run: kept in state.json and reused by --resume.
@@ -45,6 +45,8 @@ struct PretrainSettings {
   double weight_decay = 0.1, grad_clip = 1.0, beta1 = 0.9, beta2 = 0.95;
   uint64_t seed = 1337;
   int64_t eval_interval = 25, eval_windows = 32;
+  int64_t grad_accum_steps = 1;  // micro-batches of batch_size / N whose gradients add up to one step's
+  bool fit_schedule = false;     // schedule_steps follows the clock (--minutes without --schedule-steps)
 };
 
 // The schedule's defaults where a flag left them unset (the span: --steps, else
@@ -60,6 +62,8 @@ struct PretrainArgs {
   PretrainSettings settings;
   bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
   int64_t inject_nan_step = -1;
+  double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
+  double dropout = -1;            // -1: the config's
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;

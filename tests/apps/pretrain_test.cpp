@@ -1,9 +1,14 @@
 // pretrain: a stopped run resumed with --resume ends exactly where an uninterrupted run does; logs,
 // TensorBoard events and checkpoints are where the docs say; bad inputs change nothing.
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+
 #include "app_runner.h"
 
 #include "apps/common/tensorboard.h"
 #include "backends/backend.h"
+#include "mvgpt/checkpoint.h"
 
 namespace mvgpt::apps::testing {
 namespace {
@@ -136,6 +141,91 @@ TEST_F(Pretrain, BadInputsFailWithOneLineAndChangeNothing) {
                           "--device cpu");
   expect_one_line_error(run_app("pretrain", "--device tpu", cwd), "pretrain", "--device tpu", 2);
   EXPECT_EQ(snapshot(run), before);
+}
+
+}  // namespace
+}  // namespace mvgpt::apps::testing
+
+namespace mvgpt::apps::testing {
+namespace {
+
+// Every weight of two checkpoints, the largest absolute difference.
+double max_weight_difference(const fs::path& a, const fs::path& b) {
+  auto ma = gpt::load_checkpoint(a.string()).model, mb = gpt::load_checkpoint(b.string()).model;
+  double worst = 0;
+  const auto pb = mb->named_parameters();
+  size_t i = 0;
+  for (const auto& [name, p] : ma->named_parameters()) {
+    const auto va = p.to_vector<double>(), vb = pb.at(i++).second.to_vector<double>();
+    for (size_t k = 0; k < va.size(); ++k) worst = std::max(worst, std::abs(va[k] - vb[k]));
+  }
+  return worst;
+}
+
+// N micro-batches of B/N sequences make the same update as one batch of B (gradients summed with
+// 1/N each), to float rounding.
+TEST_F(Pretrain, GradientAccumulationEqualsOneBigBatch) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "accum.json", tiny_config(true));
+  const std::string args = "--config accum.json --batch-size 8 --steps 4 --eval-interval 4 --eval-windows 4 --device cpu ";
+  RunResult one = run_app("pretrain", args + "--out accum/one", cwd);
+  ASSERT_EQ(one.code, 0) << one.out << one.err;
+  for (const char* n : {"2", "4"}) {
+    SCOPED_TRACE(n);
+    const std::string name = std::string("n").append(n);
+    RunResult r = run_app("pretrain", args + "--grad-accum-steps " + n + " --out accum/" + name, cwd);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(std::string("gradient accumulation: ").append(n)), std::string::npos) << r.out;
+    EXPECT_LT(max_weight_difference(cwd / "accum" / "one" / "last", cwd / "accum" / name / "last"), 1e-5);
+    auto a = csv_rows(cwd / "accum" / "one" / "log.csv"), b = csv_rows(cwd / "accum" / name / "log.csv");
+    for (const auto& [step, row] : a) EXPECT_NEAR(std::stod(row.at(1)), std::stod(b.at(step).at(1)), 1e-5) << "loss at " << step;
+  }
+  // A batch that does not split is a usage error; a resumed run keeps its accumulation.
+  expect_one_line_error(run_app("pretrain", args + "--grad-accum-steps 3 --out accum/bad", cwd), "pretrain",
+                        "not a multiple of grad-accum-steps", 2);
+  expect_one_line_error(run_app("pretrain", "--resume --steps 6 --device cpu --grad-accum-steps 4 --out accum/n2", cwd),
+                        "pretrain", "--grad-accum-steps differs", 2);
+}
+
+// With --minutes and no --schedule-steps the decay is fitted to the clock: on a clock where a step
+// takes 0.5 s or 0.25 s, a one-minute run ends at --min-lr either way, in 120 or 240 steps.
+TEST_F(Pretrain, TheScheduleFitsTheClock) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "fit.json", tiny_config(false));
+  for (const char* seconds : {"0.5", "0.25"}) {
+    SCOPED_TRACE(seconds);
+    const std::string out = std::string("fit/run") + seconds;
+    RunResult r = run_app("pretrain", "--config fit.json --batch-size 2 --eval-interval 50 --eval-windows 2 --device cpu "
+                          "--lr 0.001 --min-lr 0.0001 --minutes 1 --debug-step-seconds " + std::string(seconds) + " --out " + out, cwd);
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    const int64_t expected_steps = int64_t(60 / std::stod(seconds));
+    auto rows = csv_rows(cwd / out / "log.csv");
+    ASSERT_EQ(int64_t(rows.size()), expected_steps);
+    EXPECT_NEAR(std::stod(rows.at(std::to_string(expected_steps)).at(3)), 1e-4, 1e-12) << "the last step's rate";
+    EXPECT_GT(std::stod(rows.at(std::to_string(expected_steps / 2)).at(3)), 4e-4) << "half way, still decaying";
+    EXPECT_NE(r.out.find("the rate reaches 0.0001 at step " + std::to_string(expected_steps - 1)), std::string::npos) << r.out;
+    const auto state = nlohmann::json::parse(slurp(cwd / out / "last" / "state.json"));
+    EXPECT_EQ(state.at("settings").at("schedule_steps").get<int64_t>(), expected_steps - 1);
+    EXPECT_TRUE(state.at("settings").at("fit_schedule").get<bool>());
+  }
+  // A run stopped part way (SIGTERM) and resumed with the same command keeps the same curve: every
+  // step's rate is the uninterrupted run's.
+  const std::string ten = "--config fit.json --batch-size 2 --eval-interval 100 --eval-windows 2 --device cpu "
+                          "--minutes 10 --debug-step-seconds 0.5 --out ";
+  RunResult whole_run = run_app("pretrain", ten + "fit/whole", cwd);
+  ASSERT_EQ(whole_run.code, 0) << whole_run.out << whole_run.err;
+  const pid_t pid = spawn_pretrain(ten + "fit/resumed", cwd, cwd / "fit" / "resumed.log");
+  for (int i = 0; i < 6000 && slurp(cwd / "fit" / "resumed.log").find("step    30") == std::string::npos; ++i) ::usleep(5000);
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(cwd / "fit" / "resumed.log");
+  RunResult rest = run_app("pretrain", "--resume " + ten + "fit/resumed", cwd);
+  ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
+  auto whole = csv_rows(cwd / "fit" / "whole" / "log.csv"), resumed = csv_rows(cwd / "fit" / "resumed" / "log.csv");
+  ASSERT_EQ(whole.size(), 1200u);
+  ASSERT_EQ(resumed.size(), whole.size());
+  for (const auto& [step, row] : whole) EXPECT_EQ(resumed.at(step).at(3), row.at(3)) << "lr at step " << step;
 }
 
 }  // namespace
