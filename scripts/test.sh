@@ -3,23 +3,36 @@
 # tests, benchmarks), run the whole GoogleTest suite, build the example consumer against the
 # installed package, then build and run the suite again under AddressSanitizer, LeakSanitizer and
 # UndefinedBehaviorSanitizer (MVGPT_SKIP_SANITIZERS=1 skips that part; docs/reliability.md).
+# On the repository's 2-core machine: about 25 minutes (two builds of ~5-8 minutes, CUDA included
+# when nvcc is there, and two runs of the suite). MVGPT_SKIP_INSTALL=1: the dependencies are there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+start=$SECONDS
+step() { printf '\n=== %s (%s)\n' "$*" "$(date -u -d @$((SECONDS - start)) +%M:%S 2>/dev/null || echo "$((SECONDS - start)) s")"; }
+
+step "dependencies (scripts/install-deps.sh: as root or through sudo)"
+if [ "${MVGPT_SKIP_INSTALL:-0}" != 1 ]; then
+  bash scripts/install-deps.sh
+fi
 build=${MVGPT_BUILD_DIR:-build}
 jobs=${MVGPT_JOBS:-$(nproc)}
+step "build everything in $build (Release)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${MVGPT_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
+step "the whole suite"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 600
+step "the installed package and an example consumer"
 # The modules as another project sees them: installed, then found with find_package(mvgpt).
 cmake --install "$build" --prefix "$build/install" > /dev/null
 cmake -S examples/consumer -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$build/install" > /dev/null
 cmake --build "$build/consumer" > /dev/null
 "$build/consumer/consumer"
+for app in prepare pretrain evaluate context generate; do "$build/install/bin/$app" --version > /dev/null; done
 
 # The suite again with sanitizers: any finding aborts its test, so it fails the run. -O1 keeps the
 # instrumented build quick to run; benchmarks and the example are left out.
 if [[ "${MVGPT_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  step "build and run the suite again under ASan + LSan + UBSan (in build-asan)"
   asan=${MVGPT_ASAN_BUILD_DIR:-build-asan}
   cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DMVGPT_SANITIZE=address,undefined -DMVGPT_CUDA=OFF -DMVGPT_BUILD_BENCH=OFF -DMVGPT_BUILD_EXAMPLES=OFF
@@ -28,3 +41,4 @@ if [[ "${MVGPT_SKIP_SANITIZERS:-0}" != 1 ]]; then
     UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$asan" --output-on-failure -j "$jobs" --timeout 1200
 fi
+step "done"

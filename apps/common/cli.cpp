@@ -28,6 +28,12 @@ void record_given(const CLI::App& app, GivenFlags& given) {
     if (opt->count() > 0) given.names.insert(opt->get_name());
 }
 
+// --version and the examples every --help ends with.
+void add_version_and_examples(CLI::App& app, const std::string& examples) {
+  app.set_version_flag("--version", std::string("mvgpt ") + MVGPT_VERSION, "print the version and exit");
+  app.footer("\nExamples:\n" + examples);
+}
+
 // Parses into a fresh T through its app's CLI (which validates it).
 template <typename T>
 T parse_with(std::unique_ptr<CLI::App> (*make)(T&), int argc, const char* const* argv) {
@@ -106,6 +112,10 @@ std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
     const double bytes = a.tokenizer_mb * 1e6;
     a.tokenizer_bytes = bytes < 1e18 ? size_t(bytes) : 0;
   });
+  add_version_and_examples(*app, 
+      "  prepare                                   # ../shared/data/tinystories -> data/ (vocabulary 10000)\n"
+      "  prepare --data-dir ~/TinyStories --tokenizer-mb 50   # the full files, tokenizer trained on 50 MB\n"
+      "  prepare --train a.txt --valid b.txt --tokenizer data/tokenizer.json --out data-b\n");
   return app;
 }
 
@@ -195,6 +205,12 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       }
     }
   });
+  add_version_and_examples(*app, 
+      "  pretrain --minutes 10                     # the series' model, learned positions -> checkpoints/pretrain\n"
+      "  pretrain --rope --minutes 10              # rotary positions -> checkpoints/pretrain-rope\n"
+      "  pretrain --rope --minutes 10 --resume     # continue a stopped run\n"
+      "  pretrain --steps 2000 --batch-size 64 --grad-accum-steps 4 --dropout 0.1 --out checkpoints/big\n"
+      "  mpirun -np 2 pretrain --rope --minutes 10 # data-parallel over 2 processes\n");
   return app;
 }
 
@@ -208,6 +224,9 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
   app->add_flag("--json", a.as_json, "print only a JSON list of {model, loss, perplexity, top1}");
   app->final_callback([&a] { check_device_flag(a.device_flag); });
+  add_version_and_examples(*app, 
+      "  evaluate --ckpt checkpoints/pretrain --ckpt checkpoints/pretrain-rope\n"
+      "  evaluate --ckpt checkpoints/pretrain-rope/last --max-windows 64 --json\n");
   return app;
 }
 
@@ -237,6 +256,9 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
     // Saturates: a file never holds INT64_MAX tokens, so the run's "too few tokens" message still reads right.
     if (__builtin_mul_overflow(a.length, a.streams, &a.tokens_needed)) a.tokens_needed = std::numeric_limits<int64_t>::max();
   });
+  add_version_and_examples(*app, 
+      "  context --ckpt checkpoints/pretrain --ckpt checkpoints/pretrain-rope\n"
+      "  context --ckpt checkpoints/pretrain-rope --methods cache,full --length 1024 --streams 2 --json\n");
   return app;
 }
 
@@ -258,6 +280,9 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_flag("--no-cache", a.no_cache, "run the whole window again for each token");
   app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>)");
   app->final_callback([&a] { check_device_flag(a.device_flag); });
+  add_version_and_examples(*app, 
+      "  generate --ckpt checkpoints/pretrain-rope --prompt \"Once upon a time\"\n"
+      "  generate --ckpt checkpoints/pretrain-rope --max-new-tokens 1000 --temperature 0.7 --top-k 50\n");
   return app;
 }
 

@@ -158,3 +158,23 @@ TEST(FuzzRegression, CommandLines) {
 
 }  // namespace
 }  // namespace mvgpt::apps::testing
+
+namespace mvgpt::apps::testing {
+namespace {
+
+TEST_F(CliApps, EveryAppHasVersionAndExamplesInItsHelp) {
+  const fs::path cwd = root() / "cli-version";
+  fs::create_directories(cwd);
+  for (const char* app : {"prepare", "pretrain", "evaluate", "context", "generate"}) {
+    SCOPED_TRACE(app);
+    RunResult v = run_app(app, "--version", cwd);
+    EXPECT_EQ(v.code, 0) << v.err;
+    EXPECT_EQ(v.out.rfind("mvgpt ", 0), 0u) << v.out;
+    RunResult h = run_app(app, "--help", cwd);
+    EXPECT_EQ(h.code, 0) << h.err;
+    EXPECT_NE(h.out.find("Examples:\n  " + std::string(app)), std::string::npos) << h.out;
+  }
+}
+
+}  // namespace
+}  // namespace mvgpt::apps::testing
