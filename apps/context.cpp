@@ -112,6 +112,9 @@ int main(int argc, char** argv) {
     std::fflush(table);
 
     std::vector<Row> rows;
+    // Progress on stderr (the window method takes minutes): which model, method and stream, and
+    // how long the rest of this method should take.
+    ProgressLine progress;
     for (auto& m : models) {
       const int64_t W = m.gpt->config().block_size;
       // One untimed window first, so the first timed method does not pay for cold caches and allocations.
@@ -121,10 +124,13 @@ int main(int argc, char** argv) {
         Row row{m.name, method, 0, 0, std::vector<double>(size_t(args.length - W), 0.0), W};
         double seconds = 0;
         size_t scored = 0;
+        const auto t_method = Clock::now();
         for (int64_t s = 0; s < args.streams; ++s) {
-          if (args.as_json)
-            std::fprintf(stderr, "%s %s: stream %lld/%lld\r", m.name.c_str(), to_string(method).c_str(),
-                         (long long)s + 1, (long long)args.streams);
+          const double spent = seconds_since(t_method);
+          progress.update(format("%s %s: stream %lld/%lld%s", m.name.c_str(), to_string(method).c_str(), (long long)s + 1,
+                                 (long long)args.streams,
+                                 s > 0 ? (", ETA " + format_duration(spent / double(s) * double(args.streams - s))).c_str() : ""),
+                          true);
           ContextResult r = context_losses(*m.gpt, stream_tokens[size_t(s)], method, device);
           seconds += r.seconds;
           scored += r.losses.size();
@@ -135,6 +141,7 @@ int main(int argc, char** argv) {
         }
         row.loss /= double(scored);
         row.ms_per_token = 1e3 * seconds / double(scored);
+        progress.clear();
         std::fprintf(table, "%-24s %-7s %8.4f %13.3f\n", m.name.c_str(), to_string(method).c_str(), row.loss,
                      row.ms_per_token);
         std::fflush(table);

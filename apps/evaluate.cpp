@@ -1,6 +1,7 @@
-// evaluate: held-out loss, perplexity and top-1 accuracy of one or more checkpoints on a token file
-// (consecutive windows of each model's context), as a table or, with --json, as a JSON list of
-// {"model", "loss", "perplexity", "top1"}.
+// evaluate: held-out loss, perplexity, top-1 accuracy and bits per byte of one or more checkpoints on
+// a token file (consecutive windows of each model's context), as a table or, with --json, as a JSON
+// list of {"model", "loss", "perplexity", "top1", "bits_per_byte", "tokens", "bytes"}.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     if (!args.as_json) {
       std::printf("%s: %s tokens\n", args.tokens_path.c_str(), format_count(int64_t(tokens.size())).c_str());
-      std::printf("%-24s %8s %11s %7s %11s\n", "model", "loss", "perplexity", "top-1", "tokens");
+      std::printf("%-24s %8s %11s %7s %7s %11s\n", "model", "loss", "perplexity", "top-1", "bits/B", "tokens");
     }
     for (size_t i = 0; i < dirs.size(); ++i) {
       auto loaded = load_model(dirs[i], device);
@@ -41,11 +42,19 @@ int main(int argc, char** argv) {
       if (int64_t(tokens.size()) < model.config().block_size + 1)
         throw AppError(args.tokens_path + ": " + std::to_string(tokens.size()) + " tokens, too few for one window of " +
                        names[i] + " (" + std::to_string(model.config().block_size + 1) + ")");
-      EvalResult r = evaluate_windows(model, tokens, args.batch_size, args.max_windows, device);
-      out.push_back({{"model", names[i]}, {"loss", r.loss}, {"perplexity", r.perplexity()}, {"top1", r.top1}});
+      // Bits per byte need the text each token stands for: the model's own tokenizer.
+      std::vector<int32_t> byte_lengths;
+      if (const std::string own = checkpoint_tokenizer(dirs[i]); !own.empty())
+        byte_lengths = token_byte_lengths(text::Tokenizer::load(own));
+      EvalResult r = evaluate_windows(model, tokens, args.batch_size, args.max_windows, device,
+                                      byte_lengths.empty() ? nullptr : &byte_lengths);
+      const double bpb = r.bits_per_byte();
+      out.push_back({{"model", names[i]}, {"loss", r.loss}, {"perplexity", r.perplexity()}, {"top1", r.top1},
+                     {"bits_per_byte", std::isfinite(bpb) ? nlohmann::ordered_json(bpb) : nlohmann::ordered_json(nullptr)},
+                     {"tokens", r.tokens}, {"bytes", r.bytes}});
       if (!args.as_json) {
-        std::printf("%-24s %8.4f %11.3f %6.1f%% %11s\n", names[i].c_str(), r.loss, r.perplexity(), 100 * r.top1,
-                    format_count(r.tokens).c_str());
+        std::printf("%-24s %8.4f %11.3f %6.1f%% %7s %11s\n", names[i].c_str(), r.loss, r.perplexity(), 100 * r.top1,
+                    std::isfinite(bpb) ? format("%.4f", bpb).c_str() : "-", format_count(r.tokens).c_str());
         std::fflush(stdout);
       }
     }

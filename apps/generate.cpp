@@ -2,6 +2,8 @@
 // cache slides past the context window (one token's work per token); with learned positions the
 // whole last window runs again for each token once the story outgrows it.
 #include <cstdio>
+#include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #include "apps/common/cli.h"
 #include "apps/common/checkpoints.h"
 #include "mvgpt/generate.h"
+#include "util/atomic_file.h"
 
 using namespace mvgpt;
 using namespace mvgpt::apps;
@@ -33,26 +36,38 @@ int main(int argc, char** argv) {
       throw AppError("tokenizer " + args.tokenizer_path + " is not the one " + name + " was trained with (" + own +
                      "); leave out --tokenizer to use it");
 
+    if (!args.prompt_file.empty()) {
+      if (args.prompt_file == "-") {
+        args.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+        if (std::cin.bad()) throw AppError("cannot read the prompt from standard input");
+      } else {
+        require_file(args.prompt_file, "prompt file", "pass an existing file, or - for standard input");
+        args.prompt = util::read_file(args.prompt_file);
+      }
+      while (!args.prompt.empty() && (args.prompt.back() == '\n' || args.prompt.back() == '\r')) args.prompt.pop_back();
+    }
     std::vector<text::TokenId> ids = tok.encode(args.prompt);
     if (ids.empty()) ids.push_back(tok.eot_id());  // a new story starts after an end of text
     std::vector<int32_t> context(ids.begin(), ids.end());
-    const gpt::SampleOptions options{.temperature = args.temperature, .top_k = args.top_k, .seed = args.seed,
-                                     .use_cache = !args.no_cache};
-
-    std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
-    std::fflush(stdout);
     auto t0 = Clock::now();
     int64_t produced = 0;
-    gpt::generate(model, context, args.max_new_tokens, options, [&](int32_t id) {
-      ++produced;
-      if (args.stop_at_end && text::TokenId(id) == tok.eot_id()) return false;
-      const std::string& bytes = tok.token_bytes(text::TokenId(id));
-      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    for (int64_t sample = 0; sample < args.num_samples; ++sample) {
+      if (sample > 0) std::printf("---------------\n");  // nanoGPT's sample.py separator
+      const gpt::SampleOptions options{.temperature = args.temperature, .top_k = args.top_k, .top_p = args.top_p,
+                                       .seed = args.seed + uint64_t(sample), .use_cache = !args.no_cache};
+      std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
       std::fflush(stdout);
-      return true;
-    });
+      gpt::generate(model, context, args.max_new_tokens, options, [&](int32_t id) {
+        ++produced;
+        if (args.stop_at_end && text::TokenId(id) == tok.eot_id()) return false;
+        const std::string& bytes = tok.token_bytes(text::TokenId(id));
+        std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      });
+      std::printf("\n");
+    }
     const double s = seconds_since(t0);
-    std::printf("\n");
     std::fflush(stdout);  // the text ends before the stats line, also when both go to one file
     std::fprintf(stderr, "%s: %lld tokens in %.2f s (%.2f ms/token, %s cache, %s positions)\n", name.c_str(),
                  (long long)produced, s, produced ? 1e3 * s / double(produced) : 0.0, args.no_cache ? "no" : "with",

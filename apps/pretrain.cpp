@@ -280,6 +280,7 @@ int main(int argc, char** argv) {
       throw AppError(valid_path + ": " + std::to_string(valid.size()) + " tokens, too few for one held-out window of " +
                      std::to_string(config.block_size + 1) + "; prepare more held-out text");
     gpt::RandomBatches batches(train, s.batch_size, config.block_size, s.seed);
+    const std::vector<int32_t> byte_lengths = token_byte_lengths(tok);  // for bits per byte
 
     if (!model) {
       Generator init_gen(s.seed);
@@ -418,10 +419,11 @@ int main(int argc, char** argv) {
         local_loss += host_scalar(loss) / double(n);
       }
       dist::average_gradients(params);  // the global batch's gradient on every rank, before clipping
-      if (st.step == args.inject_nan_step) {
+      // Steps are named as the progress lines count them: this is step st.step + 1.
+      if (st.step + 1 == args.inject_nan_step) {
         poison_gradient(named_params.back().second);
         std::printf("debug: wrote NaN into the gradient of %s at step %lld\n", named_params.back().first.c_str(),
-                    (long long)st.step);
+                    (long long)st.step + 1);
       }
       // clip_grad_norm_ leaves the gradients alone when their norm is not finite, so the culprit can
       // still be named; without clipping every gradient is checked.
@@ -431,7 +433,7 @@ int main(int argc, char** argv) {
           s.grad_clip > 0 && std::isfinite(grad_norm) ? "" : first_nonfinite_gradient(named_params);
       const bool skipped = !std::isfinite(train_loss) || !bad_grad.empty();
       if (skipped) {
-        std::string what = format("step %lld: ", (long long)st.step) +
+        std::string what = format("step %lld: ", (long long)st.step + 1) +
                            (std::isfinite(train_loss) ? format("the gradient of %s is not finite (loss %.4f)", bad_grad.c_str(), train_loss)
                                                       : format("the loss is %g", train_loss) +
                                                             (bad_grad.empty() ? "" : ", first non-finite gradient " + bad_grad));
@@ -474,7 +476,8 @@ int main(int argc, char** argv) {
       double val_loss = NAN;
       if (eval_now) {
         model->eval();
-        EvalResult r = dist::is_root() ? evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device) : EvalResult{};
+        EvalResult r = dist::is_root() ? evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device, &byte_lengths)
+                                       : EvalResult{};
         dist::broadcast(&r.loss, sizeof r.loss);  // the other ranks wait for rank 0's measure
         model->train();
         val_loss = r.loss;
@@ -482,6 +485,7 @@ int main(int argc, char** argv) {
           throw AppError(format("step %lld: the held-out loss is %g; stopped without saving (", (long long)st.step, val_loss) +
                          what_was_saved(saved_step) + "); " + what_to_do(saved_step, ""));
         if (tb) tb->add_scalar("loss/val", val_loss, st.step);
+        if (tb) tb->add_scalar("bits_per_byte/val", r.bits_per_byte(), st.step);
         const bool improved = val_loss < st.best_val_loss;
         if (improved) {
           st.best_val_loss = val_loss;
@@ -491,8 +495,8 @@ int main(int argc, char** argv) {
         save(last_dir, true);
         if (folder) folder->checkpoint_saved();  // a run this one replaces goes now
         saved_step = st.step;
-        std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
-                    (long long)st.step, r.loss, r.perplexity(), 100 * r.top1, format_count(r.tokens).c_str(),
+        std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, %.3f bits/byte, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
+                    (long long)st.step, r.loss, r.perplexity(), r.bits_per_byte(), 100 * r.top1, format_count(r.tokens).c_str(),
                     improved ? " best so far" : "", last_dir.c_str(), improved ? (" and " + best_dir).c_str() : "");
         std::fflush(stdout);
       }

@@ -28,6 +28,18 @@ int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_
     x = std::exp((x - top) / options.temperature);
     total += x;
   }
+  if (options.top_p < 1) {
+    // Nucleus sampling: keep the likeliest tokens until their mass reaches top_p (ties broken by id,
+    // so the draw is deterministic), drop the rest.
+    std::vector<int64_t> order(size_t(V), 0);
+    for (int64_t i = 0; i < V; ++i) order[size_t(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[size_t(a)] > p[size_t(b)]; });
+    double kept = 0;
+    size_t n = 0;
+    while (n < order.size() && (n == 0 || kept < options.top_p * total)) kept += p[size_t(order[n++])];
+    for (size_t i = n; i < order.size(); ++i) p[size_t(order[i])] = 0;
+    total = kept;
+  }
   double u = philox::uniform(options.seed, draw_index) * total;
   for (int64_t i = 0; i < V; ++i) {
     u -= p[size_t(i)];

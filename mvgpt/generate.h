@@ -16,11 +16,12 @@ namespace mvgpt::gpt {
 struct SampleOptions {
   double temperature = 1.0;  // 0: always the likeliest token
   int64_t top_k = 0;         // 0: the whole vocabulary
+  double top_p = 1.0;        // nucleus: the fewest likeliest tokens whose probability reaches top_p (1: all)
   uint64_t seed = 0;         // the Philox stream the draws come from
   bool use_cache = true;
 };
 
-// Picks the next token from logits (V) float32: top-k, temperature, then a draw of philox
+// Picks the next token from logits (V) float32: top-k, temperature, top-p, then a draw of philox
 // uniform(seed, draw_index). Deterministic for the same inputs.
 int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_t draw_index);
 

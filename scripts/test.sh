@@ -2,7 +2,7 @@
 # From a fresh clone to a green test run: install dependencies, build everything (library, apps,
 # tests, benchmarks), run the whole GoogleTest suite, build the example consumer against the
 # installed package, then build and run the suite again under AddressSanitizer, LeakSanitizer and
-# UndefinedBehaviorSanitizer (MVGPT_SKIP_SANITIZERS=1 skips that part; docs/reliability.md).
+# UndefinedBehaviorSanitizer (MVGPT_SKIP_SANITIZERS=1 skips that part; docs/testing.md).
 # On the repository's 2-core machine: about 25 minutes (two builds of ~5-8 minutes, CUDA included
 # when nvcc is there, and two runs of the suite). MVGPT_SKIP_INSTALL=1: the dependencies are there.
 set -euo pipefail

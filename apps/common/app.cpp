@@ -179,4 +179,13 @@ void ProgressLine::finish(const std::string& text) {
   width_ = 0;
 }
 
+void ProgressLine::clear() {
+  if (tty_ && drawn_) {
+    std::fprintf(stderr, "\r%s\r", std::string(width_, ' ').c_str());
+    std::fflush(stderr);
+  }
+  drawn_ = false;
+  width_ = 0;
+}
+
 }  // namespace mvgpt::apps

@@ -65,6 +65,8 @@ class ProgressLine {
   void update(const std::string& text, bool force = false);
   // Ends the line (keeps the last text).
   void finish(const std::string& text);
+  // Erases the line on a terminal (before other output goes there); nothing in a log.
+  void clear();
 
  private:
   bool tty_;

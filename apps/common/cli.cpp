@@ -114,7 +114,7 @@ std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
   });
   add_version_and_examples(*app, 
       "  prepare                                   # ../shared/data/tinystories -> data/ (vocabulary 10000)\n"
-      "  prepare --data-dir ~/TinyStories --tokenizer-mb 50   # the full files, tokenizer trained on 50 MB\n"
+      "  prepare --train ~/TinyStories/TinyStories-train.txt --valid ~/TinyStories/TinyStories-valid.txt --tokenizer-mb 50\n"
       "  prepare --train a.txt --valid b.txt --tokenizer data/tokenizer.json --out data-b\n");
   return app;
 }
@@ -181,8 +181,8 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_flag("--skip-nonfinite", a.skip_nonfinite,
                 "skip a step whose loss or gradients hold a NaN or an infinity (default: stop the run there)");
   app->add_option("--debug-inject-nan-at-step", a.inject_nan_step,
-                  "testing aid: write NaN into the last parameter's gradient at this step (0-based)")
-      ->check(CLI::NonNegativeNumber)
+                  "testing aid: write NaN into the last parameter's gradient at this step (counted as the progress lines count)")
+      ->check(CLI::PositiveNumber)
       ->group("Testing");
   app->add_option("--debug-step-seconds", a.debug_step_seconds,
                   "testing aid: time the run on a clock where each step takes this many seconds")
@@ -265,7 +265,8 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
 std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   auto app = std::make_unique<CLI::App>("Generates text from a checkpoint, streaming it as it is produced.", "generate");
   app->add_option("--ckpt", a.ckpt, "checkpoint or run folder")->required();
-  app->add_option("--prompt", a.prompt, "text to continue (empty: start a new story)");
+  auto* prompt_opt = app->add_option("--prompt", a.prompt, "text to continue (empty: start a new story)");
+  app->add_option("--prompt-file", a.prompt_file, "read the prompt from this file (- for standard input)")->excludes(prompt_opt);
   app->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
   app->add_option("--temperature", a.temperature, "0: always the likeliest token")
       ->capture_default_str()
@@ -274,6 +275,13 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_option("--top-k", a.top_k, "draw among the k likeliest tokens (0: all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--top-p", a.top_p, "draw among the likeliest tokens whose probability adds up to p (1: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0))
+      ->check(kFinite);
+  app->add_option("--num-samples", a.num_samples, "samples to write, each its own draws (seed, seed + 1, ...), separated by a line of dashes")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app->add_option("--seed", a.seed, "seed of the draws")->capture_default_str();
   app->add_option("--tokenizer", a.tokenizer_path, "tokenizer.json (default: the checkpoint's, else data/tokenizer.json)");
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
@@ -282,7 +290,9 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->final_callback([&a] { check_device_flag(a.device_flag); });
   add_version_and_examples(*app, 
       "  generate --ckpt checkpoints/pretrain-rope --prompt \"Once upon a time\"\n"
-      "  generate --ckpt checkpoints/pretrain-rope --max-new-tokens 1000 --temperature 0.7 --top-k 50\n");
+      "  generate --ckpt checkpoints/pretrain-rope --max-new-tokens 1000 --temperature 0.7 --top-k 50\n"
+      "  generate --ckpt checkpoints/pretrain-rope --top-p 0.9 --num-samples 3 --stop-at-end\n"
+      "  echo \"The dog\" | generate --ckpt checkpoints/pretrain-rope --prompt-file -\n");
   return app;
 }
 

@@ -87,9 +87,9 @@ struct ContextArgs {
 };
 
 struct GenerateArgs {
-  std::string ckpt, prompt, tokenizer_path, device_flag = "auto";
-  int64_t max_new_tokens = 200;
-  double temperature = 0.8;
+  std::string ckpt, prompt, prompt_file, tokenizer_path, device_flag = "auto";
+  int64_t max_new_tokens = 200, num_samples = 1;
+  double temperature = 0.8, top_p = 1.0;
   int64_t top_k = 200;
   uint64_t seed = 1337;
   bool no_cache = false, stop_at_end = false;

@@ -1,6 +1,7 @@
 #include "apps/common/evaluation.h"
 
 #include <cmath>
+#include <numbers>
 #include <filesystem>
 
 #include "apps/common/app.h"
@@ -13,15 +14,26 @@ namespace mvgpt::apps {
 
 double EvalResult::perplexity() const { return std::exp(loss); }
 
+double EvalResult::bits_per_byte() const {
+  return bytes > 0 ? loss * double(tokens) / (double(bytes) * std::numbers::ln2) : NAN;
+}
+
+std::vector<int32_t> token_byte_lengths(const text::Tokenizer& tok) {
+  std::vector<int32_t> lengths(tok.vocab_size());
+  for (size_t id = 0; id < lengths.size(); ++id) lengths[id] = int32_t(tok.token_bytes(text::TokenId(id)).size());
+  lengths[tok.eot_id()] = 0;
+  return lengths;
+}
+
 double host_scalar(const Tensor& t) { return ops::to(t, Device::cpu()).item<double>(); }
 
 EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
-                            int64_t max_windows, Device device) {
+                            int64_t max_windows, Device device, const std::vector<int32_t>* byte_lengths) {
   NoGradGuard no_grad;
   const auto& config = model.config();
   gpt::SequentialBatches batches(tokens, batch_size, config.block_size, max_windows);
   double loss_sum = 0;
-  int64_t correct = 0, count = 0;
+  int64_t correct = 0, count = 0, bytes = 0;
   for (int64_t i = 0; i < batches.size(); ++i) {
     gpt::Batch b = batches.at(i);
     Tensor logits = model.forward(ops::to(b.inputs, device));  // (B, T, V)
@@ -36,11 +48,13 @@ EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens
     for (int64_t j = 0; j < n; ++j) {
       loss_sum += double(l[j]);
       correct += p[j] == int64_t(y[j]);
+      if (byte_lengths && y[j] >= 0 && size_t(y[j]) < byte_lengths->size()) bytes += (*byte_lengths)[size_t(y[j])];
     }
     count += n;
   }
   EvalResult r;
   r.tokens = count;
+  r.bytes = bytes;
   r.loss = count ? loss_sum / double(count) : 0;
   r.top1 = count ? double(correct) / double(count) : 0;
   return r;

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "mvgpt/token_file.h"
+#include "mvgpt/tokenizer.h"
 
 namespace mvgpt::apps::testing {
 namespace {
@@ -33,7 +34,16 @@ TEST_F(EvaluateContextGenerate, EvaluateJsonIsAListOfModelLossPerplexityTop1) {
   EXPECT_EQ(j[0]["model"], "tiny");
   EXPECT_EQ(j[1]["model"], "tiny-rope/last");
   for (const auto& row : j) {
-    EXPECT_EQ(keys(row), (std::vector<std::string>{"model", "loss", "perplexity", "top1"}));
+    EXPECT_EQ(keys(row), (std::vector<std::string>{"model", "loss", "perplexity", "top1", "bits_per_byte", "tokens", "bytes"}));
+    // Bits per byte: the loss of every scored token, over the bytes of text they decode to (tokens
+    // 1..n of the file, the windows' targets; the end-of-text marker stands for no text).
+    const text::TokenFile file((prepared() / "data" / "valid.bin").string());
+    const text::Tokenizer tok = text::Tokenizer::load((prepared() / "data" / "tokenizer.json").string());
+    int64_t bytes = 0;
+    for (int64_t t = 1; t <= int64_t(row["tokens"]); ++t)
+      if (file.data()[t] != tok.eot_id()) bytes += int64_t(tok.token_bytes(file.data()[t]).size());
+    EXPECT_EQ(int64_t(row["bytes"]), bytes);
+    EXPECT_NEAR(double(row["bits_per_byte"]), double(row["loss"]) * double(row["tokens"]) / (double(bytes) * std::log(2.0)), 1e-9);
     const double loss = row["loss"];
     EXPECT_GT(loss, 0);
     EXPECT_LT(loss, std::log(300.0) + 1);

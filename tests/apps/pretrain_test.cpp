@@ -92,7 +92,7 @@ TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
   }
   std::set<std::string> tags;
   for (const auto& e : events) tags.insert(e.tag);
-  EXPECT_EQ(tags, (std::set<std::string>{"loss/train", "loss/val", "lr", "tokens_per_s"}));
+  EXPECT_EQ(tags, (std::set<std::string>{"loss/train", "loss/val", "bits_per_byte/val", "lr", "tokens_per_s"}));
 }
 
 TEST_F(Pretrain, RunFolderFollowsThePositionEmbedding) {
@@ -140,6 +140,9 @@ TEST_F(Pretrain, BadInputsFailWithOneLineAndChangeNothing) {
     expect_one_line_error(run_app("pretrain", "--resume --steps 9 --out checkpoints/tiny --device cuda", cwd), "pretrain",
                           "--device cpu");
   expect_one_line_error(run_app("pretrain", "--device tpu", cwd), "pretrain", "--device tpu", 2);
+  // The same command again resumes; another model in it does not.
+  expect_one_line_error(run_app("pretrain", "--resume --preset series --steps 9 --out checkpoints/tiny --device cpu", cwd),
+                        "pretrain", "--preset series describes another model than the resumed run's", 2);
   EXPECT_EQ(snapshot(run), before);
 }
 

@@ -91,7 +91,7 @@ TEST_F(Reliability, ADivergingRunStopsAtItsFirstNonFiniteLossBeforeSavingIt) {
   // A learning rate of 1e30: step 0's update blows the weights up, and step 1's loss is not finite.
   const std::string diverge = std::string(kTiny) + "--lr 1e30 --warmup-steps 0 --steps 6 --schedule-steps 6 ";
   RunResult r = run_app("pretrain", diverge + "--eval-interval 6 --out diverge/run", cwd);
-  expect_one_line_error(r, "pretrain", "step 1: the loss is");
+  expect_one_line_error(r, "pretrain", "step 2: the loss is");
   EXPECT_NE(r.err.find("no checkpoint saved yet"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(cwd / "diverge" / "run" / "last"));
   // Measured after step 0 (a checkpoint each step), the held-out loss is the first to show it.

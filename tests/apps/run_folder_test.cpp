@@ -86,7 +86,7 @@ TEST_F(RunFolders, OverwriteKeepsTheOldRunUntilTheNewOneHasACheckpoint) {
   const auto before = snapshot(dir / "run");
   // A replacement that diverges at step 1 saves nothing: the old run is back, whole.
   RunResult r = run_app("pretrain", kTiny + "--overwrite --lr 1e30 --warmup-steps 0 --steps 6 --eval-interval 6 --out run", dir);
-  expect_one_line_error(r, "pretrain", "step 1: the loss is");
+  expect_one_line_error(r, "pretrain", "step 2: the loss is");
   EXPECT_EQ(r.err.find("--resume"), std::string::npos) << "nothing of the new run to resume: " << r.err;
   EXPECT_NE(r.out.find("kept until this run's first checkpoint"), std::string::npos) << r.out;
   EXPECT_EQ(snapshot(dir / "run"), before);

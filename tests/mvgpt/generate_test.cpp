@@ -269,3 +269,36 @@ TEST(Generate, OneLayerRopeSlidingCacheEqualsRerunningTheWindow) {
 
 }  // namespace
 }  // namespace mvgpt::gpt
+
+namespace mvgpt::gpt {
+namespace {
+
+// Nucleus sampling: only the fewest likeliest tokens whose probability reaches p are ever drawn, with
+// their probabilities renormalised.
+TEST(SampleToken, TopPKeepsTheSmallestNucleus) {
+  // softmax of these: about 0.474, 0.287, 0.174, 0.039, 0.026 (the first three hold 0.935).
+  const std::vector<float> v{2.0f, 1.5f, 1.0f, -0.5f, -0.9f};
+  Tensor logits = logits_of(v);
+  std::vector<double> p;
+  double total = 0;
+  for (float x : v) total += std::exp(double(x));
+  for (float x : v) p.push_back(std::exp(double(x)) / total);
+  SampleOptions o;
+  o.seed = 11;
+  o.top_p = 0.9;  // needs the first three (0.474 + 0.287 < 0.9 <= 0.935)
+  std::vector<int> counts(5, 0);
+  const int draws = 20000;
+  for (int d = 0; d < draws; ++d) ++counts[size_t(sample_token(logits, o, uint64_t(d)))];
+  EXPECT_EQ(counts[3] + counts[4], 0);
+  const double kept = p[0] + p[1] + p[2];
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(double(counts[size_t(i)]) / draws, p[size_t(i)] / kept, 0.015) << i;
+  o.top_p = 0.4;  // the likeliest alone reaches it
+  for (int d = 0; d < 200; ++d) EXPECT_EQ(sample_token(logits, o, uint64_t(d)), 0);
+  o.top_p = 1.0;  // everything
+  std::set<int32_t> seen;
+  for (int d = 0; d < 5000; ++d) seen.insert(sample_token(logits, o, uint64_t(d)));
+  EXPECT_EQ(seen.size(), 5u);
+}
+
+}  // namespace
+}  // namespace mvgpt::gpt
