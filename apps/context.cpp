@@ -3,6 +3,7 @@
 // file; for each model the methods of apps/common/context_methods.h (window for every model, cache
 // and full for RoPE models), the loss averaged over the tokens past the first window and the
 // milliseconds per token. Writes the per-position losses (CSV) and, when gnuplot is installed, a PNG.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -32,19 +33,61 @@ struct Row {
   int64_t block_size = 0;
 };
 
-std::string plot_script(const std::string& csv, const std::string& png, size_t columns, int64_t length) {
+// Two panels. Top: each model and method's loss past the window, smoothed (the noise of single
+// positions would hide the curves), a colour per curve and a dash per method, the window thick and
+// underneath, so curves that lie on top of each other (cache on window) stay visible. Bottom: what the text claims, as differences
+// from the same model's window method (cache - window, full - window), around a zero line.
+std::string plot_script(const std::string& csv, const std::string& png, const std::vector<Row>& rows, int64_t length) {
+  auto dash = [](ContextMethod m) { return m == ContextMethod::window ? "lw 5 dt 1" : m == ContextMethod::cache ? "lw 2 dt (8,6)" : "lw 2.5 dt (2,4)"; };
+  auto colour = [](size_t row) { return std::to_string(row + 1); };
+  const std::string data = gnuplot_quote(csv);
   std::string s;
   s += "set datafile separator ','\n";
-  s += "set terminal pngcairo size 1100,650 font ',11'\n";
+  s += "set terminal pngcairo size 1100,900 font ',11'\n";
   s += "set output " + gnuplot_quote(png) + "\n";
-  s += "set termoption noenhanced\n";
-  s += "set title 'Loss past the context window, mean over the streams (thin: each position; thick: smoothed)'\n";
-  s += "set xlabel 'position in the stream'\nset ylabel 'loss (nats)'\nset grid\nset key top right\n";
+  s += "set termoption noenhanced\nset grid\nset key top right\n";
   s += "set xrange [*:" + std::to_string(length) + "]\n";
-  s += "plot for [i=2:" + std::to_string(columns + 1) + "] " + gnuplot_quote(csv) +
-       " using 1:i with lines lw 0.5 lc i-1 notitle, \\\n";
-  s += "     for [i=2:" + std::to_string(columns + 1) + "] " + gnuplot_quote(csv) +
-       " using 1:i smooth bezier with lines lw 2.5 lc i-1 title columnhead(i)\n";
+  s += "set multiplot layout 2,1\n";
+  s += "set title 'Loss past the context window, mean over the streams, smoothed'\n";
+  s += "set ylabel 'loss (nats)'\nunset xlabel\n";
+  std::string plot;
+  for (size_t i = 0; i < rows.size(); ++i)
+    plot += std::string(plot.empty() ? "plot " : ", \\\n     ") + data + " using 1:" + std::to_string(i + 2) +
+            " smooth bezier with lines " + dash(rows[i].method) + " lc " + colour(i) + " title columnhead(" +
+            std::to_string(i + 2) + ")";
+  s += plot + "\n";
+  s += "set title 'Difference from the same model re-running its window (smoothed): below zero is better'\n";
+  s += "set ylabel 'loss - window loss (nats)'\nset xlabel 'position in the stream'\n";
+  plot.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].method == ContextMethod::window) continue;
+    for (size_t w = 0; w < rows.size(); ++w)
+      if (rows[w].model == rows[i].model && rows[w].method == ContextMethod::window)
+        plot += std::string(plot.empty() ? "plot 0 with lines lc 'black' lw 1 notitle" : "") + ", \\\n     " + data +
+                " using 1:(column(" + std::to_string(i + 2) + ") - column(" + std::to_string(w + 2) +
+                ")) smooth bezier with lines " + dash(rows[i].method) + " lc " + colour(i) + " title " +
+                gnuplot_quote(rows[i].model + " " + to_string(rows[i].method) + " - window");
+  }
+  s += (plot.empty() ? "plot 0 with lines lc 'black' notitle" : plot) + "\n";
+  s += "unset multiplot\n";
+  return s;
+}
+
+// Window, cache and full side by side: the loss each reaches and what a token costs.
+std::string summary_script(const std::string& csv, const std::string& png) {
+  const std::string data = gnuplot_quote(csv);
+  std::string s;
+  s += "set datafile separator ','\n";
+  s += "set terminal pngcairo size 1100,450 font ',11'\n";
+  s += "set output " + gnuplot_quote(png) + "\n";
+  s += "set termoption noenhanced\nset grid ytics\nset style fill solid 0.7 border -1\nset boxwidth 0.6\n";
+  s += "set xtics rotate by -30 nomirror\nunset key\n";
+  s += "set multiplot layout 1,2 title 'Past the context window: each model and method'\n";
+  s += "set title 'loss (nats)'\nset yrange [*:*]\n";
+  s += "plot " + data + " using 0:3:xtic(sprintf('%s %s', strcol(1), strcol(2))) with boxes lc 1, '' using 0:3:(sprintf('%.4f', $3)) with labels offset 0,0.7\n";
+  s += "set title 'milliseconds per token (log scale)'\nset logscale y\n";
+  s += "plot " + data + " using 0:4:xtic(sprintf('%s %s', strcol(1), strcol(2))) with boxes lc 2, '' using 0:4:(sprintf('%.3g', $4)) with labels offset 0,0.7\n";
+  s += "unset multiplot\n";
   return s;
 }
 
@@ -153,6 +196,8 @@ int main(int argc, char** argv) {
     fs::create_directories(args.out_dir);
     const std::string csv_path = (fs::path(args.out_dir) / "context_losses.csv").string();
     const std::string png_path = (fs::path(args.out_dir) / "context_losses.png").string();
+    const std::string summary_csv = (fs::path(args.out_dir) / "context_methods.csv").string();
+    const std::string summary_png = (fs::path(args.out_dir) / "context_methods.png").string();
     std::string csv = "position";
     for (const auto& r : rows) csv += "," + r.model + " " + to_string(r.method);
     csv += "\n";
@@ -165,10 +210,14 @@ int main(int argc, char** argv) {
       csv += "\n";
     }
     util::write_file_atomic(csv_path, csv);
+    std::string summary = "model,method,loss,ms_per_token\n";
+    for (const auto& r : rows) summary += r.model + "," + to_string(r.method) + format(",%.6f,%.6f\n", r.loss, r.ms_per_token);
+    util::write_file_atomic(summary_csv, summary);
     std::string where = "per-position losses: " + csv_path;
     if (!args.no_plot) {
-      std::string err = run_gnuplot(plot_script(csv_path, png_path, rows.size(), args.length));
-      where += err.empty() ? ", plot: " + png_path : " (no plot: " + err.substr(0, err.find('\n')) + ")";
+      std::string err = run_gnuplot(plot_script(csv_path, png_path, rows, args.length));
+      if (err.empty()) err = run_gnuplot(summary_script(summary_csv, summary_png));
+      where += err.empty() ? ", plots: " + png_path + ", " + summary_png : " (no plot: " + err.substr(0, err.find('\n')) + ")";
     }
     std::fprintf(table, "%s\n", where.c_str());
 

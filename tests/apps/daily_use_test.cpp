@@ -1,5 +1,7 @@
 // The flags and numbers users of nanoGPT and Hugging Face expect (issue 19): several samples, nucleus
 // sampling and prompts from a file or standard input in generate; progress lines in context.
+#include <cstdlib>
+
 #include "app_runner.h"
 
 namespace mvgpt::apps::testing {
@@ -49,6 +51,25 @@ TEST_F(DailyUse, ContextSaysWhereItIsOnStandardError) {
   for (const char* method : {"window", "cache", "full"})
     EXPECT_NE(r.err.find(std::string("tiny-rope ") + method + ": stream 3/3, ETA"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("stream 1/3"), std::string::npos) << "progress stays off the table: " << r.out;
+}
+
+// The per-method summary beside the per-position losses, and both pictures when gnuplot is there.
+TEST_F(DailyUse, ContextWritesASummaryOfTheMethodsAndTwoPictures) {
+  trained(false);
+  trained(true);
+  RunResult r = run_app("context", "--ckpt checkpoints/tiny --ckpt checkpoints/tiny-rope --device cpu --length 40 --streams 2 "
+                        "--out-dir ctx-plots", prepared());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(prepared() / "ctx-plots" / "context_methods.csv").substr(0, 50).find("model,method,loss,ms_per_token\ntiny,window,"), 0u);
+  int rows = 0;
+  for (char c : slurp(prepared() / "ctx-plots" / "context_methods.csv")) rows += c == '\n';
+  EXPECT_EQ(rows, 1 + 4);  // header, tiny window, tiny-rope window, cache, full
+  if (std::system("command -v gnuplot > /dev/null 2>&1") == 0) {
+    for (const char* png : {"context_losses.png", "context_methods.png"}) {
+      const std::string bytes = slurp(prepared() / "ctx-plots" / png);
+      EXPECT_EQ(bytes.substr(0, 4), "\x89PNG") << png << ": " << r.out;
+    }
+  }
 }
 
 }  // namespace
