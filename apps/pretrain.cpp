@@ -262,9 +262,10 @@ int main(int argc, char** argv) {
     complete_schedule(s, args.steps);  // done while parsing for a new run; a resumed one checks its state.json
 
     if (s.batch_size % (dist::size() * s.grad_accum_steps) != 0)
-      throw UsageError(format("--batch-size %lld does not split over %d rank%s x %lld micro-batches; use a multiple of %lld",
-                              (long long)s.batch_size, dist::size(), dist::size() == 1 ? "" : "s",
-                              (long long)s.grad_accum_steps, (long long)(dist::size() * s.grad_accum_steps)));
+      throw UsageError(format("--batch-size %lld does not split over %d rank%s%s; use a multiple of %lld", (long long)s.batch_size,
+                              dist::size(), dist::size() == 1 ? "" : "s",
+                              s.grad_accum_steps > 1 ? format(" x %lld micro-batches", (long long)s.grad_accum_steps).c_str() : "",
+                              (long long)(dist::size() * s.grad_accum_steps)));
     const int64_t micro_batch = s.batch_size / dist::size() / s.grad_accum_steps;  // sequences a forward pass holds
 
     // --- data and tokenizer ---

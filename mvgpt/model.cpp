@@ -18,11 +18,6 @@ std::shared_ptr<nn::Module> make_norm(const GPTConfig& c, const nn::Init& init) 
   return std::make_shared<nn::RMSNorm>(c.n_embd, c.norm_eps, /*affine=*/true, init);
 }
 
-Tensor apply_norm(const nn::Module& m, const Tensor& x) {
-  if (auto* ln = dynamic_cast<const nn::LayerNorm*>(&m)) return ln->forward(x);
-  return dynamic_cast<const nn::RMSNorm&>(m).forward(x);
-}
-
 // Redraws a residual projection's weight with the smaller GPT-2 scale.
 void reinit_weight(const Tensor& weight, const nn::Init& init) {
   NoGradGuard no_grad;
@@ -55,16 +50,9 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   }
 }
 
-Tensor Block::norm(const nn::Module& m, const Tensor& x) const { return apply_norm(m, x); }
-
-Tensor Block::feed_forward(const Tensor& x) const {
-  if (config_.mlp == MlpKind::gelu) return static_cast<const nn::MLP&>(*mlp).forward(x);
-  return static_cast<const nn::SwiGLU&>(*mlp).forward(x);
-}
-
 Tensor Block::forward(const Tensor& x, const Tensor& positions, nn::KVCacheLayer* cache) const {
-  Tensor y = x + attn->forward(norm(*ln_1, x), positions, cache);  // (B, T, C)
-  return y + dropout(feed_forward(norm(*ln_2, y)), config_.dropout, nullptr, is_training());
+  Tensor y = x + attn->forward(ln_1->forward(x), positions, cache);  // (B, T, C)
+  return y + dropout(mlp->forward(ln_2->forward(y)), config_.dropout, nullptr, is_training());
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
@@ -78,7 +66,7 @@ GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
   wte = transformer->register_module("wte", std::make_shared<nn::Embedding>(config.vocab_size, config.n_embd, init));
   if (!config.rope)
     wpe = transformer->register_module("wpe", std::make_shared<nn::Embedding>(config.block_size, config.n_embd, init));
-  h = transformer->register_module("h", std::make_shared<nn::ModuleList>());
+  h = transformer->register_module("h", std::make_shared<nn::ModuleListOf<Block>>());
   for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(std::make_shared<Block>(config, init, residual_init));
   ln_f = transformer->register_module("ln_f", make_norm(config, init));
   if (!config.tie_embeddings)
@@ -105,9 +93,9 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
   else x = x + narrow(wpe->weight, 0, start, T);                                               // (T, C) broadcast
   x = dropout(x, config_.dropout, nullptr, is_training());
   for (size_t i = 0; i < h->size(); ++i)
-    x = h->at<Block>(i).forward(x, positions, cache ? &cache->layer(i) : nullptr);
+    x = (*h)[i].forward(x, positions, cache ? &cache->layer(i) : nullptr);
   if (cache) cache->position += T;
-  return apply_norm(*ln_f, x);
+  return ln_f->forward(x);
 }
 
 Tensor GPT::head(const Tensor& x) const {

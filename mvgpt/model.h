@@ -29,8 +29,6 @@ class Block : public nn::Module {
   std::shared_ptr<nn::CausalSelfAttention> attn;
 
  private:
-  Tensor norm(const nn::Module& m, const Tensor& x) const;
-  Tensor feed_forward(const Tensor& x) const;
   GPTConfig config_;
 };
 
@@ -54,7 +52,7 @@ class GPT : public nn::Module {
 
   std::shared_ptr<nn::Module> transformer;
   std::shared_ptr<nn::Embedding> wte, wpe;  // wpe only without RoPE
-  std::shared_ptr<nn::ModuleList> h;
+  std::shared_ptr<nn::ModuleListOf<Block>> h;
   std::shared_ptr<nn::Module> ln_f;
   std::shared_ptr<nn::Linear> lm_head;  // only when not tied
 

@@ -37,8 +37,11 @@ class CausalSelfAttention : public Module {
   // tokens; undefined means cached length + 0..T-1. With a cache, the new keys and values are
   // appended to it and the queries attend over everything cached (query i sits at key position
   // length_before + i).
-  Tensor forward(const Tensor& x, const Tensor& positions = {}, KVCacheLayer* cache = nullptr) const;
-  Tensor operator()(const Tensor& x, const Tensor& positions = {}, KVCacheLayer* cache = nullptr) const {
+  Tensor forward(const Tensor& x, const Tensor& positions, KVCacheLayer* cache = nullptr) const;
+  // Positions 0..T-1, no cache.
+  Tensor forward(const Tensor& x) const override { return forward(x, Tensor{}, nullptr); }
+  using Module::operator();
+  Tensor operator()(const Tensor& x, const Tensor& positions, KVCacheLayer* cache = nullptr) const {
     return forward(x, positions, cache);
   }
 

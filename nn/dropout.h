@@ -13,8 +13,7 @@ class Dropout : public Module {
   explicit Dropout(double p, Generator* gen = nullptr);
   std::string type_name() const override { return "Dropout"; }
 
-  Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor forward(const Tensor& x) const override;
 
   double p;
   Generator* gen;

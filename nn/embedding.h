@@ -12,8 +12,7 @@ class Embedding : public Module {
   std::string type_name() const override { return "Embedding"; }
 
   // ids (...) int -> (..., dim); ids out of [0, num_embeddings) throw.
-  Tensor forward(const Tensor& ids) const;
-  Tensor operator()(const Tensor& ids) const { return forward(ids); }
+  Tensor forward(const Tensor& ids) const override;
 
   int64_t num_embeddings, embedding_dim;
   Tensor weight;  // (V, C)

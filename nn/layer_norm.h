@@ -12,8 +12,7 @@ class LayerNorm : public Module {
   std::string type_name() const override { return "LayerNorm"; }
 
   // x (..., dim) -> same shape (the fused kernel).
-  Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor forward(const Tensor& x) const override;
 
   int64_t dim;
   double eps;

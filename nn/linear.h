@@ -12,8 +12,7 @@ class Linear : public Module {
   std::string type_name() const override { return "Linear"; }
 
   // x (..., in) -> (..., out).
-  Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor forward(const Tensor& x) const override;
 
   int64_t in_features, out_features;
   Tensor weight;  // (out, in)

@@ -17,8 +17,7 @@ class MLP : public Module {
   std::string type_name() const override { return "MLP"; }
 
   // x (..., C) -> (..., C).
-  Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor forward(const Tensor& x) const override;
 
   std::shared_ptr<Linear> c_fc, c_proj;
 };
@@ -30,8 +29,7 @@ class SwiGLU : public Module {
   std::string type_name() const override { return "SwiGLU"; }
 
   // x (..., C) -> (..., C).
-  Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor forward(const Tensor& x) const override;
 
   std::shared_ptr<Linear> w1, w3, w2;
 };

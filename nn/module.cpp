@@ -221,4 +221,14 @@ std::string Module::to_string() const {
   return os.str();
 }
 
+Tensor Module::forward(const Tensor&) const {
+  throw std::logic_error(type_name() + " has no forward of one tensor; call its own forward with the inputs it takes");
+}
+
+Tensor Sequential::forward(const Tensor& x) const {
+  Tensor y = x;
+  for (const auto& m : *this) y = m->forward(y);
+  return y;
+}
+
 }  // namespace mvgpt::nn

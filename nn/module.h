@@ -33,6 +33,13 @@ class Module {
   // A short type name for messages and printing ("Linear").
   virtual std::string type_name() const { return "Module"; }
 
+  // --- computing ---
+  // The module as a function of one tensor, so modules compose (Sequential, a list of layers called
+  // in turn) without knowing each other's types. Layers with more inputs (attention's positions and
+  // cache) add their own forward beside it. The base throws std::logic_error naming the type.
+  virtual Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+
   // --- structure ---
   // Parameters: floating-point leaves that require grad. Returns the registered handle.
   Tensor register_parameter(const std::string& name, Tensor t);
@@ -99,28 +106,55 @@ class Module {
   bool training_ = true;
 };
 
-// An ordered list of submodules named "0", "1", ... (GPT's "h.0", "h.1").
-class ModuleList : public Module {
+// An ordered list of submodules of type M (any module by default) named "0", "1", ... (GPT's
+// "h.0", "h.1"); list[i] is an M, so a model iterates its blocks without casts.
+template <class M = Module>
+class ModuleListOf : public Module {
  public:
   std::string type_name() const override { return "ModuleList"; }
-  template <class M>
   std::shared_ptr<M> push_back(std::shared_ptr<M> module) {
     modules_.push_back(module);
     return register_module(std::to_string(modules_.size() - 1), std::move(module));
   }
   size_t size() const { return modules_.size(); }
-  const std::shared_ptr<Module>& operator[](size_t i) const { return modules_.at(i); }
-  // The i-th module as its concrete type (throws std::bad_cast-like invalid_argument if it is not one).
-  template <class M>
-  M& at(size_t i) const {
-    auto* m = dynamic_cast<M*>(modules_.at(i).get());
-    if (!m) throw std::invalid_argument("ModuleList::at: module " + std::to_string(i) + " is a " +
-                                        modules_.at(i)->type_name());
+  M& operator[](size_t i) const { return *modules_.at(i); }
+  const std::shared_ptr<M>& ptr(size_t i) const { return modules_.at(i); }
+  auto begin() const { return modules_.begin(); }
+  auto end() const { return modules_.end(); }
+  // The i-th module as a more derived type (std::invalid_argument when it is not one).
+  template <class D>
+  D& at(size_t i) const {
+    auto* m = dynamic_cast<D*>(modules_.at(i).get());
+    if (!m) throw std::invalid_argument("ModuleList::at: module " + std::to_string(i) + " is a " + modules_.at(i)->type_name());
     return *m;
   }
 
  private:
-  std::vector<std::shared_ptr<Module>> modules_;
+  std::vector<std::shared_ptr<M>> modules_;
+};
+using ModuleList = ModuleListOf<Module>;
+
+// Modules applied in turn, each to the previous one's output (children "0", "1", ...).
+class Sequential : public ModuleListOf<Module> {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> modules) {
+    for (auto& m : modules) push_back(std::move(m));
+  }
+  std::string type_name() const override { return "Sequential"; }
+  Tensor forward(const Tensor& x) const override;
+};
+
+// A function of one tensor as a module (relu, gelu, ...), for Sequential; no parameters.
+class Functional : public Module {
+ public:
+  Functional(Tensor (*fn)(const Tensor&), std::string name) : fn_(fn), name_(std::move(name)) {}
+  std::string type_name() const override { return name_; }
+  Tensor forward(const Tensor& x) const override { return fn_(x); }
+
+ private:
+  Tensor (*fn_)(const Tensor&);
+  std::string name_;
 };
 
 }  // namespace mvgpt::nn

@@ -75,7 +75,7 @@ TEST(Module, RegistersInOrderWithDottedNames) {
                                                 "h.0.ln_1:LayerNorm", "h.0.attn:Module", "h.0.attn.c_attn:Linear",
                                                 "h.1:Module", "h.1.ln_1:LayerNorm", "h.1.attn:Module",
                                                 "h.1.attn.c_attn:Linear", "ln_f:LayerNorm"}));
-  EXPECT_EQ(&m.h->at<Block>(1), m.h->operator[](1).get());
+  EXPECT_EQ(&m.h->at<Block>(1), &(*m.h)[1]);
   EXPECT_THROW(m.h->at<LayerNorm>(0), std::invalid_argument);
   EXPECT_NE(m.to_string().find("c_attn: Linear weight[12, 4] bias[12]"), std::string::npos) << m.to_string();
 }
