@@ -31,18 +31,56 @@ void require_on(const Tensor& t, Device device, const char* op) {
 
 bool built_with_cuda() { return true; }
 
-int device_count() {
-  // No driver or no GPU is an answer (0 devices), not an error: CPU-only runs must go on.
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
+namespace {
+
+// What cudaGetDeviceCount said, asked once. No GPU, or no NVIDIA driver at all, is an answer (0
+// devices, CPU-only runs go on); any other error (a driver older than the runtime, a broken install)
+// also counts as 0 devices but is marked failed and keeps its reason, so that --device auto can say
+// why it runs on the CPU.
+struct DeviceCount {
+  int count = 0;
+  bool failed = false;
+  std::string error;
+};
+
+const DeviceCount& device_count_answer() {
+  static const DeviceCount answer = [] {
+    DeviceCount a;
+    const cudaError_t status = cudaGetDeviceCount(&a.count);
+    if (status == cudaSuccess) {
+      if (a.count == 0) a.error = "no CUDA GPU is visible";
+      return a;
     }
-    return n;
+    cudaGetLastError();  // clear the error so later calls start clean
+    a.count = 0;
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    if (status == cudaErrorNoDevice) {
+      a.error = "no CUDA GPU is visible";
+    } else if (driver == 0) {
+      a.error = "no CUDA GPU is visible (no NVIDIA driver is installed)";
+    } else {
+      a.failed = true;
+      a.error = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +
+                cudaGetErrorString(status) + ")";
+      if (status == cudaErrorInsufficientDriver || driver < runtime)
+        a.error += "; the NVIDIA driver supports CUDA " + version(driver) + ", this build needs " + version(runtime) +
+                   ": update the driver";
+    }
+    return a;
   }();
-  return count;
+  return answer;
 }
+
+}  // namespace
+
+int device_count() { return device_count_answer().count; }
+
+std::string device_count_error() { return device_count_answer().error; }
+
+bool device_count_failed() { return device_count_answer().failed; }
 
 namespace {
 constexpr int kMaxDevices = 64;
@@ -53,7 +91,7 @@ Backend& backend(int index) {
   if (index < 0 || index >= n)
     throw std::runtime_error("cuda:" + std::to_string(index) + " requested, but " + std::to_string(n) +
                              " CUDA device(s) are visible" +
-                             (n == 0 ? " (no GPU, or no working NVIDIA driver); use --device cpu" : ""));
+                             (n == 0 ? " (" + device_count_error() + "); use --device cpu" : std::string()));
   if (index >= kMaxDevices) throw std::runtime_error("cuda:" + std::to_string(index) + ": too many devices");
   // Created on first use and never destroyed: tensors held in static objects may free memory at exit.
   static std::array<CudaBackend*, kMaxDevices> backends{};

@@ -42,12 +42,34 @@ TEST(CudaDevice, WithoutGpuRequestsFailClearly) {
   EXPECT_EQ(ops::sum(t).item<float>(), 6.0f);
 }
 
+// Why there is no GPU is said, and only a failing CUDA runtime (a driver too old) counts as an error:
+// no GPU, no driver or no CUDA in the build is a CPU machine, not a broken one.
+TEST(CudaDevice, StatusSaysWhyThereIsNoGpu) {
+  const CudaStatus s = cuda_status();
+  EXPECT_EQ(s.available, cuda_available());
+  if (s.available) {
+    EXPECT_TRUE(s.reason.empty()) << s.reason;
+    EXPECT_FALSE(s.error);
+    return;
+  }
+  EXPECT_FALSE(s.reason.empty());
+  if (!cuda::built_with_cuda()) {
+    EXPECT_EQ(s.reason, "this build has no CUDA backend");
+    EXPECT_FALSE(s.error);
+  }
+  if (s.error) {
+    EXPECT_NE(s.reason.find("cudaGetDeviceCount failed"), std::string::npos) << s.reason;
+  } else {
+    EXPECT_NE(s.reason.find("no CUDA"), std::string::npos) << s.reason;
+  }
+}
+
 class CudaOnly : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda_available())
       GTEST_SKIP() << "no CUDA device: "
-                   << (cuda::built_with_cuda() ? "no GPU is visible" : "this build has no CUDA");
+                   << cuda_status().reason;
   }
 };
 
