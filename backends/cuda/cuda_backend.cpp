@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_backend_impl.h"
+#include "backends/deferred_checks.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace mvgpt::cuda {
@@ -138,7 +139,10 @@ cudaStream_t CudaBackend::activate() const {
   return stream_;
 }
 
-void CudaBackend::synchronize() { MVGPT_CUDA_CHECK(cudaStreamSynchronize(activate())); }
+void CudaBackend::synchronize() {
+  ops::count_host_sync();
+  MVGPT_CUDA_CHECK(cudaStreamSynchronize(activate()));
+}
 
 // NOTE [ Transfers through a pinned buffer ]
 // Host tensors live in pageable memory; the copy engine reads and writes only pinned memory. Data
@@ -155,6 +159,7 @@ void CudaBackend::copy_between_devices(const Tensor& src, const Tensor& dst) {
     throw std::logic_error("CudaBackend::copy_between_devices: expects contiguous tensors of one dtype and size");
   const size_t nbytes = src.nbytes();
   if (nbytes == 0) return;
+  ops::count_host_sync();  // the host waits for the stream (below), whichever the direction
   cudaStream_t stream = activate();
   constexpr size_t kChunk = size_t(32) << 20;
   std::lock_guard lock(staging_mutex_);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "backends/deferred_checks.h"
 #include "mvgpt/generate.h"
 #include "mvgpt/kv_cache.h"
 #include "mvgpt/model.h"
@@ -154,6 +155,34 @@ TEST_P(ModelOnDevice, TrainingStepMatchesCpu) {
       expect_close(params[i].second.grad(), cpu_params[i].second.grad(), 1e-4, params[i].first + " gradient");
       expect_close(params[i].second, cpu_params[i].second, 1e-5, params[i].first);
     }
+  }
+}
+
+// NOTE [ Deferred range checks ]: the step's host synchronisations do not grow with the model. On
+// CUDA: the batch's two transfers, the loss read (after one read of the deferred range checks) and
+// the clipped norm's read; none on the CPU.
+TEST_P(ModelOnDevice, HostSyncsPerStepDoNotGrowWithTheModel) {
+  SKIP_WITHOUT(dev());
+  std::vector<uint64_t> syncs;
+  for (int64_t layers : {1, 3}) {
+    GPTConfig c = variant().config;
+    c.n_layer = layers;
+    Generator g(5);
+    GPT model(c, &g);
+    model.to(dev());
+    nn::AdamW opt(model.parameters());
+    const std::vector<int32_t> s = tokens(2 * c.block_size, c.vocab_size, 8);
+    const std::vector<int32_t> t = tokens(2 * c.block_size, c.vocab_size, 9);
+    train_step(model, opt, ids_on(s, 2, dev()), ids_on(t, 2, dev()));  // warm-up: the allocator's first blocks
+    const uint64_t before = ops::host_sync_count();
+    train_step(model, opt, ids_on(s, 2, dev()), ids_on(t, 2, dev()));
+    syncs.push_back(ops::host_sync_count() - before);
+  }
+  if (dev().is_cpu()) {
+    EXPECT_EQ(syncs[0] + syncs[1], 0u);
+  } else {
+    EXPECT_EQ(syncs[0], syncs[1]) << "a deeper model waits for the GPU more often";
+    EXPECT_LE(syncs[1], 5u);
   }
 }
 
