@@ -162,7 +162,7 @@ if [ $built = 1 ]; then
   step "CUDA cases: every op and every model path on the GPU against the CPU (a skip is a failure)"
   gtest_cases cuda-ops 180 "$build/tests/test_backends" '*cuda_*:CudaOnly.*:CudaDevice.*:DeviceCoverage.*'
   gtest_cases cuda-model 180 "$build/tests/test_mvgpt" '*ModelOnDevice*cuda_*'
-  gtest_cases cuda-apps 180 "$build/tests/test_apps" '*OnDevice*'
+  gtest_cases cuda-apps 240 "$build/tests/test_apps" '*AppsOnDevice*cuda'
 
   step "compute-sanitizer over the CUDA op cases"
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
