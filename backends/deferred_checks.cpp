@@ -79,10 +79,18 @@ void check_deferred_errors() {
 namespace detail {
 
 void defer_check(const Tensor& bad, const Tensor& indices, std::function<void(const Tensor&)> recheck) {
+  // A program that never reads from the device would keep records forever: check every so often
+  // (one read per this many index ops, far from one per call).
+  constexpr size_t kMaxPending = 1024;
   Pending& p = pending();
-  std::lock_guard lock(p.mutex);
-  p.records.push_back({bad, indices, std::move(recheck)});
-  p.any = true;
+  bool full = false;
+  {
+    std::lock_guard lock(p.mutex);
+    p.records.push_back({bad, indices, std::move(recheck)});
+    p.any = true;
+    full = p.records.size() >= kMaxPending;
+  }
+  if (full) check_deferred_errors();
 }
 
 Tensor kernel_indices(const Tensor& index, int64_t size, const char* op, int axis) {

@@ -83,6 +83,18 @@ TEST(DeferredChecks, CrossEntropyTargetsKeepIgnoreIndexAndReportTheBadOne) {
   EXPECT_EQ(message_of([] { check_deferred_errors(); }), immediate);
 }
 
+// A program that never reads still hears of a bad index, after at most 1024 deferred checks.
+TEST(DeferredChecks, ManyChecksWithoutAReadAreCheckedOnTheWay) {
+  Tensor x = arange(0, 12, 1, DType::f32);
+  DeferRangeChecksOnCpu defer;
+  index_select(x, 0, ids({99}));
+  EXPECT_EQ(message_of([&] {
+              for (int i = 0; i < 1100; ++i) index_select(x, 0, ids({1}));
+            }),
+            "index_select: index 99 is out of range for axis 0 of size 12");
+  EXPECT_NO_THROW(check_deferred_errors());
+}
+
 // Without a GPU nothing waits for a device.
 TEST(DeferredChecks, TheCpuCountsNoHostSyncs) {
   const uint64_t before = host_sync_count();

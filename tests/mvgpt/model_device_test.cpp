@@ -159,8 +159,8 @@ TEST_P(ModelOnDevice, TrainingStepMatchesCpu) {
 }
 
 // NOTE [ Deferred range checks ]: the step's host synchronisations do not grow with the model. On
-// CUDA: the batch's two transfers, the loss read (after one read of the deferred range checks) and
-// the clipped norm's read; none on the CPU.
+// CUDA: the batch's two transfers, and the loss read and the clipped norm's read, each after one
+// read of the range checks deferred since the last read; none on the CPU.
 TEST_P(ModelOnDevice, HostSyncsPerStepDoNotGrowWithTheModel) {
   SKIP_WITHOUT(dev());
   std::vector<uint64_t> syncs;
@@ -182,7 +182,7 @@ TEST_P(ModelOnDevice, HostSyncsPerStepDoNotGrowWithTheModel) {
     EXPECT_EQ(syncs[0] + syncs[1], 0u);
   } else {
     EXPECT_EQ(syncs[0], syncs[1]) << "a deeper model waits for the GPU more often";
-    EXPECT_LE(syncs[1], 5u);
+    EXPECT_LE(syncs[1], 6u);
   }
 }
 
