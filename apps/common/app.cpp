@@ -99,7 +99,7 @@ Device resolve_device(const std::string& flag) {
   const Device d = Device::parse(flag);
   if (d.is_cuda()) {
     if (!cuda_available())
-      throw AppError("--device " + flag + ": no CUDA GPU is available (" + cuda_status().reason + "); use --device cpu");
+      throw AppError("--device " + flag + ": " + cuda_status().reason + "; use --device cpu");
     if (d.index >= cuda_device_count())
       throw AppError("--device " + flag + ": only " + std::to_string(cuda_device_count()) +
                      " GPU(s) are visible; use cuda:0 .. cuda:" + std::to_string(cuda_device_count() - 1));

@@ -90,9 +90,9 @@ constexpr int kMaxDevices = 64;
 Backend& backend(int index) {
   const int n = device_count();
   if (index < 0 || index >= n)
-    throw std::runtime_error("cuda:" + std::to_string(index) + " requested, but " + std::to_string(n) +
-                             " CUDA device(s) are visible" +
-                             (n == 0 ? " (" + device_count_error() + "); use --device cpu" : std::string()));
+    throw std::runtime_error("cuda:" + std::to_string(index) + " requested, but " +
+                             (n == 0 ? device_count_error() + "; use --device cpu"
+                                     : std::to_string(n) + " CUDA device(s) are visible"));
   if (index >= kMaxDevices) throw std::runtime_error("cuda:" + std::to_string(index) + ": too many devices");
   // Created on first use and never destroyed: tensors held in static objects may free memory at exit.
   static std::array<CudaBackend*, kMaxDevices> backends{};
