@@ -59,7 +59,7 @@ TEST_P(AppsOnDevice, PretrainThenEvaluateContextAndGenerateMatchTheCpu) {
   expect_same_losses(run_app("context", ctx + dev, cwd), run_app("context", ctx + "-cpu --device cpu", cwd), "context");
   // Greedy: the argmax of the same logits (ties aside, which a trained model does not produce).
   for (const char* cache : {"", " --no-cache"}) {
-    const std::string gen = "--ckpt " + run + " --prompt 'Once upon a time' --max-new-tokens 40 --temperature 0" + cache;
+    const std::string gen = "--ckpt " + run + " --prompt 'Once upon a time' --max-new-tokens 20 --temperature 0" + cache;
     RunResult got = run_app("generate", gen + dev, cwd), want = run_app("generate", gen + " --device cpu", cwd);
     ASSERT_EQ(got.code, 0) << got.err;
     EXPECT_EQ(got.out, want.out) << cache;
