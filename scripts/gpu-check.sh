@@ -5,7 +5,9 @@
 # that skip *because* a GPU is present), the op cases under compute-sanitizer (memcheck, racecheck),
 # pretrains the RoPE model on the GPU, generates with it on the GPU, and compares `evaluate --json`
 # and `context --json` losses on cuda with cpu. Every step runs under a time limit and its exit code
-# counts. Ends with one table of the steps; exit 1 when any failed. About 8 minutes on 16 cores.
+# counts. Ends with one table of the steps; exit 1 when any failed. Its limits add up to well over
+# 10 minutes, but it is meant to take under 10 on one H100/H200 with 16 cores (not yet measured: no
+# GPU machine has run it); the table's last row says whether it did.
 #
 #   scripts/gpu-check.sh [log]          (default: runs/gpu-check.log)
 #
