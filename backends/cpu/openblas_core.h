@@ -50,7 +50,8 @@ struct OpenBlasNotice {
 // Where notices go. The default prints "mvgpt: <message>" ("mvgpt: warning: ...") on stderr, once per
 // process. A program that reports them itself installs its own handler before its first tensor op
 // (the apps put them in their header and never before an error line); an empty function silences them.
-// The last notice is also kept in OpenBlasCoreInfo::notice.
+// The last notice is also kept in OpenBlasCoreInfo::notice. The handler runs inside the check (under
+// std::call_once, before the first GEMM): it must not use tensors.
 using OpenBlasNoticeHandler = std::function<void(const OpenBlasNotice&)>;
 void set_openblas_notice_handler(OpenBlasNoticeHandler handler);
 
