@@ -5,6 +5,7 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@ namespace {
 
 // One deferred check: the device count of bad entries, and how to word the error from the indices.
 struct Record {
+  const char* op;                                    // for the message
   Tensor bad;                                        // () int64 on the device
   Tensor indices;                                    // the indices as given, for the message
   std::function<void(const Tensor& host)> recheck;  // the immediate check, run on a host copy
@@ -71,14 +73,22 @@ void check_deferred_errors() {
   for (const auto& [device, list] : counts)
     if (to(sum(stack(list, 0)), Device::cpu()).item<int64_t>() != 0) failed = true;
   if (!failed) return;
-  // The failure path: find the first bad record and let the immediate check word the error.
-  for (const Record& r : records) r.recheck(to(r.indices, Device::cpu()));
-  throw std::logic_error("check_deferred_errors: a deferred count was not zero but no index is out of range");
+  // The failure path (reads are cheap now): the first record that counted a bad entry words the
+  // error from its indices, as the immediate check would have.
+  for (const Record& r : records) {
+    const int64_t bad = to(r.bad, Device::cpu()).item<int64_t>();
+    if (bad == 0) continue;
+    r.recheck(to(r.indices, Device::cpu()));
+    throw std::invalid_argument(std::string(r.op) + ": " + std::to_string(bad) +
+                                " indices were out of range (the index tensor was changed in place before the "
+                                "deferred check could name one)");
+  }
 }
 
 namespace detail {
 
-void defer_check(const Tensor& bad, const Tensor& indices, std::function<void(const Tensor&)> recheck) {
+void defer_check(const char* op, const Tensor& bad, const Tensor& indices,
+                 std::function<void(const Tensor&)> recheck) {
   // A program that never reads from the device would keep records forever: check every so often
   // (one read per this many index ops, far from one per call).
   constexpr size_t kMaxPending = 1024;
@@ -86,7 +96,7 @@ void defer_check(const Tensor& bad, const Tensor& indices, std::function<void(co
   bool full = false;
   {
     std::lock_guard lock(p.mutex);
-    p.records.push_back({bad, indices, std::move(recheck)});
+    p.records.push_back({op, bad, indices, std::move(recheck)});
     p.any = true;
     full = p.records.size() >= kMaxPending;
   }
@@ -101,7 +111,7 @@ Tensor kernel_indices(const Tensor& index, int64_t size, const char* op, int axi
   check_indices(Tensor::empty({0}, index.dtype()), size, op, axis);  // the dtype check only
   const Device d = index.device();
   Tensor clamped = minimum(maximum(index, full({}, 0, index.dtype(), d)), full({}, double(size - 1), index.dtype(), d));
-  defer_check(sum(to(ne(clamped, index), DType::i64)), index,
+  defer_check(op, sum(to(ne(clamped, index), DType::i64)), index,
               [size, op, axis](const Tensor& host) { check_indices(host, size, op, axis); });
   return clamped;
 }

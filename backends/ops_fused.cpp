@@ -295,7 +295,7 @@ Tensor check_cross_entropy(const char* op, const Tensor& logits, const Tensor& t
   Tensor clamped = minimum(maximum(targets, full({}, 0, it, d)), full({}, double(V - 1), it, d));
   Tensor kept = ne(targets, full({}, double(ignore_index), it, d));  // not ignored
   Tensor bad = mul(to(ne(clamped, targets), DType::i64), to(kept, DType::i64));
-  detail::defer_check(sum(bad), targets, [op, V, ignore_index](const Tensor& host) {
+  detail::defer_check(op, sum(bad), targets, [op, V, ignore_index](const Tensor& host) {
     check_targets_on_host(op, host, V, ignore_index);
   });
   return contiguous(where(kept, clamped, targets));

@@ -29,8 +29,9 @@ inline Tensor empty_on(const Shape& shape, DType dtype, const Tensor& like) {
 // deferred_checks.h), records the count of out-of-range entries and returns `index` clamped into
 // [0, size) so that no kernel reads out of bounds.
 Tensor kernel_indices(const Tensor& index, int64_t size, const char* op, int axis);
-// Records a deferred check: `bad` a () int64 count on the device, `recheck` the immediate check
-// that words the error from a host copy of `indices`.
-void defer_check(const Tensor& bad, const Tensor& indices, std::function<void(const Tensor&)> recheck);
+// Records a deferred check of `op`: `bad` a () int64 count on the device, `recheck` the immediate
+// check that words the error from a host copy of `indices` (`op` must outlive the check: a literal).
+void defer_check(const char* op, const Tensor& bad, const Tensor& indices,
+                 std::function<void(const Tensor&)> recheck);
 
 }  // namespace mvgpt::ops::detail

@@ -83,6 +83,18 @@ TEST(DeferredChecks, CrossEntropyTargetsKeepIgnoreIndexAndReportTheBadOne) {
   EXPECT_EQ(message_of([] { check_deferred_errors(); }), immediate);
 }
 
+// Indices changed in place before the check can no longer be named: the error still comes.
+TEST(DeferredChecks, IndicesChangedBeforeTheCheckStillFail) {
+  Tensor x = arange(0, 12, 1, DType::f32);
+  Tensor idx = ids({1, 40});
+  DeferRangeChecksOnCpu defer;
+  index_select(x, 0, idx);
+  fill_(idx, 0);
+  EXPECT_EQ(message_of([] { check_deferred_errors(); }),
+            "index_select: 1 indices were out of range (the index tensor was changed in place before the deferred "
+            "check could name one)");
+}
+
 // A program that never reads still hears of a bad index, after at most 1024 deferred checks.
 TEST(DeferredChecks, ManyChecksWithoutAReadAreCheckedOnTheWay) {
   Tensor x = arange(0, 12, 1, DType::f32);
