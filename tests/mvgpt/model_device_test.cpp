@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -191,6 +193,27 @@ TEST_P(ModelOnDevice, HostSyncsPerStepDoNotGrowWithTheModel) {
   }
 }
 
+// A token id past the vocabulary: the CPU throws at the embedding, a GPU at the next read of a
+// result (NOTE [ Deferred range checks ]); the message is the same, and nothing is read past it.
+TEST_P(ModelOnDevice, ATokenPastTheVocabularyFailsWithTheCpusMessage) {
+  SKIP_WITHOUT(dev());
+  const GPTConfig& c = variant().config;
+  auto model = make(dev());
+  std::vector<int32_t> in = tokens(c.block_size, c.vocab_size, 10), out = in;
+  in[3] = int32_t(c.vocab_size);
+  try {
+    host(model->loss(ids_on(in, 1, dev()), ids_on(out, 1, dev())));
+    ADD_FAILURE() << "no error for token id " << c.vocab_size;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("index " + std::to_string(c.vocab_size) + " is out of range for axis 0 of size " +
+                                         std::to_string(c.vocab_size)),
+              std::string::npos)
+        << e.what();
+  }
+  // The next step is not blamed for it.
+  EXPECT_NO_THROW(host(model->loss(ids_on(out, 1, dev()), ids_on(out, 1, dev()))));
+}
+
 // Token by token through the cache equals the full forward, and past the window (RoPE) the slid
 // cache gives the CPU's logits.
 TEST_P(ModelOnDevice, KvCacheAndItsSlideMatchCpu) {
@@ -253,6 +276,46 @@ TEST_P(ModelOnDevice, GenerateMatchesCpu) {
     sampled.seed = 3;
     EXPECT_EQ(generate(on, prompt, 8, sampled), generate(cpu, prompt, 8, sampled)) << variant().name;
   }
+}
+
+// The deferred range checks a GPU uses, run through the whole model on the CPU: a training step
+// gives bit for bit the loss and gradients of the immediate checks, and a bad id fails at the check.
+TEST(ModelDeferredChecks, ATrainingStepIsUnchangedAndABadIdFailsAtTheCheck) {
+  const GPTConfig c = tiny(true, 0);
+  const std::vector<int32_t> in = tokens(2 * c.block_size, c.vocab_size, 12), out = tokens(2 * c.block_size, c.vocab_size, 13);
+  auto run = [&](bool deferred) {
+    std::optional<ops::DeferRangeChecksOnCpu> defer;
+    if (deferred) defer.emplace();
+    Generator g(5);
+    GPT model(c, &g);
+    Tensor loss = model.loss(ids_on(in, 2, Device::cpu()), ids_on(out, 2, Device::cpu()));
+    backward(loss);
+    ops::check_deferred_errors();
+    std::vector<Tensor> r{loss};
+    for (const Tensor& p : model.parameters()) r.push_back(p.grad());
+    return r;
+  };
+  const std::vector<Tensor> want = run(false), got = run(true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(host(got[i]), host(want[i])) << i;
+
+  ops::DeferRangeChecksOnCpu defer;
+  Generator g(5);
+  GPT model(c, &g);
+  std::vector<int32_t> bad = in;
+  bad[5] = int32_t(c.vocab_size + 3);
+  Tensor loss = model.loss(ids_on(bad, 2, Device::cpu()), ids_on(out, 2, Device::cpu()));  // no throw yet
+  EXPECT_THROW(
+      {
+        try {
+          ops::check_deferred_errors();
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("index 40 is out of range for axis 0 of size 37"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, ModelOnDevice,
