@@ -137,6 +137,8 @@ else
   record machine FAIL - "nvidia-smi failed: no GPU or no driver"
 fi
 /usr/local/cuda/bin/nvcc --version | tail -2 || true
+# The gtest reports and the loss comparisons are read with python3.
+command -v python3 > /dev/null || record python3 FAIL - "python3 not found: the CUDA steps' reports cannot be read"
 echo "cores: $(nproc), jobs: $jobs, commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
 
 step "configure (MVGPT_CUDA=ON, nvcc warnings are errors)"
