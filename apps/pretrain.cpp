@@ -305,6 +305,7 @@ int main(int argc, char** argv) {
                 run_name.c_str(), format_count(model->num_parameters()).c_str(), config.rope ? "rotary" : "learned",
                 (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
                 (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
+    if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());
     std::printf("%s\n", cpu::openblas_core_report().c_str());
     if (dist::size() > 1)
       std::printf("data parallel: %d ranks over %s, %lld sequences each; %s bytes of gradients all-reduced a step\n",

@@ -78,17 +78,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor t2 = ops::reshape(targets, {l2.size(0)});  // (N)
   ops::CrossEntropyResult r = ops::cross_entropy(l2, t2, ignore_index);
   const int64_t n = l2.size(0);
-  double scale = 1.0;  // d out / d sum(losses)
+  // d out / d sum(losses): 1 / count for the mean, as a () float64 tensor on the device, so the mean
+  // needs no host read (a synchronisation per step on a GPU); undefined (1) for none and sum.
+  Tensor scale;
   Tensor y;
   switch (reduction) {
     case Reduction::none: y = ops::reshape(r.losses, targets.shape()); break;
     case Reduction::sum: y = ops::sum(r.losses); break;
     case Reduction::mean: {
-      // Mean over the tokens that count; 0 / 0 = NaN when none does, as PyTorch.
+      // Mean over the tokens that count; 0 / 0 = NaN when none does, as PyTorch. The scale is
+      // rounded to the losses' dtype before the product, as a scalar multiply would.
       Tensor counted = ops::to(ops::ne(t2, ops::full(Shape{}, double(ignore_index), t2.dtype(), t2.device())), DType::f64);
-      double count = ops::to(ops::sum(counted), Device::cpu()).item<double>();
-      scale = 1.0 / count;
-      y = ops::mul(ops::sum(r.losses), scale);
+      scale = ops::unary(UnaryOp::rdiv_scalar, ops::sum(counted), 1.0);
+      y = ops::mul(ops::sum(r.losses), ops::to(scale, r.losses.dtype()));
       break;
     }
   }
@@ -97,9 +99,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 [sl = SavedTensor(l2), st = SavedTensor(t2), slse = SavedTensor(r.lse), ignore_index, reduction, scale,
                  n, in = logits.shape()](const Tensor& g) -> Grads {
                   const char* op = "cross_entropy";
-                  Tensor dlosses = reduction == Reduction::none
-                                       ? ops::reshape(g, {n})
-                                       : ops::expand(ops::reshape(ops::mul(g, scale), {1}), {n});
+                  Tensor scaled = scale.defined() ? ops::mul(g, ops::to(scale, g.dtype())) : g;
+                  Tensor dlosses = reduction == Reduction::none ? ops::reshape(g, {n})
+                                                                : ops::expand(ops::reshape(scaled, {1}), {n});
                   ops::CrossEntropyResult saved{Tensor(), slse.unpack(op)};
                   Tensor d = ops::cross_entropy_backward(dlosses, sl.unpack(op), st.unpack(op), saved, ignore_index);
                   return {ops::reshape(d, in)};

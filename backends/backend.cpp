@@ -28,6 +28,10 @@ void Backend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 
 bool cuda_available() { return cuda::built_with_cuda() && cuda::device_count() > 0; }
 int cuda_device_count() { return cuda::built_with_cuda() ? cuda::device_count() : 0; }
+CudaStatus cuda_status() {
+  if (cuda_available()) return {true, false, ""};
+  return {false, cuda::device_count_failed(), cuda::device_count_error()};
+}
 
 const char* unary_op_name(UnaryOp op) {
   static const char* names[] = {"neg",      "exp",        "log",        "sqrt",       "rsqrt",       "tanh",

@@ -137,5 +137,14 @@ Backend& backend_for(Device device);
 // True when CUDA was built in and at least one GPU is visible.
 bool cuda_available();
 int cuda_device_count();
+// Why cuda_available() is false: `reason` in a few words ("this build has no CUDA backend", "no CUDA
+// GPU is visible", or the runtime's error, "" when available); `error` when the CUDA runtime failed
+// (a driver older than the runtime, a broken install) rather than finding no GPU.
+struct CudaStatus {
+  bool available = false;
+  bool error = false;
+  std::string reason;
+};
+CudaStatus cuda_status();
 
 }  // namespace mvgpt

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/deferred_checks.h"
 #include "backends/ops.h"
 #include "backends/ops_internal.h"
 
@@ -31,6 +32,8 @@ Tensor to(const Tensor& t, DType dtype) {
 Tensor to(const Tensor& t, Device device) {
   detail::check_defined(t, "to");
   if (t.device() == device) return t;
+  // Nothing computed past an out-of-range index reaches the host (NOTE [ Deferred range checks ]).
+  if (device.is_cpu()) check_deferred_errors();
   // The device that is not the host does the transfer (and throws when it is not built in).
   Backend& be = backend_for(device.is_cpu() ? t.device() : device);
   Tensor src = contiguous(t);

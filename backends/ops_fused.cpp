@@ -6,7 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "backends/deferred_checks.h"
 #include "backends/ops.h"
+#include "backends/ops_internal.h"
 
 namespace mvgpt::ops {
 namespace {
@@ -259,14 +261,8 @@ std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, cons
 
 namespace {
 
-// Checks logits (N, V) and targets (N), and that every target is a class or ignore_index.
-void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  require_floating(logits, op, "logits");
-  if (logits.dim() != 2) fail(op, "logits must be (N, V), found shape " + to_string(logits.shape()));
-  require_int(targets, op, "targets");
-  require_device(targets, logits, op, "targets");
-  require_shape(targets, Shape{logits.size(0)}, op, "targets");
-  const int64_t V = logits.size(1);
+// Every target on the host is a class or ignore_index.
+void check_targets_on_host(const char* op, const Tensor& targets, int64_t V, int64_t ignore_index) {
   Tensor host = contiguous(targets.device().is_cpu() ? targets : to(targets, Device::cpu()));
   auto check = [&](const auto* p) {
     for (int64_t n = 0; n < host.numel(); ++n) {
@@ -280,24 +276,49 @@ void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& tar
   else check(host.data<int32_t>());
 }
 
+// Checks logits (N, V) and targets (N), and that every target is a class or ignore_index; returns the
+// contiguous targets for the kernel. Where range checks are deferred (NOTE [ Deferred range checks ]),
+// counts the bad targets on the device and hands the kernel a copy with them clamped into range.
+Tensor check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  require_floating(logits, op, "logits");
+  if (logits.dim() != 2) fail(op, "logits must be (N, V), found shape " + to_string(logits.shape()));
+  require_int(targets, op, "targets");
+  require_device(targets, logits, op, "targets");
+  require_shape(targets, Shape{logits.size(0)}, op, "targets");
+  const int64_t V = logits.size(1);
+  if (!range_checks_deferred(targets.device()) || targets.numel() == 0 || V == 0) {
+    check_targets_on_host(op, targets, V, ignore_index);
+    return contiguous(targets);
+  }
+  const Device d = targets.device();
+  const DType it = targets.dtype();
+  Tensor clamped = minimum(maximum(targets, full({}, 0, it, d)), full({}, double(V - 1), it, d));
+  Tensor kept = ne(targets, full({}, double(ignore_index), it, d));  // not ignored
+  Tensor bad = mul(to(ne(clamped, targets), DType::i64), to(kept, DType::i64));
+  detail::defer_check(op, sum(bad), targets, [op, V, ignore_index](const Tensor& host) {
+    check_targets_on_host(op, host, V, ignore_index);
+  });
+  return contiguous(where(kept, clamped, targets));
+}
+
 }  // namespace
 
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   const char* op = "cross_entropy";
-  check_cross_entropy(op, logits, targets, ignore_index);
+  const Tensor kernel_targets = check_cross_entropy(op, logits, targets, ignore_index);
   const DType cd = compute_dtype(logits.dtype());
   CrossEntropyResult r;
   r.losses = Tensor::empty({logits.size(0)}, cd, logits.device());
   r.lse = Tensor::empty({logits.size(0)}, cd, logits.device());
   backend_for(logits.device())
-      .cross_entropy(prepared(logits, cd), contiguous(targets), ignore_index, r.losses, r.lse);
+      .cross_entropy(prepared(logits, cd), kernel_targets, ignore_index, r.losses, r.lse);
   return r;
 }
 
 Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                               const CrossEntropyResult& saved, int64_t ignore_index) {
   const char* op = "cross_entropy_backward";
-  check_cross_entropy(op, logits, targets, ignore_index);
+  const Tensor kernel_targets = check_cross_entropy(op, logits, targets, ignore_index);
   const int64_t N = logits.size(0);
   require_floating(dlosses, op, "dlosses");
   require_device(dlosses, logits, op, "dlosses");
@@ -310,7 +331,7 @@ Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const
     fail(op, "saved lse must be " + std::string(dtype_name(cd)) + ", found " + std::string(dtype_name(saved.lse.dtype())));
   Tensor d = Tensor::empty(logits.shape(), cd, logits.device());
   backend_for(logits.device())
-      .cross_entropy_backward(prepared(dlosses, cd), prepared(logits, cd), contiguous(targets), contiguous(saved.lse),
+      .cross_entropy_backward(prepared(dlosses, cd), prepared(logits, cd), kernel_targets, contiguous(saved.lse),
                               ignore_index, d);
   return cast_back(d, logits.dtype());
 }

@@ -42,20 +42,20 @@ void check_index_fits(const Tensor& index, const Tensor& other, int axis, bool i
 Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
   int ax = check_axis_input(x, index, axis, "index_select");
   check_vector_index(index, "index_select");
-  check_indices(index, x.shape()[ax], "index_select", ax);
+  const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "index_select", ax);
   Shape shape = x.shape();
   shape[ax] = index.numel();
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
-  detail::backend_of(x).index_select(x, ax, index, out);
+  detail::backend_of(x).index_select(x, ax, idx, out);
   return out;
 }
 
 Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   int ax = check_axis_input(x, index, axis, "gather");
   check_index_fits(index, x, ax, false, "gather", "the input");
-  check_indices(index, x.shape()[ax], "gather", ax);
+  const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "gather", ax);
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
-  detail::backend_of(x).gather(x, ax, index, out);
+  detail::backend_of(x).gather(x, ax, idx, out);
   return out;
 }
 
@@ -70,9 +70,9 @@ Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& s
     throw std::invalid_argument("index_add: src of shape " + to_string(src.shape()) + " does not match " +
                                 to_string(expected) + " (the input's shape with axis " + std::to_string(ax) +
                                 " of the index's length)");
-  check_indices(index, x.shape()[ax], "index_add", ax);
+  const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "index_add", ax);
   Tensor out = clone(x);
-  detail::backend_of(x).index_add(out, ax, index, src);
+  detail::backend_of(x).index_add(out, ax, idx, src);
   return out;
 }
 
@@ -82,12 +82,12 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
   check_same_dtype(x, src, "scatter_add");
   check_index_fits(index, src, ax, true, "scatter_add", "src");
   check_index_fits(index, x, ax, false, "scatter_add", "the input");
-  check_indices(index, x.shape()[ax], "scatter_add", ax);
+  const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "scatter_add", ax);
   // Only the part of src that the index covers takes part.
   Tensor s = src;
   for (int d = 0; d < src.dim(); ++d) s = views::narrow(s, d, 0, index.shape()[d]);
   Tensor out = clone(x);
-  detail::backend_of(x).scatter_add(out, ax, index, s);
+  detail::backend_of(x).scatter_add(out, ax, idx, s);
   return out;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by the ops_*.cpp files (not part of the public API).
+#include <functional>
 #include <string>
 
 #include "backends/ops.h"
@@ -22,5 +23,15 @@ Tensor narrow_result(const Tensor& t, DType dtype);
 inline Tensor empty_on(const Shape& shape, DType dtype, const Tensor& like) {
   return Tensor::empty(shape, dtype, like.device());
 }
+
+// The indices to hand to a kernel. Where range checks are immediate (the CPU), checks them on the
+// host and returns `index`; where they are deferred (NOTE [ Deferred range checks ] in
+// deferred_checks.h), records the count of out-of-range entries and returns `index` clamped into
+// [0, size) so that no kernel reads out of bounds.
+Tensor kernel_indices(const Tensor& index, int64_t size, const char* op, int axis);
+// Records a deferred check of `op`: `bad` a () int64 count on the device, `recheck` the immediate
+// check that words the error from a host copy of `indices` (`op` must outlive the check: a literal).
+void defer_check(const char* op, const Tensor& bad, const Tensor& indices,
+                 std::function<void(const Tensor&)> recheck);
 
 }  // namespace mvgpt::ops::detail

@@ -51,9 +51,12 @@ int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_
   return 0;
 }
 
-static Tensor ids_tensor(std::vector<int32_t>::const_iterator begin, std::vector<int32_t>::const_iterator end) {
+// (1, T) token ids on `device` (the model's: its embedding gathers there).
+static Tensor ids_tensor(std::vector<int32_t>::const_iterator begin, std::vector<int32_t>::const_iterator end,
+                         Device device) {
   std::vector<int32_t> ids(begin, end);
-  return Tensor::from_vector(ids, Shape{1, int64_t(ids.size())});
+  Tensor t = Tensor::from_vector(ids, Shape{1, int64_t(ids.size())});
+  return device.is_cpu() ? t : ops::to(t, device);
 }
 
 std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -67,8 +70,13 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
   std::vector<int32_t> story(prompt.size() > size_t(window) ? prompt.end() - window : prompt.begin(), prompt.end());
   std::vector<int32_t> out;
   bool cached = options.use_cache;
-  KVCache cache(config);
-  auto last_window = [&] { return ids_tensor(story.end() - std::min<int64_t>(window, int64_t(story.size())), story.end()); };
+  // The cache and the ids live where the model's weights do.
+  const Tensor& weight = model.wte->weight;
+  const Device device = weight.device();
+  KVCache cache(config, 1, 0, weight.dtype(), device);
+  auto last_window = [&] {
+    return ids_tensor(story.end() - std::min<int64_t>(window, int64_t(story.size())), story.end(), device);
+  };
 
   Tensor logits = cached ? model.forward(last_window(), &cache, true) : model.forward(last_window(), nullptr, true);
   for (int64_t i = 0; i < max_new_tokens; ++i) {
@@ -81,7 +89,7 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
     if (cached && !config.rope && cache.position >= window) cached = false;
     if (cached) {
       if (cache.length() >= window) cache.slide(window - 1);
-      logits = model.forward(ids_tensor(story.end() - 1, story.end()), &cache, true);
+      logits = model.forward(ids_tensor(story.end() - 1, story.end(), device), &cache, true);
     } else {
       logits = model.forward(last_window(), nullptr, true);
     }

@@ -89,7 +89,8 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
 
   Tensor x = wte->forward(idx);  // (B, T, C)
   Tensor positions;
-  if (config_.rope) positions = ops::arange(double(start), double(start + T), 1, DType::i64);  // (T)
+  // (T) on the model's device: rope() wants its positions where the activations are.
+  if (config_.rope) positions = ops::arange(double(start), double(start + T), 1, DType::i64, x.device());
   else x = x + narrow(wpe->weight, 0, start, T);                                               // (T, C) broadcast
   x = dropout(x, config_.dropout, nullptr, is_training());
   for (size_t i = 0; i < h->size(); ++i)

@@ -255,17 +255,24 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   if (!(max_norm > 0))
     throw std::invalid_argument("clip_grad_norm_: max_norm must be positive, found " + std::to_string(max_norm));
   NoGradGuard no_grad;
-  double sum_sq = 0;
-  // Chunks bound the float64 temporaries (a GPT-2 embedding gradient alone is 38M elements).
+  // The sum of squares stays on each device until the end: one read per device, not one per chunk
+  // (each read is a host synchronisation on a GPU). Chunks bound the float64 temporaries (a GPT-2
+  // embedding gradient alone is 38M elements).
   constexpr int64_t kChunk = int64_t(1) << 20;
+  std::vector<Tensor> totals;  // () float64, one per device
   for (const Tensor& p : params) {
     if (!p.defined() || !p.grad().defined()) continue;
     Tensor flat = ops::reshape(p.grad(), {-1});
     for (int64_t off = 0; off < flat.numel(); off += kChunk) {
       Tensor part = ops::to(ops::narrow(flat, 0, off, std::min(kChunk, flat.numel() - off)), DType::f64);
-      sum_sq += ops::to(ops::sum(ops::square(part)), Device::cpu()).item<double>();
+      Tensor sq = ops::sum(ops::square(part));
+      auto it = std::find_if(totals.begin(), totals.end(), [&](const Tensor& t) { return t.device() == sq.device(); });
+      if (it == totals.end()) totals.push_back(sq);
+      else *it = ops::add(*it, sq);
     }
   }
+  double sum_sq = 0;
+  for (const Tensor& t : totals) sum_sq += ops::to(t, Device::cpu()).item<double>();
   const double norm = std::sqrt(sum_sq);
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);

@@ -12,6 +12,7 @@
 
 #include "apps/common/cli.h"
 #include "backends/backend.h"
+#include "backends/cpu/openblas_core.h"
 
 namespace mvgpt::apps {
 
@@ -34,8 +35,26 @@ static std::string one_line(const std::string& message) {
   return out;
 }
 
+namespace {
+std::vector<std::string>& deferred_warnings() {
+  static std::vector<std::string> warnings;
+  return warnings;
+}
+std::string& auto_device_note() {
+  static std::string note;
+  return note;
+}
+}  // namespace
+
+void warn_after_success(std::string text) { deferred_warnings().push_back(std::move(text)); }
+
+std::string device_note() { return auto_device_note(); }
+
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
+  // OpenBLAS's notice stays in openblas_core_info() (pretrain's header prints it); nothing may come
+  // before an error's one line. A warning (slow kernels) is repeated once a run has succeeded.
+  cpu::set_openblas_notice_handler({});
   const auto usage_error = [&](const std::exception& e) {
     std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
     return 2;
@@ -50,7 +69,14 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
     return usage_error(e);
   }
   try {
-    return body();
+    const int code = body();
+    if (code == 0 && cpu::openblas_core_checked()) {
+      const cpu::OpenBlasNotice notice = cpu::openblas_core_info().notice;
+      if (notice.warning) warn_after_success(notice.message);
+    }
+    if (code == 0)
+      for (const std::string& w : deferred_warnings()) std::cerr << name << ": warning: " << w << "\n";
+    return code;
   } catch (const UsageError& e) {
     return usage_error(e);
   } catch (const std::exception& e) {
@@ -60,13 +86,20 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
 }
 
 Device resolve_device(const std::string& flag) {
-  if (flag.empty() || flag == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
+  if (flag.empty() || flag == "auto") {
+    const CudaStatus cuda = cuda_status();
+    if (cuda.available) return Device::cuda();
+    if (cuda.error && auto_device_note().empty()) {
+      auto_device_note() = "--device auto runs on the CPU: " + cuda.reason;
+      warn_after_success(auto_device_note());
+    }
+    return Device::cpu();
+  }
   check_device_flag(flag);
   const Device d = Device::parse(flag);
   if (d.is_cuda()) {
     if (!cuda_available())
-      throw AppError("--device " + flag +
-                     ": no CUDA GPU is available (this build has no CUDA backend, or no GPU is visible); use --device cpu");
+      throw AppError("--device " + flag + ": " + cuda_status().reason + "; use --device cpu");
     if (d.index >= cuda_device_count())
       throw AppError("--device " + flag + ": only " + std::to_string(cuda_device_count()) +
                      " GPU(s) are visible; use cuda:0 .. cuda:" + std::to_string(cuda_device_count() - 1));

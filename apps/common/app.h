@@ -29,8 +29,14 @@ class UsageError : public std::runtime_error {
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // "auto" (or ""): the GPU when one is available, else the CPU. "cuda" without a GPU is an AppError
-// that says so and suggests --device cpu; text that is not a device is a UsageError.
+// that says why and suggests --device cpu; text that is not a device is a UsageError. When "auto"
+// falls back to the CPU because the CUDA runtime failed (not for want of a GPU), the reason is kept
+// for device_note() and repeated as a warning once the run has succeeded.
 Device resolve_device(const std::string& flag);
+// "--device auto runs on the CPU: <why>" after such a fallback, else "".
+std::string device_note();
+// A warning printed ("<app>: warning: <text>") only after the run has succeeded, never before an error.
+void warn_after_success(std::string text);
 // Waits for the device's queued work (for honest timings on a GPU); nothing on the CPU.
 void synchronize(Device device);
 

@@ -7,8 +7,8 @@
 namespace mvgpt::apps {
 
 // The name of the first parameter (in registration order) whose gradient holds a NaN or an
-// infinity; "" when every gradient is finite (or undefined). Reads the gradients on the host: a
-// pass over the parameters, small next to the step that made them.
+// infinity; "" when every gradient is finite (or undefined). One reduction pass over the gradients
+// on their device and one read (a second pass only when something is not finite).
 std::string first_nonfinite_gradient(const nn::NamedTensors& params);
 
 // Testing aid: turns every element of `param`'s gradient into NaN (any device).

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -89,6 +91,34 @@ std::once_flag& once() {
   return flag;
 }
 
+std::mutex& handler_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+OpenBlasNoticeHandler& handler() {
+  static OpenBlasNoticeHandler h = [](const OpenBlasNotice& n) {
+    std::fprintf(stderr, "mvgpt: %s%s\n", n.warning ? "warning: " : "", n.message.c_str());
+  };
+  return h;
+}
+
+std::atomic<bool>& checked() {
+  static std::atomic<bool> done{false};
+  return done;
+}
+
+// Keeps the notice and hands it to the handler (the check runs once, so each notice goes out once).
+void notify(OpenBlasCoreInfo& s, bool warning, std::string message) {
+  s.notice = {warning, std::move(message)};
+  OpenBlasNoticeHandler h;
+  {
+    std::lock_guard<std::mutex> lock(handler_mutex());
+    h = handler();
+  }
+  if (h) h(s.notice);
+}
+
 void check_and_fix() {
   OpenBlasCoreInfo& s = state();
   s.features = detect_cpu_features();
@@ -106,18 +136,17 @@ void check_and_fix() {
   }
   const std::string wanted_name = openblas_core_display_name(s.wanted);
   if (env_is("MVGPT_OPENBLAS_AUTOFIX", "0")) {
-    std::fprintf(stderr,
-                 "mvgpt: warning: OpenBLAS detected this CPU as %s (slow kernels); export OPENBLAS_CORETYPE=%s "
-                 "for fast GEMM (MVGPT_OPENBLAS_AUTOFIX=0 turned the automatic fix off)\n",
-                 s.boot_core.c_str(), s.wanted.c_str());
+    notify(s, true,
+           "OpenBLAS detected this CPU as " + s.boot_core + " (slow kernels); export OPENBLAS_CORETYPE=" + s.wanted +
+               " for fast GEMM (MVGPT_OPENBLAS_AUTOFIX=0 turned the automatic fix off)");
     s.action = "not fixed (MVGPT_OPENBLAS_AUTOFIX=0)";
     return;
   }
   if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) {
-    std::fprintf(stderr,
-                 "mvgpt: warning: OpenBLAS detected this CPU as %s (slow kernels) and this OpenBLAS cannot switch "
-                 "cores at run time; export OPENBLAS_CORETYPE=%s before starting the program\n",
-                 s.boot_core.c_str(), s.wanted.c_str());
+    notify(s, true,
+           "OpenBLAS detected this CPU as " + s.boot_core +
+               " (slow kernels) and this OpenBLAS cannot switch cores at run time; export OPENBLAS_CORETYPE=" +
+               s.wanted + " before starting the program");
     s.action = "not fixed (OpenBLAS is not a DYNAMIC_ARCH build)";
     return;
   }
@@ -128,18 +157,16 @@ void check_and_fix() {
   gotoblas_dynamic_init();
   s.core = current_corename();
   if (iequals(s.core, wanted_name)) {
-    std::fprintf(stderr,
-                 "mvgpt: OpenBLAS detected this CPU as %s; switched it to %s (set OPENBLAS_CORETYPE to choose "
-                 "yourself)\n",
-                 s.boot_core.c_str(), s.core.c_str());
     s.action = "switched from " + s.boot_core + " to " + s.core;
     s.fixed = true;
+    notify(s, false,
+           "OpenBLAS detected this CPU as " + s.boot_core + "; switched it to " + s.core +
+               " (set OPENBLAS_CORETYPE to choose yourself)");
   } else {
-    std::fprintf(stderr,
-                 "mvgpt: warning: OpenBLAS detected this CPU as %s and switching it to %s failed (it reports %s); "
-                 "export OPENBLAS_CORETYPE=%s before starting the program\n",
-                 s.boot_core.c_str(), wanted_name.c_str(), s.core.c_str(), s.wanted.c_str());
     s.action = "switch to " + wanted_name + " failed";
+    notify(s, true,
+           "OpenBLAS detected this CPU as " + s.boot_core + " and switching it to " + wanted_name + " failed (it reports " +
+               s.core + "); export OPENBLAS_CORETYPE=" + s.wanted + " before starting the program");
   }
 }
 
@@ -194,7 +221,19 @@ std::string openblas_core_display_name(std::string_view coretype) {
   return std::string(coretype);
 }
 
-void ensure_openblas_core() { std::call_once(once(), check_and_fix); }
+void set_openblas_notice_handler(OpenBlasNoticeHandler h) {
+  std::lock_guard<std::mutex> lock(handler_mutex());
+  handler() = std::move(h);
+}
+
+void ensure_openblas_core() {
+  std::call_once(once(), [] {
+    check_and_fix();
+    checked() = true;
+  });
+}
+
+bool openblas_core_checked() { return checked(); }
 
 OpenBlasCoreInfo openblas_core_info() {
   ensure_openblas_core();
@@ -205,8 +244,10 @@ OpenBlasCoreInfo openblas_core_info() {
 
 std::string openblas_core_report() {
   const OpenBlasCoreInfo s = openblas_core_info();
-  return "OpenBLAS core: " + s.core + " (at load: " + s.boot_core +
-         "); CPU: " + features_string(s.features) + "; " + s.action;
+  std::string report = "OpenBLAS core: " + s.core + " (at load: " + s.boot_core +
+                       "); CPU: " + features_string(s.features) + "; " + s.action;
+  if (s.notice.warning) report += "; warning: " + s.notice.message;
+  return report;
 }
 
 }  // namespace mvgpt::cpu

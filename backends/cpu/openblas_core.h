@@ -2,6 +2,7 @@
 // OpenBLAS kernel-set check. A DYNAMIC_ARCH OpenBLAS picks its kernels from the CPU's family/model;
 // 0.3.21 does not know recent Xeons and falls back to "Prescott" (SSE3), making sgemm ~6x slower.
 // We read the CPU's own feature bits, decide which kernel set fits, and switch before the first GEMM.
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,19 @@ std::string openblas_core_display_name(std::string_view coretype);
 // Must run before any BLAS call is in flight on another thread: CpuBackend's constructor calls it.
 void ensure_openblas_core();
 
+// What the check has to tell: that it switched the core, or (warning) that the kernels stay slow.
+struct OpenBlasNotice {
+  bool warning = false;  // the core stays mis-detected: GEMM runs on slow kernels
+  std::string message;   // one line without a prefix or newline
+};
+// Where notices go. The default prints "mvgpt: <message>" ("mvgpt: warning: ...") on stderr, once per
+// process. A program that reports them itself installs its own handler before its first tensor op
+// (the apps put them in their header and never before an error line); an empty function silences them.
+// The last notice is also kept in OpenBlasCoreInfo::notice. The handler runs inside the check (under
+// std::call_once, before the first GEMM): it must not use tensors.
+using OpenBlasNoticeHandler = std::function<void(const OpenBlasNotice&)>;
+void set_openblas_notice_handler(OpenBlasNoticeHandler handler);
+
 // What the check found and did (runs the check first if it has not run yet).
 struct OpenBlasCoreInfo {
   std::string boot_core;  // openblas_get_corename() before the check
@@ -49,8 +63,11 @@ struct OpenBlasCoreInfo {
   std::string action;     // "ok", "switched from Prescott to SkylakeX", "left alone: ...", ...
   bool fixed = false;     // the core was switched
   CpuFeatures features;
+  OpenBlasNotice notice;  // what the check reported (message "" when there was nothing to say)
 };
 OpenBlasCoreInfo openblas_core_info();
+// Whether the check has run in this process (openblas_core_info() would run it).
+bool openblas_core_checked();
 
 // One line for apps to print: OpenBLAS's core, the CPU features, and what was done about it.
 std::string openblas_core_report();

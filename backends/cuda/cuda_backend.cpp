@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/cuda/cuda_backend_impl.h"
+#include "backends/deferred_checks.h"
 #include "backends/cuda/cuda_check.h"
 
 namespace mvgpt::cuda {
@@ -31,18 +32,56 @@ void require_on(const Tensor& t, Device device, const char* op) {
 
 bool built_with_cuda() { return true; }
 
-int device_count() {
-  // No driver or no GPU is an answer (0 devices), not an error: CPU-only runs must go on.
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
+namespace {
+
+// What cudaGetDeviceCount said, asked once. No GPU, or no NVIDIA driver at all, is an answer (0
+// devices, CPU-only runs go on); any other error (a driver older than the runtime, a broken install)
+// also counts as 0 devices but is marked failed and keeps its reason, so that --device auto can say
+// why it runs on the CPU.
+struct DeviceCount {
+  int count = 0;
+  bool failed = false;
+  std::string error;
+};
+
+const DeviceCount& device_count_answer() {
+  static const DeviceCount answer = [] {
+    DeviceCount a;
+    const cudaError_t status = cudaGetDeviceCount(&a.count);
+    if (status == cudaSuccess) {
+      if (a.count == 0) a.error = "no CUDA GPU is visible";
+      return a;
     }
-    return n;
+    cudaGetLastError();  // clear the error so later calls start clean
+    a.count = 0;
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    if (status == cudaErrorNoDevice) {
+      a.error = "no CUDA GPU is visible";
+    } else if (driver == 0) {
+      a.error = "no CUDA GPU is visible (no NVIDIA driver is installed)";
+    } else {
+      a.failed = true;
+      a.error = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +
+                cudaGetErrorString(status) + ")";
+      if (status == cudaErrorInsufficientDriver || driver < runtime)
+        a.error += "; the NVIDIA driver supports CUDA " + version(driver) + ", this build needs " + version(runtime) +
+                   ": update the driver";
+    }
+    return a;
   }();
-  return count;
+  return answer;
 }
+
+}  // namespace
+
+int device_count() { return device_count_answer().count; }
+
+std::string device_count_error() { return device_count_answer().error; }
+
+bool device_count_failed() { return device_count_answer().failed; }
 
 namespace {
 constexpr int kMaxDevices = 64;
@@ -51,9 +90,9 @@ constexpr int kMaxDevices = 64;
 Backend& backend(int index) {
   const int n = device_count();
   if (index < 0 || index >= n)
-    throw std::runtime_error("cuda:" + std::to_string(index) + " requested, but " + std::to_string(n) +
-                             " CUDA device(s) are visible" +
-                             (n == 0 ? " (no GPU, or no working NVIDIA driver); use --device cpu" : ""));
+    throw std::runtime_error("cuda:" + std::to_string(index) + " requested, but " +
+                             (n == 0 ? device_count_error() + "; use --device cpu"
+                                     : std::to_string(n) + " CUDA device(s) are visible"));
   if (index >= kMaxDevices) throw std::runtime_error("cuda:" + std::to_string(index) + ": too many devices");
   // Created on first use and never destroyed: tensors held in static objects may free memory at exit.
   static std::array<CudaBackend*, kMaxDevices> backends{};
@@ -100,7 +139,10 @@ cudaStream_t CudaBackend::activate() const {
   return stream_;
 }
 
-void CudaBackend::synchronize() { MVGPT_CUDA_CHECK(cudaStreamSynchronize(activate())); }
+void CudaBackend::synchronize() {
+  ops::count_host_sync();
+  MVGPT_CUDA_CHECK(cudaStreamSynchronize(activate()));
+}
 
 // NOTE [ Transfers through a pinned buffer ]
 // Host tensors live in pageable memory; the copy engine reads and writes only pinned memory. Data
@@ -117,6 +159,7 @@ void CudaBackend::copy_between_devices(const Tensor& src, const Tensor& dst) {
     throw std::logic_error("CudaBackend::copy_between_devices: expects contiguous tensors of one dtype and size");
   const size_t nbytes = src.nbytes();
   if (nbytes == 0) return;
+  ops::count_host_sync();  // the host waits for the stream (below), whichever the direction
   cudaStream_t stream = activate();
   constexpr size_t kChunk = size_t(32) << 20;
   std::lock_guard lock(staging_mutex_);

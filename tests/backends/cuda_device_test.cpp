@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/deferred_checks.h"
 #include "backends/ops.h"
 #include "backends/ops_test_util.h"
 
@@ -42,12 +43,34 @@ TEST(CudaDevice, WithoutGpuRequestsFailClearly) {
   EXPECT_EQ(ops::sum(t).item<float>(), 6.0f);
 }
 
+// Why there is no GPU is said, and only a failing CUDA runtime (a driver too old) counts as an error:
+// no GPU, no driver or no CUDA in the build is a CPU machine, not a broken one.
+TEST(CudaDevice, StatusSaysWhyThereIsNoGpu) {
+  const CudaStatus s = cuda_status();
+  EXPECT_EQ(s.available, cuda_available());
+  if (s.available) {
+    EXPECT_TRUE(s.reason.empty()) << s.reason;
+    EXPECT_FALSE(s.error);
+    return;
+  }
+  EXPECT_FALSE(s.reason.empty());
+  if (!cuda::built_with_cuda()) {
+    EXPECT_EQ(s.reason, "this build has no CUDA backend");
+    EXPECT_FALSE(s.error);
+  }
+  if (s.error) {
+    EXPECT_NE(s.reason.find("cudaGetDeviceCount failed"), std::string::npos) << s.reason;
+  } else {
+    EXPECT_NE(s.reason.find("no CUDA"), std::string::npos) << s.reason;
+  }
+}
+
 class CudaOnly : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!cuda_available())
       GTEST_SKIP() << "no CUDA device: "
-                   << (cuda::built_with_cuda() ? "no GPU is visible" : "this build has no CUDA");
+                   << cuda_status().reason;
   }
 };
 
@@ -90,6 +113,20 @@ TEST_F(CudaOnly, AllocatorCachesFreedBlocks) {
 TEST_F(CudaOnly, OutOfRangeIndexIsAClearError) {
   const int n = cuda_device_count();
   expect_throw_with<std::runtime_error>([&] { backend_for(Device::cuda(n)); }, "cuda:" + std::to_string(n));
+}
+
+// NOTE [ Deferred range checks ]: no host read at the op; the next read throws the CPU's message.
+TEST_F(CudaOnly, AnOutOfRangeIndexThrowsAtTheNextRead) {
+  Tensor x = ops::to(ops::arange(0, 10, 1, DType::f32), Device::cuda());
+  Tensor idx = ops::to(Tensor::from_vector(std::vector<int64_t>{2, 12}), Device::cuda());
+  const uint64_t syncs = ops::host_sync_count();
+  Tensor out = ops::index_select(x, 0, idx);
+  EXPECT_EQ(ops::host_sync_count(), syncs) << "the range check waited for the GPU";
+  expect_throw_with<std::invalid_argument>([&] { ops::to(out, Device::cpu()); },
+                                           "index_select: index 12 is out of range for axis 0 of size 10");
+  // Forgotten after the throw; good indices read back as they are.
+  Tensor good = ops::index_select(x, 0, ops::to(Tensor::from_vector(std::vector<int64_t>{9, 0}), Device::cuda()));
+  EXPECT_EQ(ops::to(good, Device::cpu()).to_vector<float>(), (std::vector<float>{9, 0}));
 }
 
 TEST_F(CudaOnly, MixedDevicesAreRejected) {

@@ -94,10 +94,10 @@ TEST(CudaSharedMath, AdamWUpdateMatchesCpu) {
   const auto s = math::adamw_scalars<float>(p);
   for (int i = 0; i < n; ++i) {
     math::adamw_update(pp[size_t(i)], gg[size_t(i)], mm[size_t(i)], vv[size_t(i)], s);
-    // A few float ulps: the compilers may fuse multiply-adds differently.
-    EXPECT_NEAR(pp[size_t(i)], read_element(param, i), 1e-6) << i;
-    EXPECT_NEAR(mm[size_t(i)], read_element(m, i), 1e-7) << i;
-    EXPECT_NEAR(vv[size_t(i)], read_element(v, i), 1e-7) << i;
+    // Bit for bit: both round after every operation and contract nothing into an FMA.
+    EXPECT_EQ(pp[size_t(i)], read_element(param, i)) << i;
+    EXPECT_EQ(mm[size_t(i)], read_element(m, i)) << i;
+    EXPECT_EQ(vv[size_t(i)], read_element(v, i)) << i;
   }
 }
 

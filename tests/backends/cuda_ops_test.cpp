@@ -7,8 +7,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <map>
 #include <ostream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -346,8 +351,134 @@ std::vector<OpCase> op_cases() {
       r.insert(r.end(), {p, m, v});
     }
     return r;
+  }, 0, 0);  // bit for bit: both devices round after every operation and contract nothing (cuda_math_test.cpp)
+
+  // --- paths the cases above miss (issue 14, item 7)
+  add("gelu_silu_backward", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = input(d, {5, 8}, dt, 81, Kind::transposed, -4, 4);
+      Tensor g = input(d, {8}, dt, 82);  // broadcast gradient
+      r.push_back(ops::gelu_backward(x, g));
+      r.push_back(ops::silu_backward(x, g));
+      r.push_back(ops::binary(BinaryOp::gelu_backward, input(d, {6, 7}, dt, 83, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 84)));
+      r.push_back(ops::binary(BinaryOp::silu_backward, input(d, {6, 7}, dt, 85, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 86)));
+    }
+    return r;
+  }, 1e-5);
+  add("linear_bias", [](Device d) {
+    std::vector<Tensor> r;
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor w = input(d, {12, 20}, dt, 87), b = input(d, {12}, dt, 88);
+      for (Kind k : {Kind::contiguous, Kind::transposed, Kind::sliced}) {
+        Tensor x = input(d, {7, 20}, dt, 89, k);
+        r.push_back(ops::linear(x, w, b));
+        r.push_back(ops::linear(x, w, Tensor()));
+      }
+      r.push_back(ops::linear(input(d, {2, 3, 20}, dt, 90), w, b));  // (B, T, in)
+      r.push_back(ops::linear(input(d, {2, 3, 20}, dt, 91), input(d, {12, 20}, dt, 92, Kind::transposed), b));  // strided weight
+    }
+    return r;
+  }, 1e-5);
+  // GPT-2 small's head size at a full context: the tiled kernels' multi-tile paths.
+  add("attention_head64_long", [](Device d) {
+    std::vector<Tensor> r;
+    for (const auto& [T, causal] : std::vector<std::pair<int64_t, bool>>{{512, true}, {640, true}, {520, false}}) {
+      Tensor q = input(d, {1, 2, T, 64}, DType::f32, 93, Kind::contiguous, -1, 1);
+      Tensor k = input(d, {1, 2, T, 64}, DType::f32, 94, Kind::contiguous, -1, 1);
+      Tensor v = input(d, {1, 2, T, 64}, DType::f32, 95);
+      const double scale = 0.125;
+      ops::AttentionResult a = ops::attention(q, k, v, scale, causal);
+      r.insert(r.end(), {a.out, a.lse});
+      for (const Tensor& g : ops::attention_backward(input(d, {1, 2, T, 64}, DType::f32, 96), q, k, v, a, scale, causal))
+        r.push_back(g);
+    }
+    return r;
+  }, 1e-4);
+  // Rows wider than one block of threads (C > 256), including odd widths.
+  add("norms_wide", [](Device d) {
+    std::vector<Tensor> r;
+    for (int64_t C : {257, 768, 2051}) {
+      Tensor x = input(d, {33, C}, DType::f32, 97), w = input(d, {C}, DType::f32, 98), b = input(d, {C}, DType::f32, 99);
+      Tensor dy = input(d, {33, C}, DType::f32, 100);
+      ops::NormResult ln = ops::layer_norm(x, w, b, 1e-5);
+      r.insert(r.end(), {ln.y, ln.mean, ln.rstd});
+      for (const Tensor& g : ops::layer_norm_backward(dy, x, w, b, ln)) r.push_back(g);
+      ops::NormResult rms = ops::rms_norm(x, w, 1e-6);
+      r.insert(r.end(), {rms.y, rms.rstd});
+      for (const Tensor& g : ops::rms_norm_backward(dy, x, w, rms))
+        if (g.defined()) r.push_back(g);
+    }
+    return r;
+  }, 1e-4);
+  // Rows of -inf (a fully masked row), with a NaN, or with +inf: the same NaN/inf pattern as the CPU.
+  add("nonfinite_rows", [](Device d) {
+    std::vector<float> v(4 * 6);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 3.0f;
+    for (int j = 0; j < 6; ++j) v[size_t(j)] = -INFINITY;  // row 0: all -inf
+    v[6 + 2] = NAN;                                        // row 1: a NaN
+    v[12 + 4] = INFINITY;                                  // row 2: +inf
+    v[18 + 1] = -INFINITY;                                 // row 3: one masked entry
+    Tensor x = ops::to(Tensor::from_vector(v, Shape{4, 6}), d);
+    ops::CrossEntropyResult c = ops::cross_entropy(x, ints(d, {0, 2, 4, 1}), -100);
+    return std::vector<Tensor>{ops::softmax(x, -1), ops::log_softmax(x, -1), ops::logsumexp(x, {1}),
+                               ops::max(x, {1}), ops::argmax(x, 1), ops::sum(x, {1}), c.losses, c.lse,
+                               ops::exp(x), ops::gelu(x), ops::sigmoid(x)};
+  });
+  // More rows than the row kernels' grids hold (65535 * 4 blocks): their grid-stride loops.
+  add("past_grid_limits", [](Device d) {
+    const int64_t N = 65535 * 4 + 77;
+    Tensor x = input(d, {N, 3}, DType::f32, 101), w = input(d, {3}, DType::f32, 102);
+    ops::NormResult ln = ops::layer_norm(x, w, Tensor(), 1e-5);
+    ops::CrossEntropyResult c = ops::cross_entropy(x, ops::full({N}, 2, DType::i64, d), -100);
+    return std::vector<Tensor>{ops::softmax(x, -1), ops::sum(x, {1}), ops::argmax(x, 1), ln.y, ln.rstd,
+                               ops::rms_norm(x, w, 1e-6).y, c.losses};
   }, 1e-5);
   return cases;
+}
+
+// NOTE [ Device coverage ]
+// Which Backend entry points (and, for unary/binary, which ops) each case exercises. The
+// DeviceCoverage test parses backends/backend.h and fails when an entry point or an op has no
+// case here, as the gradient-check registry does for autograd/ops.h: a new kernel cannot land
+// without a CPU-vs-CUDA comparison.
+const std::map<std::string, std::vector<std::string>>& case_coverage() {
+  static const std::map<std::string, std::vector<std::string>> coverage = {
+      {"copy_layouts", {"copy", "copy_between_devices"}},
+      {"copy_conversions", {"copy"}},
+      {"copy_into_views", {"copy"}},
+      {"fill_arange", {"fill", "arange"}},
+      {"random", {"random"}},
+      {"unary_float",
+       {"unary", "unary.neg", "unary.exp", "unary.log", "unary.sqrt", "unary.rsqrt", "unary.tanh", "unary.sigmoid",
+        "unary.relu", "unary.gelu", "unary.silu", "unary.abs", "unary.pow_scalar", "unary.add_scalar",
+        "unary.mul_scalar", "unary.rsub_scalar", "unary.rdiv_scalar", "unary.sign", "unary.square"}},
+      {"unary_int", {"unary"}},
+      {"binary_broadcast",
+       {"binary", "binary.add", "binary.sub", "binary.mul", "binary.div", "binary.maximum", "binary.minimum",
+        "binary.eq", "binary.ne", "binary.lt", "binary.le", "binary.gt", "binary.ge"}},
+      {"where_masked_fill", {"where"}},
+      {"reduce_axes", {"reduce"}},
+      {"reduce_long_rows", {"reduce"}},
+      {"softmax", {"softmax"}},
+      {"matmul_layouts", {"matmul"}},
+      {"matmul_batched", {"matmul"}},
+      {"index_ops", {"index_select", "gather", "index_add", "scatter_add"}},
+      {"join", {"copy"}},
+      {"layer_norm", {"layer_norm", "layer_norm_backward"}},
+      {"rms_norm", {"rms_norm", "rms_norm_backward"}},
+      {"rope", {"rope"}},
+      {"attention", {"attention", "attention_backward"}},
+      {"cross_entropy", {"cross_entropy", "cross_entropy_backward"}},
+      {"adamw", {"adamw_step"}},
+      {"gelu_silu_backward", {"binary", "binary.gelu_backward", "binary.silu_backward"}},
+      {"linear_bias", {"linear"}},
+      {"attention_head64_long", {"attention", "attention_backward"}},
+      {"norms_wide", {"layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"}},
+      {"nonfinite_rows", {"softmax", "reduce", "cross_entropy", "unary"}},
+      {"past_grid_limits", {"softmax", "reduce", "layer_norm", "rms_norm", "cross_entropy"}},
+  };
+  return coverage;
 }
 
 const std::vector<OpCase>& all_cases() {
@@ -402,7 +533,7 @@ TEST_P(OpOnDevice, MatchesCpuAndIsDeterministic) {
   const Device dev = type == DeviceType::cuda ? Device::cuda(0) : Device::cpu();
   if (dev.is_cuda() && !cuda_available())
     GTEST_SKIP() << "no CUDA device: "
-                 << (cuda::built_with_cuda() ? "no GPU is visible" : "this build has no CUDA (MVGPT_CUDA=OFF or no nvcc)")
+                 << cuda_status().reason
                  << "; case '" << c.name << "' runs against the CPU on a GPU machine (scripts/gpu-check.sh)";
   const std::vector<Tensor> want = c.run(Device::cpu());
   const std::vector<Tensor> got = on_host(c.run(dev));
@@ -429,6 +560,73 @@ INSTANTIATE_TEST_SUITE_P(Devices, OpOnDevice,
                            return std::string(std::get<0>(info.param) == DeviceType::cuda ? "cuda_" : "cpu_") +
                                   all_cases()[std::get<1>(info.param)].name;
                          });
+
+// ---- device coverage: NOTE [ Device coverage ] ----
+
+std::string read_backend_header() {
+  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/backends/backend.h");
+  EXPECT_TRUE(in.good()) << "cannot read backends/backend.h";
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The body of `opening` ... the next "\n};" in the header, comments removed.
+std::string body_of(const std::string& header, const std::string& opening) {
+  const size_t at = header.find(opening);
+  if (at == std::string::npos) return "";
+  const size_t end = header.find("\n};", at);
+  std::string body = header.substr(at + opening.size(), end - at - opening.size());
+  return std::regex_replace(body, std::regex("//[^\n]*"), "");
+}
+
+// Every entry point a device implements: the virtuals of class Backend but device(), allocator()
+// and synchronize(), which have no result to compare.
+std::set<std::string> backend_entry_points(const std::string& header) {
+  const std::string body = body_of(header, "class Backend {");
+  std::set<std::string> names;
+  const std::regex decl(R"(virtual\s+[A-Za-z_:&<> ]+?\s+([a-z_0-9]+)\()");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), decl); it != std::sregex_iterator(); ++it)
+    names.insert((*it)[1]);
+  for (const char* none : {"device", "allocator", "synchronize"}) names.erase(none);
+  return names;
+}
+
+// "unary.neg", "binary.gelu_backward", ...: every value of the op enums.
+std::set<std::string> enum_ops(const std::string& header, const std::string& enum_name, const std::string& prefix) {
+  const std::string body = body_of(header, "enum class " + enum_name + " : uint8_t {");
+  std::set<std::string> names;
+  const std::regex value(R"(([a-z_0-9]+)\s*(,|$))");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), value); it != std::sregex_iterator(); ++it)
+    names.insert(prefix + std::string((*it)[1]));
+  return names;
+}
+
+TEST(DeviceCoverage, EveryBackendEntryPointAndOpHasACpuVsCudaCase) {
+  const std::string header = read_backend_header();
+  std::set<std::string> required = backend_entry_points(header);
+  ASSERT_GE(required.size(), 25u) << "the parse of class Backend found too few entry points";
+  ASSERT_TRUE(required.count("adamw_step") && required.count("copy") && required.count("linear"));
+  const std::set<std::string> unary = enum_ops(header, "UnaryOp", "unary."),
+                              binary = enum_ops(header, "BinaryOp", "binary.");
+  ASSERT_TRUE(unary.count("unary.square") && binary.count("binary.silu_backward")) << "the enum parse failed";
+  required.insert(unary.begin(), unary.end());
+  required.insert(binary.begin(), binary.end());
+
+  std::set<std::string> covered, case_names;
+  for (const OpCase& c : all_cases()) case_names.insert(c.name);
+  for (const auto& [name, entries] : case_coverage()) {
+    EXPECT_TRUE(case_names.count(name)) << "case_coverage() names '" << name << "', which is no case";
+    for (const std::string& e : entries) {
+      EXPECT_TRUE(required.count(e)) << "case '" << name << "' claims '" << e << "', which backend.h does not declare";
+      covered.insert(e);
+    }
+  }
+  for (const std::string& name : case_names)
+    EXPECT_TRUE(case_coverage().count(name)) << "case '" << name << "' is missing from case_coverage()";
+  for (const std::string& e : required)
+    EXPECT_TRUE(covered.count(e)) << "Backend's '" << e << "' has no CPU-vs-CUDA case in tests/backends/cuda_ops_test.cpp";
+}
 
 }  // namespace
 }  // namespace mvgpt

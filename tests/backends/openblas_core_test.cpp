@@ -122,6 +122,11 @@ double sgemm_max_error() {
 // Runs only as the child of the tests below: reports the core before and after the check.
 TEST(OpenBlasCoreChild, Helper) {
   if (std::getenv("MVGPT_OPENBLAS_CORE_CHILD") == nullptr) GTEST_SKIP() << "runs only as a child process";
+  if (std::getenv("MVGPT_OPENBLAS_CORE_CHILD_HANDLER") != nullptr) {
+    set_openblas_notice_handler([](const OpenBlasNotice& n) {
+      std::printf("MVGPT_HANDLER warning=%d %s\n", int(n.warning), n.message.c_str());
+    });
+  }
   // The core at load time comes from the check itself: something may have built a CpuBackend already.
   const OpenBlasCoreInfo info = openblas_core_info();
   const std::string core = openblas_get_corename();
@@ -218,6 +223,21 @@ TEST(OpenBlasCoreEndToEnd, AutofixOffOnlyWarns) {
   EXPECT_EQ(r.core, "Prescott") << r.output;
   EXPECT_NE(r.output.find("export OPENBLAS_CORETYPE="), std::string::npos) << r.output;
   EXPECT_LT(r.err, 1e-3) << r.output;
+}
+
+// A program's handler gets the notice, and nothing reaches stderr.
+TEST(OpenBlasCoreEndToEnd, AHandlerGetsTheNoticeInsteadOfStderr) {
+  std::string why;
+  const std::string expected = expected_fixed_core(&why);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const ChildResult r =
+      run_child({"OPENBLAS_CORETYPE=PRESCOTT", "MVGPT_OPENBLAS_FORCE_CHECK=1", "MVGPT_OPENBLAS_CORE_CHILD_HANDLER=1"});
+  ASSERT_FALSE(r.core.empty()) << r.output;
+  if (r.boot != "Prescott") GTEST_SKIP() << "OpenBLAS ignored OPENBLAS_CORETYPE (not DYNAMIC_ARCH): " << r.boot;
+  EXPECT_NE(r.output.find("MVGPT_HANDLER warning=0 OpenBLAS detected this CPU as Prescott; switched it to " + expected),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("mvgpt:"), std::string::npos) << r.output;
 }
 
 TEST(OpenBlasCoreEndToEnd, UserChosenCoreIsRespected) {
