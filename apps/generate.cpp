@@ -1,7 +1,9 @@
 // generate: writes a story from a prompt, printing each token as it is produced. With RoPE the KV
 // cache slides past the context window (one token's work per token); with learned positions the
 // whole last window runs again for each token once the story outgrows it.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -36,8 +38,10 @@ int main(int argc, char** argv) {
     std::vector<text::TokenId> ids = tok.encode(args.prompt);
     if (ids.empty()) ids.push_back(tok.eot_id());  // a new story starts after an end of text
     std::vector<int32_t> context(ids.begin(), ids.end());
+    // A model may have more ids than its tokenizer (a --config vocab_size padded past it): those ids
+    // were never trained on and have no text, so they are never drawn.
     const gpt::SampleOptions options{.temperature = args.temperature, .top_k = args.top_k, .seed = args.seed,
-                                     .use_cache = !args.no_cache};
+                                     .use_cache = !args.no_cache, .vocab_limit = int64_t(tok.vocab_size())};
 
     std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
     std::fflush(stdout);
@@ -47,8 +51,9 @@ int main(int argc, char** argv) {
       ++produced;
       if (args.stop_at_end && text::TokenId(id) == tok.eot_id()) return false;
       const std::string& bytes = tok.token_bytes(text::TokenId(id));
-      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-      std::fflush(stdout);
+      // Stop at the first failed write (a full disk) instead of generating the rest into nothing.
+      if (std::fwrite(bytes.data(), 1, bytes.size(), stdout) != bytes.size() || std::fflush(stdout) != 0)
+        throw AppError(std::string("cannot write the story to standard output (") + std::strerror(errno) + ")");
       return true;
     });
     const double s = seconds_since(t0);
