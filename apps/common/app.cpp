@@ -1,11 +1,14 @@
 #include "apps/common/app.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <vector>
@@ -49,17 +52,58 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
   } catch (const UsageError& e) {
     return usage_error(e);
   }
+  int code = 1;
   try {
-    return body();
+    code = body();
   } catch (const UsageError& e) {
-    return usage_error(e);
+    code = usage_error(e);
+  } catch (const std::bad_alloc&) {
+    rlimit as{};
+    const bool limited = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
+    std::cerr << name << ": error: out of memory"
+              << (limited ? " under the address-space limit (ulimit -v) of " + std::to_string(as.rlim_cur >> 20) + " MiB" : "")
+              << "; use a smaller model or batch, or " << (limited ? "raise the limit" : "free memory") << "\n";
+    code = 1;
   } catch (const std::exception& e) {
     std::cerr << name << ": error: " << one_line(e.what()) << "\n";
-    return 1;
+    code = 1;
   }
+  // Output that never reached its file (a full disk, /dev/full) is a failure, not exit 0 with the
+  // results lost: stdio only reports it at a flush, so flush here and look.
+  errno = 0;
+  std::cout.flush();
+  const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.fail();
+  if (lost) {
+    const int err = errno;
+    std::cerr << name << ": error: cannot write to standard output" << (err ? std::string(" (") + std::strerror(err) + ")" : "")
+              << "; the output is incomplete\n";
+    if (code == 0) code = 1;
+  }
+  return code;
+}
+
+void check_output_folder(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) throw AppError(flag + " " + dir + ": " + ec.message());
+  if (fs::exists(p, ec)) {
+    if (!fs::is_directory(p, ec))
+      throw UsageError(flag + " " + dir + " is a file, not a folder; pass a folder (it is created if needed)");
+  } else {
+    // It will be created: the nearest existing folder above it must be writable.
+    while (p.has_parent_path() && p != p.root_path() && !fs::exists(p, ec)) p = p.parent_path();
+    if (!fs::is_directory(p, ec))
+      throw UsageError(flag + " " + dir + ": " + p.string() + " is a file, so the folder cannot be created there");
+  }
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    throw AppError(flag + " " + dir + ": cannot write in " + p.string() + " (" + std::strerror(errno) +
+                   "); choose another folder");
 }
 
 Device resolve_device(const std::string& flag) {
+  // The CPU backend first (every app uses it, if only to load): its checks of OpenBLAS, the one under
+  // an address-space limit included, fail here with their own message, not inside a later step.
+  (void)backend_for(Device::cpu());
   if (flag.empty() || flag == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
   check_device_flag(flag);
   const Device d = Device::parse(flag);
