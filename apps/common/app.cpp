@@ -73,11 +73,11 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
   errno = 0;
   std::cout.flush();
   const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.fail();
-  if (lost) {
+  if (lost && code == 0) {  // when the run failed already, its own error line is the one to show
     const int err = errno;
     std::cerr << name << ": error: cannot write to standard output" << (err ? std::string(" (") + std::strerror(err) + ")" : "")
               << "; the output is incomplete\n";
-    if (code == 0) code = 1;
+    code = 1;
   }
   return code;
 }

@@ -172,7 +172,11 @@ TEST_F(LyingInputs, OutputThatCannotBeWrittenIsAnError) {
     SCOPED_TRACE(app + " " + args);
     RunResult r = run_command(std::string("'").append(app_path(app)).append("' ").append(args).append(" > /dev/full"), cwd);
     EXPECT_EQ(r.code, 1) << r.err;
+    // One error line (prepare and context print progress on stderr before it), and no other.
     EXPECT_NE(r.err.find(app + ": error: cannot write"), std::string::npos) << r.err;
+    size_t errors = 0;
+    for (size_t at = r.err.find(": error: "); at != std::string::npos; at = r.err.find(": error: ", at + 1)) ++errors;
+    EXPECT_EQ(errors, 1u) << r.err;
   }
 }
 
