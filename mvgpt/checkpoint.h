@@ -10,10 +10,10 @@
 // NOTE [ Checkpoint checksums ]
 // The last file written into the temporary folder is checksums.json: the size and XXH64 of every
 // other file in it (config.json, model.safetensors and the caller's extra files), so a flipped
-// byte or an edit in any of them is caught on load. load_checkpoint verifies the files it reads
-// (config.json, model.safetensors, and tokenizer.json when recorded); a caller that reads other
-// files (pretrain --resume: optimizer.safetensors, state.json) calls verify_checkpoint_files first.
-// A checkpoint saved before checksums existed has no checksums.json and loads unverified.
+// byte or an edit in any of them is caught on load. load_checkpoint verifies every recorded file;
+// a caller that reads its extra files before loading the model (pretrain --resume reads state.json
+// first) calls verify_checkpoint_files itself. A checkpoint saved before checksums existed has no
+// checksums.json and loads unverified.
 #include <functional>
 #include <map>
 #include <memory>

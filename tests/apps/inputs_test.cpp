@@ -242,5 +242,21 @@ TEST_F(LyingInputs, ALowAddressSpaceLimitNeverMakesTheAppsSpin) {
   }
 }
 
+
+// The optimizer state and state.json are covered by the checkpoint's checksums too: a resume from a
+// damaged last/ stops before training on it.
+TEST_F(LyingInputs, AFlippedBitInTheOptimizerStateIsCaughtOnResume) {
+  const fs::path cwd = prepared();
+  const fs::path run = cwd / "bad" / "flipped-run";
+  fs::remove_all(run);
+  fs::create_directories(run.parent_path());
+  fs::copy(trained(false), run, fs::copy_options::recursive);
+  std::string bytes = slurp(run / "last" / "optimizer.safetensors");
+  bytes[bytes.size() - 7] ^= 0x01;
+  write_text(run / "last" / "optimizer.safetensors", bytes);
+  RunResult r = run_app("pretrain", "--resume --steps 8 --device cpu --out bad/flipped-run", cwd);
+  expect_one_line_error(r, "pretrain", "bad/flipped-run/last/optimizer.safetensors does not match its checksum");
+}
+
 }  // namespace
 }  // namespace mvgpt::apps::testing

@@ -356,9 +356,10 @@ TEST(Checksums, CoverEveryFileSavedAndCatchAFlippedBit) {
   flip_bit(dir + "/model.safetensors", 7);
   load_checkpoint(dir);
 
-  // A caller's file: load_checkpoint does not read it, verify_checkpoint_files catches it.
+  // A caller's file: load_checkpoint does not read it, but verifies it too; verify_checkpoint_files
+  // alone, or for some files only.
   write_bytes(dir + "/state.json", "{\"step\": 4}");
-  load_checkpoint(dir);
+  EXPECT_HAS(error_of([&] { load_checkpoint(dir); }), dir + "/state.json does not match its checksum");
   EXPECT_HAS(error_of([&] { verify_checkpoint_files(dir); }), dir + "/state.json does not match its checksum");
   EXPECT_TRUE(verify_checkpoint_files(dir, {"config.json", "optimizer.safetensors"}));
   write_bytes(dir + "/state.json", "{\"step\": 3}\n");
