@@ -1,5 +1,6 @@
 #include "apps/common/app.h"
 
+#include <alloca.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -19,6 +20,34 @@
 namespace mvgpt::apps {
 
 namespace fs = std::filesystem;
+
+// NOTE [ OpenBLAS's threads under ulimit -v ]
+// OpenBLAS starts its worker threads (one fewer than the cores) in its library constructor, and each
+// takes a 128 MiB buffer as it starts, retrying forever when it cannot: under `ulimit -v`, with
+// enough cores, the app spins before main() and hangs at exit joining those threads (seen with gdb:
+// `evaluate --help` under ulimit -v 100000 on 2 cores). We hold OpenBLAS to one thread anyway
+// (blas.cpp), so under a finite address-space limit the process starts again at once with
+// OPENBLAS_NUM_THREADS=1, from the executable's preinit_array: it runs before any library's
+// constructor (OpenBLAS's included), but also before libc's, which resets the environment, so a
+// setenv there would be lost; execve with a new environment is what works. Without a limit, or
+// with OPENBLAS_NUM_THREADS=1 already, nothing happens.
+static void openblas_one_thread_under_a_limit(int, char** argv, char** envp) {
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY || envp == nullptr) return;
+  static const char kOne[] = "OPENBLAS_NUM_THREADS=1";
+  size_t n = 0;
+  for (; envp[n] != nullptr; ++n)
+    if (std::strcmp(envp[n], kOne) == 0) return;
+  char** env = static_cast<char**>(alloca((n + 2) * sizeof(char*)));
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (std::strncmp(envp[i], "OPENBLAS_NUM_THREADS=", sizeof("OPENBLAS_NUM_THREADS=") - 1) != 0) env[k++] = envp[i];
+  env[k++] = const_cast<char*>(kOne);
+  env[k] = nullptr;
+  ::execve("/proc/self/exe", argv, env);  // returns only on failure (no /proc): go on as before
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_openblas)(int, char**, char**) =
+    &openblas_one_thread_under_a_limit;
 
 // Errors from the layers below may span lines (a list of mismatched tensors): one line, of a length
 // a terminal shows.
