@@ -1,7 +1,9 @@
 // generate: writes a story from a prompt, printing each token as it is produced. With RoPE the KV
 // cache slides past the context window (one token's work per token); with learned positions the
 // whole last window runs again for each token once the story outgrows it.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -51,21 +53,26 @@ int main(int argc, char** argv) {
     std::vector<int32_t> context(ids.begin(), ids.end());
     auto t0 = Clock::now();
     int64_t produced = 0;
+    auto write = [&](const std::string& text) {
+      // Stop at the first failed write (a full disk) instead of generating the rest into nothing.
+      if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+        throw AppError(std::string("cannot write the story to standard output (") + std::strerror(errno) + ")");
+    };
     for (int64_t sample = 0; sample < args.num_samples; ++sample) {
-      if (sample > 0) std::printf("---------------\n");  // nanoGPT's sample.py separator
+      if (sample > 0) write("---------------\n");  // nanoGPT's sample.py separator
+      // A model may have more ids than its tokenizer (a --config vocab_size padded past it): those ids
+      // were never trained on and have no text, so they are never drawn.
       const gpt::SampleOptions options{.temperature = args.temperature, .top_k = args.top_k, .top_p = args.top_p,
-                                       .seed = args.seed + uint64_t(sample), .use_cache = !args.no_cache};
-      std::fwrite(args.prompt.data(), 1, args.prompt.size(), stdout);
-      std::fflush(stdout);
+                                       .seed = args.seed + uint64_t(sample), .use_cache = !args.no_cache,
+                                       .vocab_limit = int64_t(tok.vocab_size())};
+      write(args.prompt);
       gpt::generate(model, context, args.max_new_tokens, options, [&](int32_t id) {
         ++produced;
         if (args.stop_at_end && text::TokenId(id) == tok.eot_id()) return false;
-        const std::string& bytes = tok.token_bytes(text::TokenId(id));
-        std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-        std::fflush(stdout);
+        write(tok.token_bytes(text::TokenId(id)));
         return true;
       });
-      std::printf("\n");
+      write("\n");
     }
     const double s = seconds_since(t0);
     std::fflush(stdout);  // the text ends before the stats line, also when both go to one file

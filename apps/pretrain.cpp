@@ -209,6 +209,12 @@ int main(int argc, char** argv) {
                        (fs::exists(best_dir) ? "the run's best/ can be evaluated, or start over with --overwrite (best/ is kept until "
                                                "the new run's first checkpoint)"
                                              : "start the run without --resume"));
+      // Every file of last/ is the one the run wrote (checksums.json), before any of it is believed.
+      try {
+        gpt::verify_checkpoint_files(last_dir);
+      } catch (const std::exception& e) {
+        throw AppError(std::string(e.what()) + "; the checkpoint is damaged: start over with --overwrite (best/ is kept until the new run saves)");
+      }
       PretrainSettings saved;
       st = read_state(state_path, saved);
       if (const std::string why = settings_problem(saved); !why.empty())

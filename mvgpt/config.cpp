@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "util/json.h"
+
 namespace mvgpt::gpt {
 
 using nlohmann::json;
@@ -83,9 +85,9 @@ std::string GPTConfig::to_json() const {
 GPTConfig GPTConfig::from_json(const std::string& text, const std::string& source) {
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument(source + ": not valid JSON (" + e.what() + ")");
+    j = util::parse_json_strict(text);  // a key given twice, or 1e400, is an error naming the key
+  } catch (const util::JsonError& e) {
+    throw std::invalid_argument(source + ": " + e.what());
   }
   if (!j.is_object()) throw std::invalid_argument(source + ": expected a JSON object");
   GPTConfig c;

@@ -13,7 +13,17 @@ namespace mvgpt::gpt {
 int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_t draw_index) {
   if (logits.dim() != 1) throw std::invalid_argument("sample_token: expected logits (V), found " + mvgpt::to_string(logits.shape()));
   std::vector<double> p = ops::to(ops::to(logits, Device::cpu()), DType::f64).to_vector<double>();
+  if (options.vocab_limit < 0)
+    throw std::invalid_argument("sample_token: vocab_limit must be >= 0, found " + std::to_string(options.vocab_limit));
+  if (options.vocab_limit > 0 && options.vocab_limit < int64_t(p.size())) p.resize(size_t(options.vocab_limit));
   const int64_t V = int64_t(p.size());
+  for (int64_t i = 0; i < V; ++i)
+    if (std::isnan(p[size_t(i)]) || p[size_t(i)] == INFINITY)
+      throw std::runtime_error("sample_token: the logit of token " + std::to_string(i) + " is " +
+                               (std::isnan(p[size_t(i)]) ? "NaN" : "infinite") +
+                               ": the model's weights or activations are not finite; use another checkpoint");
+  if (V == 0 || *std::max_element(p.begin(), p.end()) == -INFINITY)
+    throw std::runtime_error("sample_token: every logit is -infinity: no token can be drawn");
   if (options.temperature <= 0) return int32_t(std::max_element(p.begin(), p.end()) - p.begin());
   if (options.top_k > 0 && options.top_k < V) {
     std::vector<double> sorted = p;

@@ -19,10 +19,14 @@ struct SampleOptions {
   double top_p = 1.0;        // nucleus: the fewest likeliest tokens whose probability reaches top_p (1: all)
   uint64_t seed = 0;         // the Philox stream the draws come from
   bool use_cache = true;
+  // 0: any id of the model. Else only ids below it are drawn: a model whose vocabulary was padded past
+  // its tokenizer's (a --config vocab_size above it) must not produce ids the tokenizer lacks.
+  int64_t vocab_limit = 0;
 };
 
 // Picks the next token from logits (V) float32: top-k, temperature, top-p, then a draw of philox
-// uniform(seed, draw_index). Deterministic for the same inputs.
+// uniform(seed, draw_index). Deterministic for the same inputs. Throws std::runtime_error when a
+// logit is NaN or +infinity (a model with broken weights; the draw would be meaningless).
 int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_t draw_index);
 
 // Returns the new tokens; on_token (if given) sees each as it is produced and may return false to stop.

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "util/atomic_file.h"
+#include "util/json.h"
 
 namespace mvgpt::text {
 namespace {
@@ -208,6 +209,25 @@ Tokenizer Tokenizer::from_merges(std::vector<Merge> merges) {
     if (!seen.insert(pair_key(a, b)).second) {
       throw std::invalid_argument("Tokenizer::from_merges: merge " + std::to_string(i) + " [" + std::to_string(a) +
                                   ", " + std::to_string(b) + "] repeats an earlier merge");
+    }
+  }
+  // Each merge's token is the bytes of its two parts: 40 merges that each double the last ask for
+  // 2^40 bytes. Bound the sizes before building any string.
+  std::vector<uint64_t> length(kNumByteTokens + merges.size(), 1);
+  uint64_t total = kNumByteTokens;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const auto [a, b] = merges[i];
+    const uint64_t n = length[kNumByteTokens + i] = length[a] + length[b];
+    total += n;
+    if (n > kMaxTokenBytes || total > kMaxVocabularyBytes) {
+      throw std::invalid_argument(
+          "Tokenizer::from_merges: merge " + std::to_string(i) + " [" + std::to_string(a) + ", " + std::to_string(b) +
+          "] makes " +
+          (n > kMaxTokenBytes ? "a token of " + std::to_string(n) + " bytes, past the limit of " +
+                                    std::to_string(kMaxTokenBytes)
+                              : "the vocabulary's tokens add up past the limit of " + std::to_string(kMaxVocabularyBytes) +
+                                    " bytes") +
+          " (not a trained tokenizer; use the tokenizer.json that prepare wrote)");
     }
   }
   Tokenizer t;
@@ -458,10 +478,12 @@ std::vector<TokenId> encode_stories_file(const Tokenizer& tokenizer, const std::
   while (line < all.size()) {
     size_t end = all.find('\n', line);
     if (end == std::string_view::npos) end = all.size();
-    if (all.substr(line, end - line) == kEndOfText) {
+    std::string_view content = all.substr(line, end - line);
+    if (!content.empty() && content.back() == '\r') content.remove_suffix(1);  // a CRLF file's separator too
+    if (content == kEndOfText) {
       add_text(all.substr(text_start, line - text_start));
       pieces.push_back({all.substr(line, kEndOfText.size()), true});
-      text_start = end;  // the newline after the separator starts the next story's text
+      text_start = line + kEndOfText.size();  // the line ending after the separator starts the next story's text
     }
     line = end + 1;
   }
@@ -653,26 +675,12 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source)
   };
   using Json = nlohmann::json;
 
-  // nlohmann keeps the last of two equal keys silently; the parser callback sees each key, so
-  // duplicates are caught at any depth.
-  std::vector<std::unordered_set<std::string>> keys_at_depth;
-  std::string duplicate;
-  auto on_event = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) keys_at_depth.emplace_back();
-    else if (event == Json::parse_event_t::object_end) keys_at_depth.pop_back();
-    else if (event == Json::parse_event_t::key && !keys_at_depth.back().insert(parsed.get<std::string>()).second &&
-             duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
   Json j;
   try {
-    j = Json::parse(json.begin(), json.end(), on_event);
-  } catch (const Json::parse_error& e) {
-    throw fail(std::string("invalid JSON: ") + e.what());
+    j = util::parse_json_strict(json);  // refuses a key given twice; names the key of a 1e400
+  } catch (const util::JsonError& e) {
+    throw fail(e.what());
   }
-  if (!duplicate.empty()) throw fail("duplicate field \"" + duplicate + "\"");
   if (!j.is_object()) throw fail(std::string("expected a JSON object, found ") + j.type_name());
 
   for (const auto& [key, value] : j.items()) {

@@ -20,6 +20,10 @@ using Merge = std::pair<TokenId, TokenId>;
 
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 inline constexpr TokenId kNumByteTokens = 256;
+// Bounds on what a list of merges may build (a trained vocabulary is words: GPT-2's 50,257 tokens
+// take under 400 KB), so that a small hostile file cannot ask for terabytes.
+inline constexpr uint64_t kMaxTokenBytes = uint64_t(1) << 20;
+inline constexpr uint64_t kMaxVocabularyBytes = uint64_t(64) << 20;
 
 // Reports (done, total) from the calling thread: bytes for encoding, merges for training.
 using ProgressFn = std::function<void(size_t done, size_t total)>;
@@ -42,7 +46,8 @@ class Tokenizer {
   static Tokenizer train(std::string_view text, size_t vocab_size, const ProgressFn& progress = {});
   static Tokenizer train_files(const std::vector<std::string>& paths, size_t vocab_size,
                                const ProgressFn& progress = {});
-  // From a list of merges (validated: each pair uses only ids defined before it, no duplicates).
+  // From a list of merges (validated: each pair uses only ids defined before it, no duplicates, no
+  // token over kMaxTokenBytes and all of them within kMaxVocabularyBytes).
   static Tokenizer from_merges(std::vector<Merge> merges);
 
   // JSON: {"type": "byte-bpe", "version": 1, "merges": [[a, b], ...],
@@ -84,8 +89,9 @@ class Tokenizer {
 };
 
 // Reads a file of stories separated by lines that hold only "<|endoftext|>" (TinyStories' .txt
-// layout) and encodes it exactly as it reads: the separator lines become eot_id(), all other text,
-// newlines included, is encoded as ordinary text, so decode(result) == the file's bytes.
+// layout; lines may end in "\n" or "\r\n") and encodes it exactly as it reads: the separator lines
+// become eot_id(), all other text, line endings included, is encoded as ordinary text, so
+// decode(result) == the file's bytes.
 std::vector<TokenId> encode_stories_file(const Tokenizer& tokenizer, const std::string& path,
                                          const ProgressFn& progress = {});
 

@@ -168,7 +168,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     if (!given.emplace(n, &t).second) duplicated.push_back(n);
 
   NamedTensors own = state_dict();
-  std::vector<std::string> missing, mis_shaped;
+  std::vector<std::string> missing, mis_shaped, wrong_dtype;
   std::set<std::string_view> used;
   for (const auto& [n, t] : own) {
     auto it = given.find(n);
@@ -183,6 +183,10 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
     } else if (!(src.shape() == t.shape())) {
       mis_shaped.push_back(n + " (expected " + mvgpt::to_string(t.shape()) + ", found " +
                            mvgpt::to_string(src.shape()) + ")");
+    } else if (is_floating(t.dtype()) != is_floating(src.dtype())) {
+      // Converting between floats is a choice of precision; an int or bool tensor is not a weight.
+      wrong_dtype.push_back(n + " (expected " + std::string(dtype_name(t.dtype())) + ", found " +
+                            std::string(dtype_name(src.dtype())) + ")");
     }
   }
   std::vector<std::string> unexpected;
@@ -199,6 +203,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   if (strict && !missing.empty()) errors += "\n  missing: " + list(missing);
   if (strict && !unexpected.empty()) errors += "\n  unexpected: " + list(unexpected);
   if (!mis_shaped.empty()) errors += "\n  shape mismatch: " + list(mis_shaped);
+  if (!wrong_dtype.empty()) errors += "\n  dtype mismatch: " + list(wrong_dtype);
   if (!errors.empty())
     throw std::invalid_argument("Module::load_state_dict: " + type_name() + " cannot load the state:" + errors);
 

@@ -78,9 +78,10 @@ class Module {
 
   // Parameters and persistent buffers by dotted name, in registration order.
   NamedTensors state_dict() const;
-  // Copies each tensor of `state` into the parameter or buffer of the same name (converting dtype
-  // and device). Throws std::invalid_argument listing every missing, unexpected (strict only) and
-  // mis-shaped tensor, with expected vs found shapes, before copying anything.
+  // Copies each tensor of `state` into the parameter or buffer of the same name (converting between
+  // float dtypes, and device). Throws std::invalid_argument listing every missing, unexpected (strict
+  // only), mis-shaped tensor and integer/bool tensor given for a float one (or the reverse), with
+  // expected vs found, before copying anything.
   void load_state_dict(const NamedTensors& state, bool strict = true);
 
   // One line per module with its parameters' shapes.

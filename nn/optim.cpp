@@ -102,6 +102,13 @@ std::string exact(double v) {
 
 void Optimizer::save(const std::string& path) const {
   safetensors::Metadata meta{{"optimizer", type_name()}, {"step", std::to_string(step_)}, {"lr", exact(lr_)}};
+  // Which parameters have no state yet (never had a gradient), so load() can tell them from a file
+  // that lost some: comma-separated names, usually none.
+  std::string without;
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t i = 0; i < groups_[g].params.size(); ++i)
+      if (state_[g][i].empty()) without += (without.empty() ? "" : ",") + names_[g][i];
+  meta["without_state"] = without;
   for (const auto& [k, v] : hyper_parameters()) meta[k] = exact(v);
   safetensors::save(path, state_tensors(), meta);
 }
@@ -127,11 +134,25 @@ void Optimizer::load(const std::string& path) {
   if (lec != std::errc() || lp != lr_text.data() + lr_text.size() || !(lr >= 0))
     throw std::invalid_argument(what + "bad lr '" + lr_text + "'");
 
-  // Check every name and shape first.
+  // Parameters saved without state (no gradient yet). Files from before this key: all or none.
+  std::set<std::string> without_state;
+  const auto without_it = file.metadata.find("without_state");
+  const bool knows_without = without_it != file.metadata.end();
+  if (knows_without) {
+    std::string_view list = without_it->second;
+    while (!list.empty()) {
+      const size_t comma = list.find(',');
+      without_state.emplace(list.substr(0, comma));
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+  }
+
+  // Check every name, shape, dtype and value first.
   std::map<std::string, const Tensor*> given;
   for (const auto& [n, t] : file.tensors) given.emplace(n, &t);
-  std::vector<std::string> errors;
+  std::vector<std::string> errors, missing;
   std::set<std::string> used;
+  size_t with_state = 0;
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& param = groups_[g].params[i];
@@ -141,14 +162,28 @@ void Optimizer::load(const std::string& path) {
         if (it == given.end()) continue;
         ++found;
         used.insert(it->first);
-        if (!(it->second->shape() == param.shape()))
+        const Tensor& t = *it->second;
+        if (!(t.shape() == param.shape()))
           errors.push_back(it->first + ": expected shape " + mvgpt::to_string(param.shape()) + ", found " +
-                           mvgpt::to_string(it->second->shape()));
+                           mvgpt::to_string(t.shape()));
+        else if (!is_floating(t.dtype()))
+          errors.push_back(it->first + ": expected a float dtype, found " + std::string(dtype_name(t.dtype())));
+        else if (const int64_t bad = safetensors::first_non_finite(t); bad >= 0)
+          errors.push_back(it->first + ": element " + std::to_string(bad) + " is not finite (NaN or infinity)");
       }
       if (found != 0 && found != slot_names_.size())
         errors.push_back(names_[g][i] + ": only " + std::to_string(found) + " of " +
                          std::to_string(slot_names_.size()) + " state tensors");
+      if (found != 0) ++with_state;
+      else if (!without_state.count(names_[g][i])) missing.push_back(names_[g][i]);
     }
+  // Without the key, a file with no state at all (saved before the first step) is whole.
+  if (!missing.empty() && (knows_without || with_state > 0)) {
+    std::string list;
+    for (const auto& n : missing) list += (list.empty() ? "" : ", ") + n;
+    errors.push_back("no state for " + std::to_string(missing.size()) + " parameter(s): " + list +
+                     " (the file lacks it; resuming would restart it at zero)");
+  }
   for (const auto& [n, t] : given)
     if (!used.count(n)) errors.push_back(n + ": no parameter of that name");
   if (!errors.empty()) {

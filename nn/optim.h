@@ -50,8 +50,10 @@ class Optimizer {
 
   // The state as named tensors ("<param>.<slot>"), only for parameters that have state.
   NamedTensors state_tensors() const;
-  // Writes/reads the state (safetensors). load() checks the optimizer type, every name and shape
-  // (throws std::invalid_argument listing unknown names and mismatched shapes) before changing anything.
+  // Writes/reads the state (safetensors). load() checks the optimizer type, every name, shape and
+  // dtype, that every value is finite and that every parameter which had state when saved has it
+  // (save() records those without); it throws std::invalid_argument listing what is wrong before
+  // changing anything.
   void save(const std::string& path) const;
   void load(const std::string& path);
 

@@ -15,7 +15,9 @@
 #include <stdexcept>
 
 #include "backends/backend.h"
+#include "backends/ops.h"
 #include "util/atomic_file.h"
+#include "util/json.h"
 
 namespace mvgpt::safetensors {
 
@@ -154,9 +156,9 @@ bool dtype_from_string(std::string_view name, DType& dtype) {
 Header parse_header(std::string_view header_json, uint64_t data_size, const std::string& path) {
   json root;
   try {
-    root = json::parse(header_json.begin(), header_json.end());
-  } catch (const json::parse_error& e) {
-    fail(path, std::string("header is not valid JSON: ") + e.what());
+    root = util::parse_json_strict<json>(header_json);  // a tensor named twice is refused, not overwritten
+  } catch (const util::JsonError& e) {
+    fail(path, std::string("header: ") + e.what());
   }
   if (!root.is_object()) fail(path, "header is not a JSON object");
 
@@ -367,6 +369,24 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
     out.write(host_bytes(t, scratch), t.nbytes());
   }
   out.commit();
+}
+
+int64_t first_non_finite(const Tensor& t) {
+  if (!t.defined() || !is_floating(t.dtype()) || t.numel() == 0) return -1;
+  Tensor host = t.device().is_cpu() ? ops::contiguous(t) : ops::contiguous(ops::to(t, Device::cpu()));
+  const int64_t n = host.numel();
+  // On the bits: an exponent of all ones is an infinity or a NaN, whatever the payload.
+  auto scan = [n](const auto* p, auto mask) -> int64_t {
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & mask) == mask) return i;
+    return -1;
+  };
+  switch (host.dtype()) {
+    case DType::f32: return scan(static_cast<const uint32_t*>(host.raw_data()), uint32_t(0x7f800000u));
+    case DType::f64: return scan(static_cast<const uint64_t*>(host.raw_data()), uint64_t(0x7ff0000000000000ull));
+    case DType::bf16: return scan(static_cast<const uint16_t*>(host.raw_data()), uint16_t(0x7f80u));
+    default: return -1;
+  }
 }
 
 }  // namespace mvgpt::safetensors

@@ -76,4 +76,9 @@ File load(const std::string& path, const LoadOptions& options = {});
 // temporary file, fsyncs it, renames it over `path`; on any error the old file is untouched.
 void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 
+// The flat index of the first NaN or infinity in a floating-point tensor, or -1 when all are finite
+// (and for integer tensors). Loaders call it: a flipped exponent byte or a diverged run's weights
+// must stop at the file, not become a "nan" loss or an endless <|endoftext|>.
+int64_t first_non_finite(const Tensor& t);
+
 }  // namespace mvgpt::safetensors

@@ -1,11 +1,15 @@
 #include "apps/common/app.h"
 
+#include <alloca.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <vector>
@@ -17,6 +21,34 @@
 namespace mvgpt::apps {
 
 namespace fs = std::filesystem;
+
+// NOTE [ OpenBLAS's threads under ulimit -v ]
+// OpenBLAS starts its worker threads (one fewer than the cores) in its library constructor, and each
+// takes a 128 MiB buffer as it starts, retrying forever when it cannot: under `ulimit -v`, with
+// enough cores, the app spins before main() and hangs at exit joining those threads (seen with gdb:
+// `evaluate --help` under ulimit -v 100000 on 2 cores). We hold OpenBLAS to one thread anyway
+// (blas.cpp), so under a finite address-space limit the process starts again at once with
+// OPENBLAS_NUM_THREADS=1, from the executable's preinit_array: it runs before any library's
+// constructor (OpenBLAS's included), but also before libc's, which resets the environment, so a
+// setenv there would be lost; execve with a new environment is what works. Without a limit, or
+// with OPENBLAS_NUM_THREADS=1 already, nothing happens.
+static void openblas_one_thread_under_a_limit(int, char** argv, char** envp) {
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY || envp == nullptr) return;
+  static const char kOne[] = "OPENBLAS_NUM_THREADS=1";
+  size_t n = 0;
+  for (; envp[n] != nullptr; ++n)
+    if (std::strcmp(envp[n], kOne) == 0) return;
+  char** env = static_cast<char**>(alloca((n + 2) * sizeof(char*)));
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (std::strncmp(envp[i], "OPENBLAS_NUM_THREADS=", sizeof("OPENBLAS_NUM_THREADS=") - 1) != 0) env[k++] = envp[i];
+  env[k++] = const_cast<char*>(kOne);
+  env[k] = nullptr;
+  ::execve("/proc/self/exe", argv, env);  // returns only on failure (no /proc): go on as before
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_openblas)(int, char**, char**) =
+    &openblas_one_thread_under_a_limit;
 
 // Errors from the layers below may span lines (a list of mismatched tensors): one line, of a length
 // a terminal shows.
@@ -68,24 +100,64 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
   } catch (const UsageError& e) {
     return usage_error(e);
   }
+  int code = 1;
   try {
-    const int code = body();
+    code = body();
     if (code == 0 && cpu::openblas_core_checked()) {
       const cpu::OpenBlasNotice notice = cpu::openblas_core_info().notice;
       if (notice.warning) warn_after_success(notice.message);
     }
     if (code == 0)
       for (const std::string& w : deferred_warnings()) std::cerr << name << ": warning: " << w << "\n";
-    return code;
   } catch (const UsageError& e) {
-    return usage_error(e);
+    code = usage_error(e);
+  } catch (const std::bad_alloc&) {
+    rlimit as{};
+    const bool limited = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
+    std::cerr << name << ": error: out of memory"
+              << (limited ? " under the address-space limit (ulimit -v) of " + std::to_string(as.rlim_cur >> 20) + " MiB" : "")
+              << "; use a smaller model or batch, or " << (limited ? "raise the limit" : "free memory") << "\n";
+    code = 1;
   } catch (const std::exception& e) {
     std::cerr << name << ": error: " << one_line(e.what()) << "\n";
-    return 1;
+    code = 1;
   }
+  // Output that never reached its file (a full disk, /dev/full) is a failure, not exit 0 with the
+  // results lost: stdio only reports it at a flush, so flush here and look.
+  errno = 0;
+  std::cout.flush();
+  const bool lost = std::fflush(stdout) != 0 || std::ferror(stdout) || std::cout.fail();
+  if (lost && code == 0) {  // when the run failed already, its own error line is the one to show
+    const int err = errno;
+    std::cerr << name << ": error: cannot write to standard output" << (err ? std::string(" (") + std::strerror(err) + ")" : "")
+              << "; the output is incomplete\n";
+    code = 1;
+  }
+  return code;
+}
+
+void check_output_folder(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) throw AppError(flag + " " + dir + ": " + ec.message());
+  if (fs::exists(p, ec)) {
+    if (!fs::is_directory(p, ec))
+      throw UsageError(flag + " " + dir + " is a file, not a folder; pass a folder (it is created if needed)");
+  } else {
+    // It will be created: the nearest existing folder above it must be writable.
+    while (p.has_parent_path() && p != p.root_path() && !fs::exists(p, ec)) p = p.parent_path();
+    if (!fs::is_directory(p, ec))
+      throw UsageError(flag + " " + dir + ": " + p.string() + " is a file, so the folder cannot be created there");
+  }
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    throw AppError(flag + " " + dir + ": cannot write in " + p.string() + " (" + std::strerror(errno) +
+                   "); choose another folder");
 }
 
 Device resolve_device(const std::string& flag) {
+  // The CPU backend first (every app uses it, if only to load): its checks of OpenBLAS, the one under
+  // an address-space limit included, fail here with their own message, not inside a later step.
+  (void)backend_for(Device::cpu());
   if (flag.empty() || flag == "auto") {
     const CudaStatus cuda = cuda_status();
     if (cuda.available) return Device::cuda();

@@ -26,7 +26,14 @@ class UsageError : public std::runtime_error {
 // Parses the command line (with the app's checks of its flags, apps/common/cli.h) and runs `body`,
 // turning every exception into one line "<app>: error: <message>" on stderr: 2 for command-line
 // errors (CLI11's and UsageError), 1 for everything else. --help prints the usage and exits 0.
+// Standard output is flushed at the end: a write that failed (a full disk, /dev/full) is an error
+// too, exit 1.
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// Checks, before any work, that the folder `dir` (given by `flag`) can be written: it is a folder,
+// or does not exist yet and its nearest existing parent is a writable folder. UsageError when a file
+// is in the way, AppError when it cannot be written.
+void check_output_folder(const std::string& flag, const std::string& dir);
 
 // "auto" (or ""): the GPU when one is available, else the CPU. "cuda" without a GPU is an AppError
 // that says why and suggests --device cpu; text that is not a device is a UsageError. When "auto"

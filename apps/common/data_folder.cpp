@@ -3,14 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/common/app.h"
 #include "util/atomic_file.h"
+#include "util/hash.h"
 
 namespace mvgpt::apps {
 
@@ -22,38 +21,6 @@ constexpr const char* kManifest = "prepare.json";
 constexpr const char* kStagingPrefix = ".prepare.staging.";
 
 }  // namespace
-
-uint64_t file_checksum(const std::string& path) {
-  // 64-bit words through a multiply-xorshift mix (a murmur-style finaliser per word), then the tail
-  // and the length: every bit of the input reaches every bit of the sum.
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw AppError("cannot read " + path + ": " + std::strerror(errno));
-  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
-  uint64_t h = 0x243F6A8885A308D3ull, length = 0;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    const size_t n = size_t(in.gcount());
-    length += n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, buf.data() + i, 8);
-      h = (h ^ w) * kMul;
-      h ^= h >> 31;
-    }
-    for (; i < n; ++i) {
-      h = (h ^ uint8_t(buf[i])) * kMul;
-      h ^= h >> 31;
-    }
-  }
-  if (in.bad()) throw AppError("cannot read " + path + ": " + std::strerror(errno));
-  h ^= length;
-  h ^= h >> 33;
-  h *= 0xFF51AFD7ED558CCDull;
-  h ^= h >> 33;
-  return h;
-}
 
 PreparedFolderWriter::PreparedFolderWriter(std::string out_dir)
     : dir_((fs::create_directories(out_dir), std::move(out_dir))),
@@ -78,7 +45,7 @@ std::string PreparedFolderWriter::staged(const std::string& name) const { return
 void PreparedFolderWriter::commit(const std::vector<std::string>& names) {
   nlohmann::json files = nlohmann::json::object();
   for (const std::string& name : names)
-    files[name] = {{"bytes", fs::file_size(staged(name))}, {"checksum", format("%016llx", (unsigned long long)file_checksum(staged(name)))}};
+    files[name] = {{"bytes", fs::file_size(staged(name))}, {"xxh64", util::to_hex(util::digest_file(staged(name)).xxh64)}};
   // The manifest goes first: a crash among the renames leaves files that do not match it.
   util::write_file_atomic((fs::path(dir_) / kManifest).string(),
                           nlohmann::json{{"app", "prepare"}, {"files", files}}.dump(2) + "\n");
@@ -100,7 +67,7 @@ void verify_prepared_file(const std::string& path) {
     if (!j.at("files").contains(name)) return;
     entry = j.at("files").at(name);
     (void)entry.at("bytes").get<uint64_t>();
-    (void)entry.at("checksum").get<std::string>();
+    (void)entry.at("xxh64").get<std::string>();
   } catch (const std::exception& e) {
     throw AppError(manifest.string() + " is damaged (" + e.what() + "); run prepare again");
   }
@@ -109,7 +76,7 @@ void verify_prepared_file(const std::string& path) {
   if (ec || bytes != entry.at("bytes").get<uint64_t>())
     differs = format("%llu bytes where the manifest says %llu", (unsigned long long)bytes,
                      (unsigned long long)entry.at("bytes").get<uint64_t>());
-  else if (format("%016llx", (unsigned long long)file_checksum(path)) != entry.at("checksum").get<std::string>())
+  else if (util::to_hex(util::digest_file(path).xxh64) != entry.at("xxh64").get<std::string>())
     differs = "its checksum differs from the manifest's";
   if (!differs.empty())
     throw AppError(path + " is not the file prepare wrote with the others in its folder (" + differs + ", " +

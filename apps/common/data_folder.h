@@ -2,7 +2,7 @@
 // prepare's output folder (data/): tokenizer.json, train.bin and valid.bin belong together, since
 // the token files hold the tokenizer's ids. They are written as one: all three into a staging folder
 // first (a full disk fails there, before anything is replaced), then prepare.json, a manifest with
-// each file's size and checksum, then the three renamed into place. A folder whose files come from
+// each file's size and XXH64 (util/hash.h), then the three renamed into place. A folder whose files come from
 // two prepare runs (a crash between the renames, a file copied in by hand) no longer matches its
 // manifest, and the apps that read it say so instead of training on ids of another vocabulary.
 #include <cstdint>
@@ -35,8 +35,5 @@ class PreparedFolderWriter {
 // AppError naming the file, what differs, and to run prepare again. Files without a manifest
 // (written by hand, or by an older prepare) pass.
 void verify_prepared_file(const std::string& path);
-
-// A 64-bit checksum of the file's bytes (for manifests; not cryptographic).
-uint64_t file_checksum(const std::string& path);
 
 }  // namespace mvgpt::apps

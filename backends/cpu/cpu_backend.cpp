@@ -1,5 +1,6 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include "backends/cpu/address_space.h"
 #include "backends/cpu/blas.h"
 #include "backends/cpu/openblas_core.h"
 #include "tensor/allocator.h"
@@ -10,6 +11,7 @@ namespace mvgpt::cpu {
 // in blas.cpp) before the first GEMM, once per process.
 CpuBackend::CpuBackend() {
   ensure_openblas_core();
+  fit_blas_buffers_in_address_space();  // a buffer per thread, or OpenBLAS spins (address_space.cpp)
   blas::use_one_blas_thread();
 }
 

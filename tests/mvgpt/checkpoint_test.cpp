@@ -3,6 +3,7 @@
 // is wrong with it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -113,8 +114,8 @@ TEST_P(RoundTrip, BitExactTensorsConfigAndMetadata) {
   EXPECT_EQ(back.metadata.at("note"), "round trip");
   EXPECT_EQ(back.metadata.at("format"), "pt");
   EXPECT_FALSE(back.model->is_training());
-  // The folder holds the two files and nothing else; no temporary folder is left beside it.
-  EXPECT_EQ(entries(dir), (std::set<std::string>{"config.json", "model.safetensors"}));
+  // The folder holds the two files and their checksums, nothing else; no temporary folder is left beside it.
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"checksums.json", "config.json", "model.safetensors"}));
   EXPECT_EQ(entries(tmp.path()), std::set<std::string>{"ckpt"});
 
   // Saving what was loaded gives the same bytes.
@@ -145,7 +146,7 @@ TEST(Checkpoint, SavingOverAnExistingCheckpointReplacesTheWholeFolder) {
 
   save_checkpoint(dir, *new_model, {}, [](const std::string& d) { write_bytes(d + "/progress.json", "{}"); });
   // The new checkpoint, complete, with its own extra files and none of the old one's.
-  EXPECT_EQ(entries(dir), (std::set<std::string>{"config.json", "model.safetensors", "progress.json"}));
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"checksums.json", "config.json", "model.safetensors", "progress.json"}));
   LoadedCheckpoint back = load_checkpoint(dir);
   EXPECT_TRUE(back.model->config().rope);
   auto a = new_model->state_dict(), b = back.model->state_dict();
@@ -171,7 +172,7 @@ TEST(Checkpoint, AFailedSaveLeavesTheOldCheckpointUntouched) {
 
   EXPECT_EQ(read_bytes(dir + "/config.json"), config_before);
   EXPECT_EQ(read_bytes(dir + "/model.safetensors"), weights_before);
-  EXPECT_EQ(entries(dir), (std::set<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(entries(dir), (std::set<std::string>{"checksums.json", "config.json", "model.safetensors"}));
   EXPECT_EQ(entries(tmp.path()), std::set<std::string>{"ckpt"});  // no "ckpt.tmp.<pid>" left behind
   EXPECT_EQ(load_checkpoint(dir).metadata.at("step"), "1");
 
@@ -187,6 +188,9 @@ class LoadErrors : public ::testing::Test {
   void SetUp() override {
     dir = tmp.file("ckpt");
     save_checkpoint(dir, *make_model(tiny(false), 1));
+    // These tests edit the files to reach each check behind the checksums (which would catch every
+    // edit first): as with a checkpoint saved before checksums existed.
+    fs::remove(dir + "/checksums.json");
   }
   std::string load_error() {
     return error_of([&] { load_checkpoint(dir); });
@@ -260,6 +264,131 @@ TEST_F(LoadErrors, TruncatedWeights) {
     write_bytes(path, bytes.substr(0, keep));
     std::string e = load_error();
     EXPECT_HAS(e, path);
+  }
+}
+
+
+// --- inputs that lie: NaN and integer tensors, keys given twice, numbers out of range ---
+
+// The model's state with `name` replaced by `t`, written as the folder's model.safetensors.
+void replace_tensor(const std::string& dir, const std::string& name, const Tensor& t) {
+  auto state = make_model(tiny(false), 1)->state_dict();
+  for (auto& [n, v] : state)
+    if (n == name) v = t;
+  safetensors::save(dir + "/model.safetensors", state);
+}
+
+TEST_F(LoadErrors, NonFiniteWeightsAreRefusedNamingTheFileAndTensor) {
+  const std::string name = "transformer.h.0.attn.c_proj.weight";
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    Tensor t = ops::zeros({8, 8}, DType::f32);
+    t.data<float>()[13] = bad;
+    replace_tensor(dir, name, t);
+    std::string e = load_error();
+    EXPECT_HAS(e, dir + "/model.safetensors");
+    EXPECT_HAS(e, "'" + name + "'");
+    EXPECT_HAS(e, "non-finite value (NaN or infinity) at element 13");
+  }
+}
+
+TEST(Checkpoint, ADivergedModelIsSavedWithValidChecksumsButRefusedOnLoad) {
+  auto model = make_model(tiny(true), 1);
+  ops::copy_(model->state_dict()[0].second, ops::full({29, 8}, NAN, DType::f32));
+  TempDir tmp;
+  save_checkpoint(tmp.file("ckpt"), *model);
+  EXPECT_TRUE(verify_checkpoint_files(tmp.file("ckpt")));
+  EXPECT_HAS(error_of([&] { load_checkpoint(tmp.file("ckpt")); }), "'transformer.wte.weight' holds a non-finite value");
+}
+
+TEST_F(LoadErrors, IntegerOrBoolTensorsAreRefusedNotConverted) {
+  const std::string name = "transformer.ln_f.weight";
+  for (DType dtype : {DType::i32, DType::boolean}) {
+    replace_tensor(dir, name, ops::zeros({8}, dtype));
+    std::string e = load_error();
+    EXPECT_HAS(e, dir + "/model.safetensors");
+    EXPECT_HAS(e, "'" + name + "' is " + std::string(safetensors::dtype_to_string(dtype)));
+    EXPECT_HAS(e, "expected a float dtype (F32)");
+  }
+}
+
+TEST_F(LoadErrors, AKeyGivenTwiceInConfigIsRefused) {
+  write_bytes(dir + "/config.json", R"({"vocab_size": 29, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 8,
+                                       "n_embd": 16})");
+  std::string e = load_error();
+  EXPECT_HAS(e, dir + "/config.json");
+  EXPECT_HAS(e, "duplicate field \"n_embd\"");
+}
+
+TEST_F(LoadErrors, ANumberOutOfRangeNamesTheFileAndField) {
+  write_bytes(dir + "/config.json", R"({"vocab_size": 29, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 8,
+                                       "rope_base": 1e400})");
+  std::string e = load_error();
+  EXPECT_HAS(e, dir + "/config.json");
+  EXPECT_HAS(e, "field \"rope_base\": number out of range");
+}
+
+// --- checksums ---
+
+// Flips one bit of the byte at `offset` from the end of the file.
+void flip_bit(const std::string& path, size_t from_end) {
+  std::string bytes = read_bytes(path);
+  bytes[bytes.size() - from_end] ^= 0x01;
+  write_bytes(path, bytes);
+}
+
+TEST(Checksums, CoverEveryFileSavedAndCatchAFlippedBit) {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  save_checkpoint(dir, *make_model(tiny(false), 2), {}, [](const std::string& t) {
+    write_bytes(t + "/optimizer.safetensors", "moments");
+    write_bytes(t + "/state.json", "{\"step\": 3}");
+  });
+  const std::string manifest = read_bytes(dir + "/checksums.json");
+  for (const char* f : {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"})
+    EXPECT_HAS(manifest, std::string("\"") + f + "\"");
+  EXPECT_TRUE(verify_checkpoint_files(dir));
+  load_checkpoint(dir);
+
+  // The lowest bit of a weight's mantissa: still a finite number, a slightly different model.
+  flip_bit(dir + "/model.safetensors", 7);
+  std::string e = error_of([&] { load_checkpoint(dir); });
+  EXPECT_HAS(e, dir + "/model.safetensors does not match its checksum in checksums.json");
+  flip_bit(dir + "/model.safetensors", 7);
+  load_checkpoint(dir);
+
+  // A caller's file: load_checkpoint does not read it, but verifies it too; verify_checkpoint_files
+  // alone, or for some files only.
+  write_bytes(dir + "/state.json", "{\"step\": 4}");
+  EXPECT_HAS(error_of([&] { load_checkpoint(dir); }), dir + "/state.json does not match its checksum");
+  EXPECT_HAS(error_of([&] { verify_checkpoint_files(dir); }), dir + "/state.json does not match its checksum");
+  EXPECT_TRUE(verify_checkpoint_files(dir, {"config.json", "optimizer.safetensors"}));
+  write_bytes(dir + "/state.json", "{\"step\": 3}\n");
+  EXPECT_HAS(error_of([&] { verify_checkpoint_files(dir); }), dir + "/state.json is 12 bytes, checksums.json records 11");
+  fs::remove(dir + "/state.json");
+  EXPECT_HAS(error_of([&] { verify_checkpoint_files(dir); }), dir + "/state.json is missing");
+
+  // config.json, read on its own too.
+  flip_bit(dir + "/config.json", 3);
+  EXPECT_HAS(error_of([&] { load_config(dir); }), dir + "/config.json does not match its checksum");
+}
+
+TEST(Checksums, ACheckpointWithoutThemStillLoads) {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  save_checkpoint(dir, *make_model(tiny(true), 2));
+  fs::remove(dir + "/checksums.json");  // as saved before checksums existed
+  EXPECT_FALSE(verify_checkpoint_files(dir));
+  load_checkpoint(dir);
+}
+
+TEST(Checksums, AMalformedManifestIsAnErrorNamingIt) {
+  TempDir tmp;
+  const std::string dir = tmp.file("ckpt");
+  save_checkpoint(dir, *make_model(tiny(true), 2));
+  for (const char* text : {"{\"algorithm\": \"md5\", \"files\": {}}", "{\"algorithm\": \"xxh64\", \"files\": {\"config.json\": {\"bytes\": 1}}}",
+                           "not json", "{\"algorithm\": \"xxh64\", \"algorithm\": \"xxh64\", \"files\": {}}"}) {
+    write_bytes(dir + "/checksums.json", text);
+    EXPECT_HAS(error_of([&] { load_checkpoint(dir); }), dir + "/checksums.json");
   }
 }
 

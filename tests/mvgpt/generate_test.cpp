@@ -139,6 +139,39 @@ TEST(SampleToken, Errors) {
   EXPECT_THROW(sample_token(ops::zeros({2, 3}, DType::f32), SampleOptions{}, 0), std::invalid_argument);
 }
 
+// A model with NaN weights gives NaN logits: the draw must fail, not return some id (the same one,
+// story after story).
+TEST(SampleToken, RefusesNonFiniteLogits) {
+  for (float bad : {NAN, INFINITY}) {
+    for (double temperature : {0.0, 1.0}) {
+      SampleOptions o;
+      o.temperature = temperature;
+      try {
+        sample_token(logits_of({0.5f, bad, 1.0f}), o, 0);
+        ADD_FAILURE() << "expected an error for " << bad;
+      } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("the logit of token 1 is"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(sample_token(logits_of({-INFINITY, -INFINITY}), SampleOptions{}, 0), std::runtime_error);
+  // -infinity alone is a token that cannot be drawn, nothing wrong.
+  EXPECT_EQ(sample_token(logits_of({-INFINITY, 2.0f}), SampleOptions{}, 0), 1);
+}
+
+// A model whose vocabulary is padded past its tokenizer's never draws the ids beyond it.
+TEST(SampleToken, VocabLimitKeepsDrawsBelowIt) {
+  SampleOptions o;
+  o.vocab_limit = 3;
+  for (uint64_t i = 0; i < 200; ++i) EXPECT_LT(sample_token(logits_of({0, 0, 0, 9, 9, 9}), o, i), 3);
+  o.temperature = 0;
+  EXPECT_EQ(sample_token(logits_of({0, 1, 0, 9, 9, 9}), o, 0), 1);
+  o.vocab_limit = 6;
+  EXPECT_EQ(sample_token(logits_of({0, 1, 0, 9, 9.5, 9}), o, 0), 4);
+  o.vocab_limit = -1;
+  EXPECT_THROW(sample_token(logits_of({0, 1}), o, 0), std::invalid_argument);
+}
+
 // --- generate ---
 
 class GeneratePositions : public ::testing::TestWithParam<bool> {};

@@ -260,5 +260,97 @@ TEST(OptimizerState, LoadRejectsMismatches) {
   EXPECT_EQ(ob.step_count(), 0);  // nothing changed on failure
 }
 
+
+// One AdamW step of Linear(2, 3) saved to `path`; returns the file's tensors and metadata.
+safetensors::File one_step_state(const std::string& path) {
+  Linear a(2, 3);
+  AdamW opt(a.parameters());
+  backward(sum(a(ops::ones({1, 2}))));
+  opt.step();
+  opt.save(path);
+  return safetensors::load(path, {.mmap = false});
+}
+
+std::string load_error(Optimizer& opt, const std::string& path) {
+  try {
+    opt.load(path);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+// A file that lost some parameters' moments would restart them at zero: the "exact resume" breaks.
+TEST(OptimizerState, LoadRequiresTheStateOfEveryParameterThatHadIt) {
+  testing::TempDir dir;
+  safetensors::File file = one_step_state(dir.file("a.safetensors"));
+  safetensors::NamedTensors kept;
+  for (const auto& [n, t] : file.tensors)
+    if (n.rfind("bias.", 0) != 0) kept.emplace_back(n, t);
+  ASSERT_EQ(kept.size(), 2u);
+  safetensors::save(dir.file("cut.safetensors"), kept, file.metadata);
+  Linear b(2, 3);
+  AdamW opt(b.parameters());
+  const std::string e = load_error(opt, dir.file("cut.safetensors"));
+  EXPECT_NE(e.find(dir.file("cut.safetensors")), std::string::npos) << e;
+  EXPECT_NE(e.find("no state for 1 parameter(s): bias"), std::string::npos) << e;
+  EXPECT_EQ(opt.step_count(), 0);
+
+  // The same from a file written before save() recorded the parameters without state.
+  safetensors::Metadata old_meta = file.metadata;
+  old_meta.erase("without_state");
+  safetensors::save(dir.file("cut-old.safetensors"), kept, old_meta);
+  EXPECT_NE(load_error(opt, dir.file("cut-old.safetensors")).find("no state for 1 parameter(s): bias"), std::string::npos);
+  // ... where a file with no state at all (saved before the first step) is whole.
+  safetensors::save(dir.file("empty-old.safetensors"), {}, old_meta);
+  opt.load(dir.file("empty-old.safetensors"));
+  EXPECT_EQ(opt.step_count(), 1);
+}
+
+TEST(OptimizerState, AParameterThatNeverHadAGradientNeedsNoState) {
+  testing::TempDir dir;
+  Linear a(2, 3);
+  Tensor frozen = param({1, 2}, {2}, "frozen");
+  std::vector<Tensor> params = a.parameters();
+  params.push_back(frozen);
+  AdamW opt(params);
+  backward(sum(a(ops::ones({1, 2}))));
+  opt.step();  // `frozen` has no gradient: no state
+  opt.save(dir.file("s.safetensors"));
+  EXPECT_EQ(safetensors::read_header(dir.file("s.safetensors")).metadata.at("without_state"), "frozen");
+  Linear b(2, 3);
+  std::vector<Tensor> params_b = b.parameters();
+  params_b.push_back(param({1, 2}, {2}, "frozen"));
+  AdamW back(params_b);
+  back.load(dir.file("s.safetensors"));
+  EXPECT_EQ(back.step_count(), 1);
+}
+
+TEST(OptimizerState, LoadRefusesNonFiniteOrIntegerMoments) {
+  testing::TempDir dir;
+  safetensors::File file = one_step_state(dir.file("a.safetensors"));
+  for (int variant = 0; variant < 2; ++variant) {
+    safetensors::NamedTensors edited;
+    for (const auto& [n, t] : file.tensors) {
+      if (n != "weight.exp_avg_sq") {
+        edited.emplace_back(n, t);
+      } else if (variant == 0) {
+        Tensor nan = ops::clone(t);
+        nan.data<float>()[4] = NAN;
+        edited.emplace_back(n, nan);
+      } else {
+        edited.emplace_back(n, ops::zeros(t.shape(), DType::i32));
+      }
+    }
+    safetensors::save(dir.file("bad.safetensors"), edited, file.metadata);
+    Linear b(2, 3);
+    AdamW opt(b.parameters());
+    const std::string e = load_error(opt, dir.file("bad.safetensors"));
+    EXPECT_NE(e.find(variant == 0 ? "weight.exp_avg_sq: element 4 is not finite" : "weight.exp_avg_sq: expected a float dtype, found int32"),
+              std::string::npos) << e;
+  }
+}
+
 }  // namespace
 }  // namespace mvgpt::nn

@@ -226,6 +226,10 @@ TEST(Safetensors, RejectsBrokenHeadersBeforeReadingData) {
   }
   check(file_bytes("{\"a\":", ""), {path, "not valid JSON"});
   check(file_bytes("[1, 2]", ""), {path, "start with '{'"});
+  // A tensor named twice: nlohmann would keep the second entry silently.
+  check(file_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                   eight),
+        {path, "duplicate field \"w\""});
   check(file_bytes(R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
         {path, "'w'", "unsupported dtype 'F16'"});
   check(file_bytes(R"({"w":{"shape":[2],"data_offsets":[0,8]}})", eight), {path, "'w'", "dtype"});

@@ -1,6 +1,7 @@
 #include "mvgpt/tokenizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
 #include <string>
@@ -341,6 +342,41 @@ TEST_F(TokenizerFiles, StoriesFileKeepsTheTextAndSeparators) {
   expect_throw_with<std::runtime_error>([&] { encode_stories_file(t, path("none.txt")); }, {"none.txt"});
 }
 
+// A file written on Windows (or through a CRLF checkout) separates its stories just the same.
+TEST_F(TokenizerFiles, StoriesFileWithCrlfLineEndingsHasTheSameSeparators) {
+  const std::string lf = "One day, Lily found a ball.\nShe played.\n<|endoftext|>\nTom ran.\n<|endoftext|>\nThe end.\n";
+  std::string crlf;
+  for (char c : lf) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+  const Tokenizer t = Tokenizer::train(small_corpus(), 300);
+  const auto from_lf = encode_stories_file(t, write("lf.txt", lf));
+  const auto from_crlf = encode_stories_file(t, write("crlf.txt", crlf));
+  EXPECT_EQ(std::count(from_lf.begin(), from_lf.end(), t.eot_id()), 2);
+  EXPECT_EQ(std::count(from_crlf.begin(), from_crlf.end(), t.eot_id()), 2);
+  EXPECT_EQ(t.decode(from_crlf), crlf);  // the text as it is, line endings included
+  // The same tokens as the LF file where the line endings are not involved: the stories' first lines.
+  const auto first = t.encode_ordinary("One day, Lily found a ball.");
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), from_crlf.begin()));
+}
+
+// 40 merges, each of the previous token with itself, would make a token of 2^41 bytes from a file of
+// a few hundred: refused before anything is built, quickly.
+TEST_F(TokenizerFiles, MergesThatDoubleTheirTokenAreRefusedBeforeBuildingThem) {
+  std::string merges = "[97, 97]";
+  for (int i = 1; i < 40; ++i) merges += ", [" + std::to_string(255 + i) + ", " + std::to_string(255 + i) + "]";
+  const std::string p = write("bomb.json", R"({"type": "byte-bpe", "version": 1, "merges": [)" + merges +
+                                               R"(], "special_tokens": {"<|endoftext|>": 296}, "vocab_size": 297})");
+  EXPECT_LT(util::read_file(p).size(), 700u);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_throw_with<std::runtime_error>([&] { Tokenizer::load(p); },
+                                        {"Tokenizer::load", p, "merge 20", "a token of 2097152 bytes", "limit of 1048576"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  // The total is bounded too: many tokens of a size allowed one by one.
+  std::vector<Merge> wide = {{'a', 'a'}};
+  for (TokenId i = 0; i < 10; ++i) wide.emplace_back(256 + i, 256 + i);  // up to 2^11 bytes
+  for (TokenId i = 0; i < 40000; ++i) wide.emplace_back(266, i);  // over 2 KiB each
+  expect_throw_with<std::invalid_argument>([&] { Tokenizer::from_merges(wide); }, {"add up past the limit of 67108864"});
+}
+
 // ---- save / load ----
 
 TEST_F(TokenizerFiles, SaveLoadRoundTrip) {
@@ -367,7 +403,7 @@ TEST_F(TokenizerFiles, LoadRejectsEveryMalformedFile) {
   ASSERT_EQ(Tokenizer::from_json(good_head + good_tail).vocab_size(), 259u);
 
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"not json", "invalid JSON"},
+      {"not json", "not valid JSON"},
       {"[1, 2]", "expected a JSON object"},
       {R"({"version": 1, "merges": [], "special_tokens": {"<|endoftext|>": 256}, "vocab_size": 257})",
        "missing field \"type\""},
@@ -418,6 +454,8 @@ TEST_F(TokenizerFiles, LoadRejectsEveryMalformedFile) {
        "\"vocab_size\" must be a non-negative integer"},
       {R"({"type": "byte-bpe", "version": 1, "merges": [], "special_tokens": {"<|endoftext|>": 256}, "vocab_size": 257, "extra": 1})",
        "unexpected field \"extra\""},
+      {R"({"type": "byte-bpe", "version": 1, "merges": [], "special_tokens": {"<|endoftext|>": 256}, "vocab_size": 1e400})",
+       "field \"vocab_size\": number out of range"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(cases[i].first);
