@@ -138,7 +138,11 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
     const bool resume = fs::exists(last / "state.json");
     if (resume && state_step(last) >= kSteps) break;
     const fs::path log = cwd / ("kill-b." + std::to_string(attempt) + ".out");
-    const pid_t pid = spawn_pretrain((resume ? "--resume " + settings : args) + " --out kill-b/run", cwd, log);
+    // Killed between its first best/ and last/: a run is there, but nothing to resume; start over as
+    // the message says (the old best/ stays until the new run's first checkpoint).
+    const bool best_only = !resume && fs::exists(run / "best");
+    const pid_t pid = spawn_pretrain((resume ? "--resume " + settings : args + (best_only ? " --overwrite" : "")) + " --out kill-b/run",
+                                     cwd, log);
     ASSERT_GT(pid, 0);
     resumed_starts += resume;
     // 0: in start-up; 1 or 2: after that many training steps.
