@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     std::vector<Model> models;
     for (const auto& c : args.ckpts) {
       Model m{checkpoint_name(c), resolve_checkpoint(c), nullptr, {}};
-      m.gpt = load_model(m.dir, device).model;
+      m.gpt = load_model(m.dir, device, args.adapter).model;
       m.gpt->eval();
       const auto& config = m.gpt->config();
       check_same_tokenizer(args.tokens_path, m.dir, m.name);

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       std::printf("%-24s %8s %11s %7s %7s %11s\n", "model", "loss", "perplexity", "top-1", "bits/B", "tokens");
     }
     for (size_t i = 0; i < dirs.size(); ++i) {
-      auto loaded = load_model(dirs[i], device);
+      auto loaded = load_model(dirs[i], device, args.adapter);
       gpt::GPT& model = *loaded.model;
       model.eval();
       check_tokens_fit(tokens, model.config(), names[i]);

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     if (args.tokenizer_path.empty()) args.tokenizer_path = "data/tokenizer.json";
     require_file(args.tokenizer_path, "tokenizer", "pass --tokenizer FILE (the one the model was trained with)");
     text::Tokenizer tok = text::Tokenizer::load(args.tokenizer_path);
-    auto loaded = load_model(dir, device);
+    auto loaded = load_model(dir, device, args.adapter);
     gpt::GPT& model = *loaded.model;
     model.eval();
     check_tokenizer_fits(tok, args.tokenizer_path, model.config(), name);

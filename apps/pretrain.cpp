@@ -45,6 +45,7 @@
 #include "mvgpt/batches.h"
 #include "mvgpt/checkpoint.h"
 #include "mvgpt/model.h"
+#include "nn/lora.h"
 #include "nn/lr_schedule.h"
 #include "nn/optim.h"
 #include "tensor/generator.h"
@@ -104,6 +105,7 @@ struct State {
   double best_val_loss = INFINITY;
   int64_t best_step = -1;
   uint64_t rng_seed = 0, rng_offset = 0;
+  std::string init_from, init_step;  // the checkpoint a fine-tuning run started from ("" for none)
 };
 
 json state_json(const State& st, const PretrainSettings& s, const std::string& run) {
@@ -115,6 +117,7 @@ json state_json(const State& st, const PretrainSettings& s, const std::string& r
             {"rng", {{"seed", st.rng_seed}, {"offset", st.rng_offset}}},
             {"settings", json(s)}};
   j["best_val_loss"] = std::isfinite(st.best_val_loss) ? json(st.best_val_loss) : json(nullptr);
+  if (!st.init_from.empty()) j["init_from"] = {{"checkpoint", st.init_from}, {"step", st.init_step}};
   return j;
 }
 
@@ -130,6 +133,10 @@ State read_state(const std::string& path, PretrainSettings& settings) {
     st.rng_seed = j.at("rng").at("seed");
     st.rng_offset = j.at("rng").at("offset");
     settings = j.at("settings").get<PretrainSettings>();
+    if (j.contains("init_from")) {
+      st.init_from = j.at("init_from").at("checkpoint").get<std::string>();
+      st.init_step = j.at("init_from").at("step").get<std::string>();
+    }
   } catch (const json::exception& e) {
     throw AppError(path + ": not a pretrain state file (" + e.what() + "); start a new run with --overwrite");
   }
@@ -199,7 +206,8 @@ int main(int argc, char** argv) {
     std::optional<RunFolder> folder;  // rank 0 alone writes files
     if (dist::is_root()) folder.emplace(args.out_dir);
 
-    // --- the run: new, or resumed from last/ ---
+    // --- the run: new, resumed from last/, or new from another run's weights (--init-from) ---
+    std::string init_dir, init_step;
     State st;
     gpt::GPTConfig config;
     std::shared_ptr<gpt::GPT> model;
@@ -258,12 +266,38 @@ int main(int argc, char** argv) {
       }
       if (args.given.has("--dropout") && args.dropout != config.dropout)
         throw UsageError(format("--dropout differs from the resumed run's (%g); leave it out to keep it", config.dropout));
+    } else if (!args.init_from.empty()) {
+      // A new run from another run's weights (fine-tuning): its own folder, step 0, a fresh optimizer.
+      if (folder) folder->check_fresh(args.overwrite);
+      init_dir = resolve_checkpoint(args.init_from);
+      const std::string own_tok = checkpoint_tokenizer(init_dir);
+      if (!own_tok.empty() && !same_tokenizer(tok_path, own_tok))
+        throw AppError(tok_path + " is not the tokenizer " + init_dir + " was trained with; encode the new text with it: "
+                       "prepare --tokenizer " + own_tok + " --train FILE --valid FILE --out DIR, then --data DIR");
+      auto loaded = load_model(init_dir, device);
+      init_step = loaded.metadata.count("step") ? loaded.metadata.at("step") : "";
+      nn::merge_lora(*loaded.model);  // a fine-tuned checkpoint's adapters become part of the weights
+      config = loaded.model->config();
+      if (args.given.has("--rope") && !config.rope)
+        throw UsageError("--rope: " + init_dir + " has learned positions, which cannot become rotary");
+      if (args.dropout >= 0) config.dropout = args.dropout;
+      if (args.block_size > 0 && args.block_size != config.block_size) {
+        if (!config.rope)
+          throw UsageError(format("--block-size %lld: %s has a learned table of %lld positions; only a rotary model's "
+                                  "context can change", (long long)args.block_size, init_dir.c_str(), (long long)config.block_size));
+        config.block_size = args.block_size;
+      }
+      // The same weights in a model of the new settings (dropout, context): only the config differs.
+      model = std::make_shared<gpt::GPT>(config);
+      model->load_state_dict(loaded.model->state_dict());
+      model->to(device);
     } else {
       if (folder) folder->check_fresh(args.overwrite);
       config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
                                    : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
       if (args.rope) config.rope = true;
       if (args.dropout >= 0) config.dropout = args.dropout;
+      if (args.block_size > 0) config.block_size = args.block_size;
     }
     complete_schedule(s, args.steps);  // done while parsing for a new run; a resumed one checks its state.json
 
@@ -276,7 +310,8 @@ int main(int argc, char** argv) {
 
     // --- data and tokenizer ---
     text::Tokenizer tok = text::Tokenizer::load(tok_path);
-    if (!args.resume && args.config_path.empty()) config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
+    if (!args.resume && args.init_from.empty() && args.config_path.empty())
+      config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
     check_tokenizer_fits(tok, tok_path, config, run_name);
     config.validate();
     check_training_fits(config, micro_batch, device);  // before anything big is allocated
@@ -297,15 +332,26 @@ int main(int argc, char** argv) {
     manual_seed(s.seed);  // dropout's stream
     dist::shard_generator(default_generator());  // rank r draws its rows' share of each mask
     if (args.resume) default_generator().offset = st.rng_offset;
+    if (args.lora.rank > 0) {
+      if (args.resume) throw UsageError("--lora-rank: a resumed run keeps its adapters (from last/); leave it out");
+      Generator lora_gen(s.seed);
+      nn::add_lora(*model, args.lora, {.gen = &lora_gen});
+    }
     model->train();  // a loaded checkpoint comes in eval mode; dropout (when configured) must apply
 
-    auto groups = nn::weight_decay_groups(model->named_parameters(), s.weight_decay);
+    // What trains: every parameter, or with LoRA the adapters alone (the base is frozen: no
+    // gradient, no optimizer state).
+    nn::NamedTensors trainable;
+    for (auto& [name, p] : model->named_parameters())
+      if (p.requires_grad()) trainable.emplace_back(name, p);
+    auto groups = nn::weight_decay_groups(trainable, s.weight_decay);
     nn::AdamW opt(groups, {.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay});
     if (args.resume) opt.load((fs::path(last_dir) / "optimizer.safetensors").string());
     nn::WarmupCosineSchedule schedule{s.lr, s.min_lr, s.warmup_steps, s.schedule_steps};
-    const std::vector<Tensor> params = model->parameters();
-    dist::broadcast_tensors(params);  // rank 0's weights everywhere (built from the seed or loaded, they agree already)
-    const nn::NamedTensors named_params = model->named_parameters();
+    std::vector<Tensor> params;
+    for (auto& [name, p] : trainable) params.push_back(p);
+    dist::broadcast_tensors(model->parameters());  // rank 0's weights everywhere (built from the seed or loaded, they agree already)
+    const nn::NamedTensors& named_params = trainable;
 
     std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
                 run_name.c_str(), format_count(model->num_parameters()).c_str(), config.rope ? "rotary" : "learned",
@@ -313,6 +359,20 @@ int main(int argc, char** argv) {
                 (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
     if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());
     std::printf("%s\n", cpu::openblas_core_report().c_str());
+    if (!init_dir.empty()) {
+      st.init_from = init_dir;
+      st.init_step = init_step;
+    }
+    if (!st.init_from.empty())
+      std::printf("initialised from %s%s\n", st.init_from.c_str(), st.init_step.empty() ? "" : (" (step " + st.init_step + ")").c_str());
+    if (const nn::LoRAOptions lora = nn::lora_options(*model); lora.rank > 0) {
+      int64_t trained = 0;
+      for (const auto& [name, p] : trainable) trained += p.numel();
+      std::printf("LoRA: rank %lld, alpha %g%s on %zu layers; %s of %s parameters trained (%.2f%%), the rest frozen\n",
+                  (long long)lora.rank, lora.alpha, lora.dropout > 0 ? format(", dropout %g", lora.dropout).c_str() : "",
+                  lora.targets.size(), format_count(trained).c_str(), format_count(model->num_parameters() - trained).c_str(),
+                  100.0 * double(trained) / double(model->num_parameters() - trained));
+    }
     if (dist::size() > 1)
       std::printf("data parallel: %d ranks over %s, %lld sequences each; %s bytes of gradients all-reduced a step\n",
                   dist::size(), dist::transport().c_str(), (long long)(s.batch_size / dist::size()),

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "nn/lora.h"
 #include "nn/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/hash.h"
@@ -121,7 +122,13 @@ void save_checkpoint(const std::string& dir, const GPT& model, const std::map<st
     util::write_file_atomic((tmp / "config.json").string(), model.config().to_json());
     safetensors::Metadata meta(metadata.begin(), metadata.end());
     meta.emplace("format", "pt");
-    safetensors::save((tmp / "model.safetensors").string(), model.state_dict(), meta);
+    // With LoRA adapters: the base weights as ever, the adapters in a file of their own.
+    nn::NamedTensors base;
+    for (auto& [name, t] : model.state_dict())
+      if (!nn::is_lora_name(name)) base.emplace_back(name, t);
+    safetensors::save((tmp / "model.safetensors").string(), base, meta);
+    if (const nn::LoRAOptions lora = nn::lora_options(model); lora.rank > 0)
+      nn::save_adapter((tmp / kAdapterFile).string(), model, lora);
     if (extra) extra(tmp.string());
     write_checksums(tmp);
     swap_into_place(tmp, target);
@@ -162,6 +169,13 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {
     out.model->load_state_dict(file.tensors);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(dir + ": model.safetensors does not fit config.json: " + e.what());
+  }
+  if (const fs::path adapter = fs::path(dir) / kAdapterFile; fs::exists(adapter)) {
+    try {
+      nn::apply_adapter(*out.model, nn::load_adapter(adapter.string()));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(adapter.string() + ": " + e.what());
+    }
   }
   out.model->to(device);
   out.model->eval();

@@ -25,6 +25,10 @@
 
 namespace mvgpt::gpt {
 
+// A model with LoRA adapters (nn/lora.h) is saved as its base weights (model.safetensors) plus the
+// adapters (adapter.safetensors); load_checkpoint puts them back on.
+inline constexpr const char* kAdapterFile = "adapter.safetensors";
+
 // Writes extra files into the temporary folder before the swap.
 using ExtraFiles = std::function<void(const std::string& tmp_dir)>;
 

@@ -15,7 +15,10 @@ Tensor Linear::forward(const Tensor& x) const {
   if (x.dim() < 1 || x.size(-1) != in_features)
     throw std::invalid_argument("Linear::forward: expected input (..., " + std::to_string(in_features) + "), found " +
                                 x.describe());
-  return linear(x, weight, bias);  // one GEMM over all leading dims, the bias folded in
+  Tensor y = linear(x, weight, bias);  // one GEMM over all leading dims, the bias folded in
+  if (!lora_A) return y;
+  const Tensor a = lora_A->forward(lora_dropout > 0 ? dropout(x, lora_dropout, nullptr, is_training()) : x);  // (..., r)
+  return y + mul(lora_B->forward(a), lora_scale);
 }
 
 }  // namespace mvgpt::nn

@@ -1,5 +1,9 @@
 #pragma once
-// Linear: y = x @ W^T + b, weight (out, in) as PyTorch and GPT-2 checkpoints store it.
+// Linear: y = x @ W^T + b, weight (out, in) as PyTorch and GPT-2 checkpoints store it. With a LoRA
+// adapter (nn/lora.h) it adds scale * lora_B(lora_A(dropout(x))), the two small layers registered
+// as its children "lora_A" and "lora_B" (PEFT's names).
+#include <memory>
+
 #include "nn/init.h"
 #include "nn/module.h"
 
@@ -17,6 +21,11 @@ class Linear : public Module {
   int64_t in_features, out_features;
   Tensor weight;  // (out, in)
   Tensor bias;    // (out), undefined without bias
+
+  // The low-rank update, when nn::add_lora gave it one: A (r, in) drawn at random, B (out, r) zeros.
+  std::shared_ptr<Linear> lora_A, lora_B;
+  double lora_scale = 0;    // alpha / r
+  double lora_dropout = 0;  // on the adapter's input, in training
 };
 
 }  // namespace mvgpt::nn

@@ -226,6 +226,15 @@ std::string Module::to_string() const {
   return os.str();
 }
 
+void Module::remove_module(const std::string& name) {
+  for (auto it = children_.begin(); it != children_.end(); ++it)
+    if (it->first == name) {
+      children_.erase(it);
+      return;
+    }
+  throw std::invalid_argument("Module::remove_module: " + type_name() + " has no child '" + name + "'");
+}
+
 Tensor Module::forward(const Tensor&) const {
   throw std::logic_error(type_name() + " has no forward of one tensor; call its own forward with the inputs it takes");
 }

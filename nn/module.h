@@ -51,6 +51,9 @@ class Module {
     add_child(name, module);
     return module;
   }
+  // Removes the child `name` (a module added for a while, such as a LoRA adapter being merged);
+  // std::invalid_argument when there is none.
+  void remove_module(const std::string& name);
 
   // Recursive, in registration order, each tensor once.
   std::vector<Tensor> parameters() const;

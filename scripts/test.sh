@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # From a fresh clone to a green test run: install dependencies, build everything (library, apps,
-# tests, benchmarks), run the whole GoogleTest suite, build the example consumer against the
-# installed package, then build and run the suite again under AddressSanitizer, LeakSanitizer and
-# UndefinedBehaviorSanitizer (MVGPT_SKIP_SANITIZERS=1 skips that part; docs/testing.md).
+# tests, benchmarks), run the whole GoogleTest suite, build the examples against the installed
+# package and run them (a character-level GPT on Shakespeare among them), then build and run the
+# suite again under AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer (MVGPT_SKIP_SANITIZERS=1 skips that part; docs/testing.md).
 # On the repository's 2-core machine: about 25 minutes (two builds of ~5-8 minutes, CUDA included
 # when nvcc is there, and two runs of the suite). MVGPT_SKIP_INSTALL=1: the dependencies are there.
 set -euo pipefail
@@ -21,13 +21,16 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release ${MVGPT_CMAKE_ARGS:-}
 cmake --build "$build" -j "$jobs"
 step "the whole suite"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 600
-step "the installed package and an example consumer"
+step "the installed package, and the examples built against it (examples/README.md)"
 # The modules as another project sees them: installed, then found with find_package(mvgpt).
 cmake --install "$build" --prefix "$build/install" > /dev/null
-cmake -S examples/consumer -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$build/install" > /dev/null
-cmake --build "$build/consumer" > /dev/null
-"$build/consumer/consumer"
-for app in prepare pretrain evaluate context generate; do "$build/install/bin/$app" --version > /dev/null; done
+cmake -S examples -B "$build/examples" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$build/install" > /dev/null
+cmake --build "$build/examples" > /dev/null
+for app in prepare pretrain evaluate context generate merge; do "$build/install/bin/$app" --version > /dev/null; done
+"$build/examples/consumer"
+"$build/examples/mlp_spirals"
+"$build/examples/llama"
+bash examples/shakespeare_char/run.sh "$build"
 
 # The suite again with sanitizers: any finding aborts its test, so it fails the run. -O1 keeps the
 # instrumented build quick to run; benchmarks and the example are left out.

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "apps/common/app.h"
+#include "nn/lora.h"
 
 namespace mvgpt::apps {
 
@@ -27,13 +28,26 @@ std::string checkpoint_name(const std::string& given) {
   return name.empty() ? given : name;
 }
 
-gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device) {
+gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device, const std::string& adapter) {
+  gpt::LoadedCheckpoint loaded;
   try {
-    return gpt::load_checkpoint(resolved_dir, device);
+    loaded = gpt::load_checkpoint(resolved_dir, device);
   } catch (const std::exception& e) {
     // The loader names the folder and what does not fit; say what to do about it.
     throw AppError(std::string(e.what()) + " (the checkpoint is damaged or was edited: use another one, or pretrain again)");
   }
+  if (adapter.empty()) return loaded;
+  require_file(adapter, "adapter", "pass the adapter.safetensors a LoRA run saved (pretrain --lora-rank)");
+  if (nn::lora_options(*loaded.model).rank > 0)
+    throw AppError(resolved_dir + " has adapters of its own already; merge them first (merge --ckpt " + resolved_dir + ")");
+  try {
+    nn::apply_adapter(*loaded.model, nn::load_adapter(adapter));
+  } catch (const std::exception& e) {
+    throw AppError(adapter + ": " + e.what() + " (an adapter trained on another model?)");
+  }
+  loaded.model->to(device);
+  loaded.model->eval();
+  return loaded;
 }
 
 void check_tokens_fit(const text::TokenFile& tokens, const gpt::GPTConfig& config, const std::string& model_name) {

@@ -20,7 +20,8 @@ std::string checkpoint_name(const std::string& given);
 
 // load_checkpoint with the folder resolved; errors keep the loader's message (which names the
 // folder and what does not fit).
-gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device);
+// With `adapter` (a LoRA adapter file, --adapter), the adapter is put on the loaded model.
+gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device, const std::string& adapter = "");
 
 // AppError when the token file holds an id the model has no embedding for.
 void check_tokens_fit(const text::TokenFile& tokens, const gpt::GPTConfig& config, const std::string& model_name);

@@ -130,7 +130,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   auto* preset_opt = app->add_option("--preset", a.preset, "model shape")
                          ->capture_default_str()
                          ->check(CLI::IsMember(gpt::GPTConfig::preset_names()));
-  app->add_option("--config", a.config_path, "model shape from a config.json instead of a preset")->excludes(preset_opt);
+  auto* config_opt = app->add_option("--config", a.config_path, "model shape from a config.json instead of a preset")->excludes(preset_opt);
   auto* minutes_opt = app->add_option("--minutes", a.minutes, "train until the run has used this many minutes")
                           ->capture_default_str()
                           ->check(CLI::PositiveNumber)
@@ -159,6 +159,25 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_option("--dropout", a.dropout, "dropout probability in training (default: the preset's or config's, 0 for the presets)")
       ->check(CLI::Range(0.0, 0.99))
       ->check(kFinite);
+  auto* init_opt = app->add_option("--init-from", a.init_from,
+                                   "start a new run (step 0, a fresh optimizer) from this checkpoint's weights: fine-tuning")
+                       ->excludes(preset_opt)
+                       ->excludes(config_opt);
+  app->add_option("--block-size", a.block_size, "context length (a new run; with --init-from, rotary models only)")
+      ->check(CLI::PositiveNumber);
+  auto* rank_opt = app->add_option("--lora-rank", a.lora.rank,
+                                   "with --init-from: train LoRA adapters of this rank instead of the weights (frozen)")
+                       ->check(CLI::PositiveNumber)
+                       ->needs(init_opt);
+  app->add_option("--lora-alpha", a.lora.alpha, "the adapters' update is scaled by alpha / rank (default: 2 x rank)")
+      ->check(CLI::PositiveNumber)
+      ->check(kFinite)
+      ->needs(rank_opt);
+  app->add_option("--lora-dropout", a.lora.dropout, "dropout on the adapters' input")->check(CLI::Range(0.0, 0.99))->needs(rank_opt);
+  app->add_option("--lora-targets", a.lora.targets,
+                  "linear layers that get adapters, by name (default c_attn,attn.c_proj: attention; add c_fc,mlp.c_proj for the MLP)")
+      ->delimiter(',')
+      ->needs(rank_opt);
   app->add_option("--grad-accum-steps", s.grad_accum_steps,
                   "split each batch into this many micro-batches, one forward/backward each, for one update (less memory)")
       ->capture_default_str()
@@ -196,6 +215,8 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
     if (a.out_dir.empty()) a.out_dir = a.rope ? "checkpoints/pretrain-rope" : "checkpoints/pretrain";
     if (a.out_dir.empty() || a.out_dir == "." || a.out_dir == ".." || a.out_dir == "/")  // the rest is checked at run time
       throw UsageError("--out " + a.out_dir + " cannot be a run folder; name a folder of the run's own, such as checkpoints/my-run");
+    if (a.lora.rank > 0 && !a.given.has("--lora-alpha")) a.lora.alpha = 2.0 * double(a.lora.rank);
+    if (a.resume && !a.init_from.empty()) throw UsageError("--init-from starts a new run; --resume continues one: choose one");
     if (!a.resume) {  // a resumed run's settings come from its state.json (the run checks that given ones agree)
       a.settings.fit_schedule = a.steps == 0 && !a.given.has("--schedule-steps");
       complete_schedule(a.settings, a.steps);
@@ -218,6 +239,7 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
   auto app = std::make_unique<CLI::App>("Held-out loss, perplexity and top-1 accuracy of checkpoints on a token file.", "evaluate");
   app->add_option("--ckpt", a.ckpts, "checkpoint or run folder (repeat for several)")->required();
   app->add_option("--tokens", a.tokens_path, "llm.c token file")->capture_default_str();
+  app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on every --ckpt");
   app->add_option("--batch-size", a.batch_size, "windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
   app->add_option("--max-windows", a.max_windows, "measure at most this many windows (default: the whole file)")
       ->check(CLI::PositiveNumber);
@@ -237,6 +259,7 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
       "context");
   app->add_option("--ckpt", a.ckpts, "checkpoint or run folder (repeat for several)")->required();
   app->add_option("--tokens", a.tokens_path, "llm.c token file of held-out text")->capture_default_str();
+  app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on every --ckpt");
   app->add_option("--length", a.length, "tokens per stream (must exceed each model's window)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -265,6 +288,7 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
 std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   auto app = std::make_unique<CLI::App>("Generates text from a checkpoint, streaming it as it is produced.", "generate");
   app->add_option("--ckpt", a.ckpt, "checkpoint or run folder")->required();
+  app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on the model");
   auto* prompt_opt = app->add_option("--prompt", a.prompt, "text to continue (empty: start a new story)");
   app->add_option("--prompt-file", a.prompt_file, "read the prompt from this file (- for standard input)")->excludes(prompt_opt);
   app->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -296,10 +320,23 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   return app;
 }
 
+std::unique_ptr<CLI::App> merge_cli(MergeArgs& a) {
+  auto app = std::make_unique<CLI::App>(
+      "Folds LoRA adapters into the weights (W += alpha / r B A) and writes an ordinary checkpoint.", "merge");
+  app->add_option("--ckpt", a.ckpt, "checkpoint or run folder (a LoRA run's, or the base model with --adapter)")->required();
+  app->add_option("--adapter", a.adapter, "a LoRA adapter file to put on the checkpoint first");
+  app->add_option("--out", a.out_dir, "the new checkpoint folder (must not exist yet)")->required();
+  add_version_and_examples(*app,
+      "  merge --ckpt checkpoints/shakespeare-lora --out checkpoints/shakespeare-merged\n"
+      "  merge --ckpt checkpoints/pretrain-rope --adapter checkpoints/shakespeare-lora/best/adapter.safetensors --out merged\n");
+  return app;
+}
+
 PrepareArgs parse_prepare_args(int argc, const char* const* argv) { return parse_with(prepare_cli, argc, argv); }
 PretrainArgs parse_pretrain_args(int argc, const char* const* argv) { return parse_with(pretrain_cli, argc, argv); }
 EvaluateArgs parse_evaluate_args(int argc, const char* const* argv) { return parse_with(evaluate_cli, argc, argv); }
 ContextArgs parse_context_args(int argc, const char* const* argv) { return parse_with(context_cli, argc, argv); }
 GenerateArgs parse_generate_args(int argc, const char* const* argv) { return parse_with(generate_cli, argc, argv); }
+MergeArgs parse_merge_args(int argc, const char* const* argv) { return parse_with(merge_cli, argc, argv); }
 
 }  // namespace mvgpt::apps

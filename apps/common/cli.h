@@ -16,6 +16,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "nn/lora.h"
+
 namespace mvgpt::apps {
 
 // Flags given on the command line, by long name ("--lr"), filled once the parse succeeds.
@@ -64,6 +66,9 @@ struct PretrainArgs {
   int64_t inject_nan_step = -1;
   double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
   double dropout = -1;            // -1: the config's
+  int64_t block_size = -1;        // -1: the config's
+  std::string init_from;          // start a new run from this checkpoint's weights
+  nn::LoRAOptions lora{.rank = 0};  // rank 0: no adapters (full training)
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;
@@ -72,6 +77,7 @@ struct PretrainArgs {
 
 struct EvaluateArgs {
   std::vector<std::string> ckpts;
+  std::string adapter;
   std::string tokens_path = "data/valid.bin", device_flag = "auto";
   int64_t batch_size = 8, max_windows = -1;
   bool as_json = false;
@@ -79,6 +85,7 @@ struct EvaluateArgs {
 
 struct ContextArgs {
   std::vector<std::string> ckpts, method_names;
+  std::string adapter;
   std::string tokens_path = "data/valid.bin", device_flag = "auto", out_dir = "runs/context";
   int64_t length = 768, streams = 8;
   bool as_json = false, no_plot = false;
@@ -87,12 +94,16 @@ struct ContextArgs {
 };
 
 struct GenerateArgs {
-  std::string ckpt, prompt, prompt_file, tokenizer_path, device_flag = "auto";
+  std::string ckpt, prompt, prompt_file, tokenizer_path, device_flag = "auto", adapter;
   int64_t max_new_tokens = 200, num_samples = 1;
   double temperature = 0.8, top_p = 1.0;
   int64_t top_k = 200;
   uint64_t seed = 1337;
   bool no_cache = false, stop_at_end = false;
+};
+
+struct MergeArgs {
+  std::string ckpt, adapter, out_dir;
 };
 
 // Each app's CLI::App with its flags bound to `args` (which must outlive it); parsing it fills
@@ -102,6 +113,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& args);
 std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& args);
 std::unique_ptr<CLI::App> context_cli(ContextArgs& args);
 std::unique_ptr<CLI::App> generate_cli(GenerateArgs& args);
+std::unique_ptr<CLI::App> merge_cli(MergeArgs& args);
 
 // Parse + validate without running (argv[0] is the program's name). Throws CLI::ParseError
 // (CLI::Success and its subclasses for --help) or UsageError.
@@ -110,6 +122,7 @@ PretrainArgs parse_pretrain_args(int argc, const char* const* argv);
 EvaluateArgs parse_evaluate_args(int argc, const char* const* argv);
 ContextArgs parse_context_args(int argc, const char* const* argv);
 GenerateArgs parse_generate_args(int argc, const char* const* argv);
+MergeArgs parse_merge_args(int argc, const char* const* argv);
 
 // UsageError "--device <flag>: expected cpu, cuda, cuda:N or auto" unless the text names a device
 // (whether that device exists is resolve_device's question, at run time).

@@ -1,0 +1,45 @@
+// merge: folds a model's LoRA adapters into its weights (W += alpha / r B A, in float64, rounded
+// once) and writes an ordinary checkpoint that evaluate, context, generate and other tools load
+// without knowing about adapters.
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/common/app.h"
+#include "apps/common/checkpoints.h"
+#include "apps/common/cli.h"
+#include "apps/common/run_folder.h"
+#include "mvgpt/checkpoint.h"
+#include "nn/lora.h"
+#include "util/atomic_file.h"
+
+namespace fs = std::filesystem;
+using namespace mvgpt;
+using namespace mvgpt::apps;
+
+int main(int argc, char** argv) {
+  MergeArgs args;
+  const auto app = merge_cli(args);
+  return run_app(*app, argc, argv, [&] {
+    check_run_folder_path(args.out_dir);
+    std::error_code ec;
+    if (fs::exists(args.out_dir, ec) && !fs::is_empty(args.out_dir, ec))
+      throw AppError(args.out_dir + " already exists and is not empty; merge writes a new folder: choose another --out");
+    const std::string dir = resolve_checkpoint(args.ckpt);
+    auto loaded = load_model(dir, Device::cpu(), args.adapter);
+    const nn::LoRAOptions lora = nn::lora_options(*loaded.model);
+    if (lora.rank == 0)
+      throw AppError(dir + " has no LoRA adapters to merge; pass --adapter FILE, or a run trained with --lora-rank");
+    nn::merge_lora(*loaded.model);
+    std::map<std::string, std::string> meta = {{"merged_from", dir}};
+    if (loaded.metadata.count("step")) meta["step"] = loaded.metadata.at("step");
+    const std::string tokenizer = checkpoint_tokenizer(dir);
+    gpt::save_checkpoint(args.out_dir, *loaded.model, meta, [&](const std::string& tmp) {
+      if (!tokenizer.empty()) util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), util::read_file(tokenizer));
+    });
+    std::printf("merged %zu adapters (rank %lld, alpha %g) of %s%s into %s: an ordinary checkpoint of %s parameters\n",
+                lora.targets.size(), (long long)lora.rank, lora.alpha, dir.c_str(),
+                args.adapter.empty() ? "" : (" + " + args.adapter).c_str(), args.out_dir.c_str(),
+                format_count(loaded.model->num_parameters()).c_str());
+    return 0;
+  });
+}
