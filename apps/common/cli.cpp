@@ -112,7 +112,7 @@ std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
     const double bytes = a.tokenizer_mb * 1e6;
     a.tokenizer_bytes = bytes < 1e18 ? size_t(bytes) : 0;
   });
-  add_version_and_examples(*app, 
+  add_version_and_examples(*app,
       "  prepare                                   # ../shared/data/tinystories -> data/ (vocabulary 10000)\n"
       "  prepare --train ~/TinyStories/TinyStories-train.txt --valid ~/TinyStories/TinyStories-valid.txt --tokenizer-mb 50\n"
       "  prepare --train a.txt --valid b.txt --tokenizer data/tokenizer.json --out data-b\n");
@@ -226,7 +226,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       }
     }
   });
-  add_version_and_examples(*app, 
+  add_version_and_examples(*app,
       "  pretrain --minutes 10                     # the series' model, learned positions -> checkpoints/pretrain\n"
       "  pretrain --rope --minutes 10              # rotary positions -> checkpoints/pretrain-rope\n"
       "  pretrain --rope --minutes 10 --resume     # continue a stopped run\n"
@@ -246,7 +246,7 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
   app->add_flag("--json", a.as_json, "print only a JSON list of {model, loss, perplexity, top1}");
   app->final_callback([&a] { check_device_flag(a.device_flag); });
-  add_version_and_examples(*app, 
+  add_version_and_examples(*app,
       "  evaluate --ckpt checkpoints/pretrain --ckpt checkpoints/pretrain-rope\n"
       "  evaluate --ckpt checkpoints/pretrain-rope/last --max-windows 64 --json\n");
   return app;
@@ -279,7 +279,7 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
     // Saturates: a file never holds INT64_MAX tokens, so the run's "too few tokens" message still reads right.
     if (__builtin_mul_overflow(a.length, a.streams, &a.tokens_needed)) a.tokens_needed = std::numeric_limits<int64_t>::max();
   });
-  add_version_and_examples(*app, 
+  add_version_and_examples(*app,
       "  context --ckpt checkpoints/pretrain --ckpt checkpoints/pretrain-rope\n"
       "  context --ckpt checkpoints/pretrain-rope --methods cache,full --length 1024 --streams 2 --json\n");
   return app;
@@ -312,7 +312,7 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_flag("--no-cache", a.no_cache, "run the whole window again for each token");
   app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>)");
   app->final_callback([&a] { check_device_flag(a.device_flag); });
-  add_version_and_examples(*app, 
+  add_version_and_examples(*app,
       "  generate --ckpt checkpoints/pretrain-rope --prompt \"Once upon a time\"\n"
       "  generate --ckpt checkpoints/pretrain-rope --max-new-tokens 1000 --temperature 0.7 --top-k 50\n"
       "  generate --ckpt checkpoints/pretrain-rope --top-p 0.9 --num-samples 3 --stop-at-end\n"
