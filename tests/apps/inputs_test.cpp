@@ -132,9 +132,15 @@ TEST_F(LyingInputs, ATokenizerWhoseMergesDoubleTheirTokensIsRefusedQuickly) {
   write_text(cwd / "bad" / "bomb.json", "{\"type\":\"byte-bpe\",\"version\":1,\"merges\":[" + merges +
                                             "],\"special_tokens\":{\"<|endoftext|>\":296},\"vocab_size\":297}");
   EXPECT_LT(fs::file_size(cwd / "bad" / "bomb.json"), 600u);
-  // Under a memory limit, so that without the bound the test fails instead of meeting the OOM killer.
+  // Under a memory limit, so that without the bound the test fails instead of meeting the OOM killer
+  // (not under AddressSanitizer, whose shadow memory alone reserves terabytes of address space).
+#if defined(__SANITIZE_ADDRESS__)
+  const std::string limit;
+#else
+  const std::string limit = "ulimit -v 4000000; ";
+#endif
   const auto t0 = std::chrono::steady_clock::now();
-  RunResult r = run_command("ulimit -v 4000000; '" + app_path("generate") +
+  RunResult r = run_command(limit + "'" + app_path("generate") +
                             "' --ckpt checkpoints/tiny --tokenizer bad/bomb.json --device cpu", cwd);
   expect_one_line_error(r, "generate", "bad/bomb.json");
   EXPECT_NE(r.err.find("merge 20 [275, 275] makes a token of 2097152 bytes, past the limit of 1048576"), std::string::npos)
