@@ -20,7 +20,11 @@ int main(int argc, char** argv) {
   MergeArgs args;
   const auto app = merge_cli(args);
   return run_app(*app, argc, argv, [&] {
-    check_run_folder_path(args.out_dir);
+    try {
+      check_run_folder_path(args.out_dir);
+    } catch (const UsageError&) {
+      throw UsageError("--out " + args.out_dir + " cannot hold the merged checkpoint; name a new folder, such as checkpoints/merged");
+    }
     std::error_code ec;
     if (fs::exists(args.out_dir, ec) && !fs::is_empty(args.out_dir, ec))
       throw AppError(args.out_dir + " already exists and is not empty; merge writes a new folder: choose another --out");

@@ -258,12 +258,16 @@ int main(int argc, char** argv) {
         gpt::GPTConfig given = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
                                                         : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
         if (args.rope) given.rope = true;
+        if (args.block_size > 0) given.block_size = args.block_size;
         given.dropout = config.dropout;  // --dropout is checked on its own below
         if (args.config_path.empty()) given.vocab_size = config.vocab_size;  // presets follow the (same) tokenizer
         if (given.to_json() != config.to_json())
           throw UsageError((args.config_path.empty() ? "--preset " + args.preset : "--config " + args.config_path) +
                            " describes another model than the resumed run's (" + last_dir + "/config.json); leave it out");
       }
+      if (args.block_size > 0 && args.block_size != config.block_size)
+        throw UsageError(format("--block-size %lld differs from the resumed run's (%lld); leave it out", (long long)args.block_size,
+                                (long long)config.block_size));
       if (args.given.has("--dropout") && args.dropout != config.dropout)
         throw UsageError(format("--dropout differs from the resumed run's (%g); leave it out to keep it", config.dropout));
     } else if (!args.init_from.empty()) {
@@ -368,10 +372,10 @@ int main(int argc, char** argv) {
     if (const nn::LoRAOptions lora = nn::lora_options(*model); lora.rank > 0) {
       int64_t trained = 0;
       for (const auto& [name, p] : trainable) trained += p.numel();
-      std::printf("LoRA: rank %lld, alpha %g%s on %zu layers; %s of %s parameters trained (%.2f%%), the rest frozen\n",
+      std::printf("LoRA: rank %lld, alpha %g%s on %zu layers; %s parameters trained (%.2f%% of %s), the rest frozen\n",
                   (long long)lora.rank, lora.alpha, lora.dropout > 0 ? format(", dropout %g", lora.dropout).c_str() : "",
-                  lora.targets.size(), format_count(trained).c_str(), format_count(model->num_parameters() - trained).c_str(),
-                  100.0 * double(trained) / double(model->num_parameters() - trained));
+                  lora.targets.size(), format_count(trained).c_str(), 100.0 * double(trained) / double(model->num_parameters()),
+                  format_count(model->num_parameters()).c_str());
     }
     if (dist::size() > 1)
       std::printf("data parallel: %d ranks over %s, %lld sequences each; %s bytes of gradients all-reduced a step\n",
@@ -544,7 +548,8 @@ int main(int argc, char** argv) {
       double val_loss = NAN;
       if (eval_now) {
         model->eval();
-        EvalResult r = dist::is_root() ? evaluate_windows(*model, valid, s.batch_size, s.eval_windows, device, &byte_lengths)
+        // As many windows a pass as a training micro-batch holds sequences: what fits in memory.
+        EvalResult r = dist::is_root() ? evaluate_windows(*model, valid, s.batch_size / s.grad_accum_steps, s.eval_windows, device, &byte_lengths)
                                        : EvalResult{};
         dist::broadcast(&r.loss, sizeof r.loss);  // the other ranks wait for rank 0's measure
         model->train();

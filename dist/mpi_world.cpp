@@ -99,7 +99,9 @@ int finalize(int exit_code) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return exit_code;
-  if (exit_code != 0 && exit_code != 130 && g_size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  // 129, 130, 143: a stop by SIGHUP, SIGINT or SIGTERM that every rank made together after saving.
+  const bool shared_stop = exit_code == 129 || exit_code == 130 || exit_code == 143;
+  if (exit_code != 0 && !shared_stop && g_size > 1) MPI_Abort(MPI_COMM_WORLD, exit_code);
   try {
     nccl::finalize();  // every rank reaches here together (success or a shared stop)
   } catch (const std::exception& e) {

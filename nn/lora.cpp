@@ -58,6 +58,7 @@ NamedTensors add_lora(Module& root, const LoRAOptions& options, const Init& init
   if (!std::isfinite(options.alpha) || options.alpha <= 0)
     throw std::invalid_argument("add_lora: alpha must be a positive number");
   std::vector<Linear*> targets;
+  std::set<std::string> matched;
   for (auto& [name, m] : root.named_modules()) {
     auto* l = dynamic_cast<Linear*>(m);
     if (!l || is_lora_name(name + ".")) continue;
@@ -65,10 +66,16 @@ NamedTensors add_lora(Module& root, const LoRAOptions& options, const Init& init
       if (ends_with_target(name, t)) {
         if (l->lora_A) throw std::invalid_argument("add_lora: " + name + " already has an adapter");
         targets.push_back(l);
+        matched.insert(t);
         break;
       }
   }
-  if (targets.empty()) throw std::invalid_argument("add_lora: no Linear layer is named like " + join(options.targets));
+  // A target that names no layer is a typo or another model's name (SwiGLU's are w1, w2, w3).
+  std::vector<std::string> unmatched;
+  for (const auto& t : options.targets)
+    if (!matched.count(t)) unmatched.push_back(t);
+  if (!unmatched.empty())
+    throw std::invalid_argument("add_lora: no Linear layer is named like " + join(unmatched) + " (targets are layer names such as c_attn)");
   for (Linear* l : targets) {
     Init a_init = init;
     a_init.dtype = l->weight.dtype();

@@ -13,7 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
-bin="$repo/${MVGPT_BUILD_DIR:-build}/apps"
+build=${MVGPT_BUILD_DIR:-build}
+[[ "$build" = /* ]] || build="$repo/$build"
+bin="$build/apps"
 steps=${MVGPT_FINETUNE_STEPS:-60}
 text=${MVGPT_SHAKESPEARE:-$repo/../shared/data/tinyshakespeare/input.txt}
 cd "${MVGPT_EPISODE_DIR:-$repo}"

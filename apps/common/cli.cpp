@@ -58,9 +58,13 @@ void complete_schedule(PretrainSettings& s, int64_t steps) {
   // 5% of the schedule, but at least a few steps (a short run at full rate from step 0 diverges).
   if (s.warmup_steps < 0) s.warmup_steps = std::max(s.schedule_steps / 20, std::min<int64_t>(10, s.schedule_steps / 4));
   if (s.min_lr < 0) s.min_lr = s.lr / 10;
-  if (s.warmup_steps > s.schedule_steps)
-    throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
-                     std::to_string(s.schedule_steps) + " steps)");
+  if (s.warmup_steps > s.schedule_steps) {
+    // A schedule fitted to the clock starts from a placeholder span: it grows to the warm-up at least.
+    if (!s.fit_schedule)
+      throw UsageError("--warmup-steps " + std::to_string(s.warmup_steps) + " is longer than the schedule (" +
+                       std::to_string(s.schedule_steps) + " steps)");
+    s.schedule_steps = s.warmup_steps;
+  }
 }
 
 std::string settings_problem(const PretrainSettings& s) {

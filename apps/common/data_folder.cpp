@@ -10,6 +10,7 @@
 #include "apps/common/app.h"
 #include "util/atomic_file.h"
 #include "util/hash.h"
+#include "util/json.h"
 
 namespace mvgpt::apps {
 
@@ -62,7 +63,7 @@ void verify_prepared_file(const std::string& path) {
   if (!fs::is_regular_file(manifest, ec)) return;
   nlohmann::json entry;
   try {
-    const nlohmann::json j = nlohmann::json::parse(util::read_file(manifest.string()));
+    const nlohmann::json j = util::parse_json_strict(util::read_file(manifest.string()));
     const std::string name = fs::path(path).filename().string();
     if (!j.at("files").contains(name)) return;
     entry = j.at("files").at(name);
@@ -73,7 +74,9 @@ void verify_prepared_file(const std::string& path) {
   }
   const uint64_t bytes = fs::file_size(path, ec);
   std::string differs;
-  if (ec || bytes != entry.at("bytes").get<uint64_t>())
+  if (ec)
+    differs = "cannot read its size: " + ec.message();
+  else if (bytes != entry.at("bytes").get<uint64_t>())
     differs = format("%llu bytes where the manifest says %llu", (unsigned long long)bytes,
                      (unsigned long long)entry.at("bytes").get<uint64_t>());
   else if (util::to_hex(util::digest_file(path).xxh64) != entry.at("xxh64").get<std::string>())

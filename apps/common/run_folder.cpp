@@ -44,8 +44,18 @@ std::pair<std::string, std::string> leftover_of(const std::string& name) {
   return {"", ""};
 }
 
-bool is_ours(const std::string& name) {
-  return is_run_entry(name) || name == kMarker || name == kLock || name == kReplaced || !leftover_of(name).first.empty();
+// Names pretrain may have written: in a folder that is a run (marked, or an older run's checkpoint),
+// the run's entries too; elsewhere only its lock, so another tool's log.csv or tensorboard/ counts
+// as the user's.
+bool is_ours(const std::string& name, bool run_folder) {
+  if (name == kLock) return true;
+  return run_folder && (is_run_entry(name) || name == kMarker || name == kReplaced || !leftover_of(name).first.empty());
+}
+
+// A checkpoint folder pretrain wrote: config.json in it.
+bool is_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "config.json", ec);
 }
 
 // "last/ at step 12" from its state.json, for messages.
@@ -115,10 +125,13 @@ FolderLock::FolderLock(std::string lock_path, const std::string& what) : path_(s
     // The holder we waited for may have removed the file between our open and our lock: then we
     // hold a lock on a file nobody else will see, and must lock the one at the path instead.
     struct stat held {}, at_path {};
-    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &at_path) == 0 && held.st_ino == at_path.st_ino &&
-        held.st_dev == at_path.st_dev)
-      break;
-    ::close(fd_);
+    if (::fstat(fd_, &held) != 0 || (::stat(path_.c_str(), &at_path) != 0 && errno != ENOENT)) {
+      const int err = errno;
+      ::close(fd_);
+      throw AppError("cannot check the lock " + path_ + ": " + std::strerror(err));
+    }
+    if (::stat(path_.c_str(), &at_path) == 0 && held.st_ino == at_path.st_ino && held.st_dev == at_path.st_dev) break;
+    ::close(fd_);  // the file we locked was removed by its last holder: lock the one at the path
   }
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
@@ -152,6 +165,8 @@ RunFolder::~RunFolder() {
 }
 
 void RunFolder::recover() {
+  // Only in a run folder (marked, or an older run's): elsewhere a '.replaced' or 'last.tmp.1' is the user's.
+  if (!marked() && !holds_run()) return;
   const fs::path dir(dir_);
   std::error_code ec;
   if (fs::exists(dir / kReplaced, ec)) {
@@ -181,30 +196,38 @@ void RunFolder::recover() {
   }
 }
 
-bool RunFolder::holds_run() const {
+bool RunFolder::marked() const {
   std::error_code ec;
-  return fs::exists(fs::path(dir_) / "last", ec) || fs::exists(fs::path(dir_) / "best", ec);
+  return fs::is_regular_file(fs::path(dir_) / kMarker, ec);
+}
+
+bool RunFolder::holds_run() const {
+  const fs::path dir(dir_);
+  std::error_code ec;
+  // With the marker, whatever pretrain left is the run's; without it (a folder from before the
+  // marker), only real checkpoints count: a user's folder named best/ is not a run.
+  if (marked()) return fs::exists(dir / "last", ec) || fs::exists(dir / "best", ec);
+  return is_checkpoint(dir / "last") || is_checkpoint(dir / "best");
 }
 
 std::vector<std::string> RunFolder::foreign_entries() const {
+  const bool run = marked() || holds_run();
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (!is_ours(name)) names.push_back(name);
+    if (!is_ours(name, run)) names.push_back(name);
   }
   return names;
 }
 
 void RunFolder::check_fresh(bool overwrite) const {
   const fs::path dir(dir_);
-  std::error_code ec;
-  const bool marked = fs::exists(dir / kMarker, ec);
   if (holds_run()) {
     if (!overwrite)
       throw AppError(dir_ + " already holds a run (" + describe_run(dir) +
                      "); continue it with --resume, start over with --overwrite, or choose another --out");
-  } else if (!marked) {
+  } else if (!marked()) {
     const std::vector<std::string> foreign = foreign_entries();
     if (!foreign.empty())
       throw AppError(dir_ + " is not a run folder and holds other files (" + join_names(foreign) +
@@ -216,6 +239,8 @@ void RunFolder::start_fresh(bool overwrite) {
   check_fresh(overwrite);
   const fs::path dir(dir_);
   std::error_code ec;
+  // The marker first: a start killed while moving things aside leaves a folder recover() may work on.
+  write_marker();
   // Aside, not deleted: the old run goes only once the new one has a checkpoint (checkpoint_saved).
   fs::create_directories(dir / kReplaced);
   replacing_ = true;
@@ -225,7 +250,6 @@ void RunFolder::start_fresh(bool overwrite) {
     fs::remove(dir / kReplaced, ec);
     replacing_ = false;
   }
-  write_marker();
   started_ = true;
 }
 

@@ -57,8 +57,11 @@ class RunFolder {
   const std::string& dir() const { return dir_; }
   const std::vector<std::string>& notes() const { return notes_; }
 
-  // The folder holds a run (marker + run entries, or an older run's last/ or best/).
+  // The folder holds a run: marked and with last/ or best/, or (an older run) a last/ or best/
+  // checkpoint with its config.json.
   bool holds_run() const;
+  // pretrain's marker is there.
+  bool marked() const;
   // Names in the folder that pretrain did not write (empty for a run folder or a new one).
   std::vector<std::string> foreign_entries() const;
 

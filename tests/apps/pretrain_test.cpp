@@ -140,7 +140,9 @@ TEST_F(Pretrain, BadInputsFailWithOneLineAndChangeNothing) {
     expect_one_line_error(run_app("pretrain", "--resume --steps 9 --out checkpoints/tiny --device cuda", cwd), "pretrain",
                           "--device cpu");
   expect_one_line_error(run_app("pretrain", "--device tpu", cwd), "pretrain", "--device tpu", 2);
-  // The same command again resumes; another model in it does not.
+  // The same command again resumes; another model or context in it does not.
+  expect_one_line_error(run_app("pretrain", "--resume --block-size 8 --steps 9 --out checkpoints/tiny --device cpu", cwd),
+                        "pretrain", "--block-size 8 differs from the resumed run's (16)", 2);
   expect_one_line_error(run_app("pretrain", "--resume --preset series --steps 9 --out checkpoints/tiny --device cpu", cwd),
                         "pretrain", "--preset series describes another model than the resumed run's", 2);
   EXPECT_EQ(snapshot(run), before);

@@ -58,11 +58,21 @@ TEST_F(RunFolders, OutNeverNamesTheCurrentFolderOrOneAboveIt) {
     expect_one_line_error(run_app("pretrain", kTiny + "--data ../data --steps 2 --out " + std::string(out), dir / "sub"),
                           "pretrain", "name a folder of the run's own", 2);
   }
-  // A folder of the user's files is no run folder, with or without --overwrite (1).
-  for (const char* flags : {"", "--overwrite "}) {
-    expect_one_line_error(run_app("pretrain", kTiny + flags + "--steps 2 --out data", dir), "pretrain",
-                          "is not a run folder and holds other files");
-  }
+  // A folder of the user's files is no run folder, with or without --overwrite (1), even when its
+  // names are those pretrain writes (another tool's log.csv and tensorboard/, a folder called best/).
+  write_text(dir / "other" / "log.csv", "the user's\n");
+  write_text(dir / "other" / "tensorboard" / "events", "another tool's\n");
+  write_text(dir / "mine" / "best" / "notes.txt", "not a checkpoint\n");
+  const auto with_others = snapshot(dir);
+  for (const char* flags : {"", "--overwrite "})
+    for (const char* out : {"data", "other", "mine"}) {
+      SCOPED_TRACE(std::string(flags) + out);
+      expect_one_line_error(run_app("pretrain", kTiny + flags + "--steps 2 --out " + out, dir), "pretrain",
+                            "is not a run folder and holds other files");
+    }
+  EXPECT_EQ(snapshot(dir), with_others);
+  fs::remove_all(dir / "other");
+  fs::remove_all(dir / "mine");
   EXPECT_EQ(snapshot(dir), before);
 }
 

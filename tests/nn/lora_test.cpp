@@ -73,6 +73,7 @@ TEST(LoRA, OnlyTheAdaptersTrainAndTheyStartAsTheIdentity) {
   EXPECT_THROW(add_lora(m, {}), std::invalid_argument);  // already adapted
   Tiny other(DType::f32);
   EXPECT_THROW(add_lora(other, {.targets = {"nothing"}}), std::invalid_argument);
+  EXPECT_THROW(add_lora(other, {.targets = {"c_attn", "c_fcc"}}), std::invalid_argument);  // one typo is enough
   add_lora(other, {.targets = {"c_fc", "mlp.c_proj"}});  // the MLP's, not attention's c_proj
   EXPECT_TRUE(other.mlp->c_fc->lora_A && other.mlp->c_proj->lora_A);
   EXPECT_FALSE(other.c_proj->lora_A);
