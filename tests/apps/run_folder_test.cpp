@@ -146,12 +146,14 @@ struct KillOnExit {
 
 TEST_F(RunFolders, ARunFolderIsLockedWhileARunTrainsInIt) {
   const fs::path dir = scratch("locked");
-  // A leftover of a save killed in another PID namespace: pid 1 is alive here, but under the lock
-  // nobody can be saving into the folder, so it is removed.
+  // A leftover of a save killed in another PID namespace, in a run folder: pid 1 is alive here, but
+  // under the lock nobody can be saving into the folder, so it is removed.
+  ASSERT_EQ(run_app("pretrain", kTiny + "--steps 1 --eval-interval 1 --out run", dir).code, 0);
   fs::create_directories(dir / "run" / "last.tmp.1");
-  const pid_t pid = spawn_pretrain(kTiny + "--steps 100000 --eval-interval 5 --out run", dir, dir / "first.log");
+  const pid_t pid = spawn_pretrain(kTiny + "--steps 100000 --eval-interval 5 --overwrite --out run", dir, dir / "first.log");
   KillOnExit guard{pid};
-  ASSERT_TRUE(wait_for([&] { return fs::exists(dir / "run" / "last" / "state.json"); }, 120)) << slurp(dir / "first.log");
+  ASSERT_TRUE(wait_for([&] { return fs::exists(dir / "run" / "last" / "state.json") && state_step(dir / "run" / "last") >= 5; }, 120))
+      << slurp(dir / "first.log");
   EXPECT_FALSE(fs::exists(dir / "run" / "last.tmp.1"));
   EXPECT_NE(slurp(dir / "first.log").find("removed last.tmp.1"), std::string::npos) << slurp(dir / "first.log");
   // A second process is refused whatever it asks for, and changes nothing.
