@@ -5,7 +5,7 @@
 #   gnuplot -e "files='checkpoints/pretrain/log.csv checkpoints/pretrain-rope/log.csv'" \
 #           -e "titles='learned rotary'" -e "out='runs/training.png'" scripts/plot_training.gp
 #
-# titles defaults to the runs' folder names, out to runs/training.png.
+# titles defaults to the runs' folder names, out to runs/training.png; title is the picture's.
 if (!exists("files")) files = "checkpoints/pretrain/log.csv checkpoints/pretrain-rope/log.csv"
 if (!exists("out")) out = "runs/training.png"
 if (!exists("titles")) {
@@ -26,7 +26,8 @@ set grid
 set key top right
 set xlabel "step"
 set ylabel "loss (nats)"
-set multiplot layout 1,2 title "Pretraining, step for step (same seed, data, batches and learning rates)"
+if (!exists("title")) title = "Pretraining, step for step (same seed, data, batches and learning rates)"
+set multiplot layout 1,2 title title
 
 set title "training loss (thin: each step; thick: smoothed)"
 plot for [i=1:words(files)] word(files, i) using 1:2 with lines lw 0.6 lc i notitle, \
