@@ -55,33 +55,27 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace mvgpt::apps {
-// The settings that define a run, as state.json keeps them (--resume reads them back). A missing key
-// is an error, except those added since runs were first saved, which take their old meaning.
+// The settings that define a run, as state.json keeps them (--resume reads them back). One list of
+// the keys every state.json has (a missing one is an error); the keys added since runs were first
+// saved are optional and take their old meaning.
+#define MVGPT_PRETRAIN_SETTINGS(X)                                                                            \
+  X(batch_size) X(lr) X(min_lr) X(warmup_steps) X(schedule_steps) X(weight_decay) X(grad_clip) X(beta1) X(beta2) \
+  X(seed) X(eval_interval) X(eval_windows)
 void to_json(json& j, const PretrainSettings& s) {
-  j = {{"batch_size", s.batch_size},       {"lr", s.lr},
-       {"min_lr", s.min_lr},               {"warmup_steps", s.warmup_steps},
-       {"schedule_steps", s.schedule_steps}, {"weight_decay", s.weight_decay},
-       {"grad_clip", s.grad_clip},         {"beta1", s.beta1},
-       {"beta2", s.beta2},                 {"seed", s.seed},
-       {"eval_interval", s.eval_interval}, {"eval_windows", s.eval_windows},
-       {"grad_accum_steps", s.grad_accum_steps}, {"fit_schedule", s.fit_schedule}};
+#define MVGPT_PUT(field) j[#field] = s.field;
+  MVGPT_PRETRAIN_SETTINGS(MVGPT_PUT)
+#undef MVGPT_PUT
+  j["grad_accum_steps"] = s.grad_accum_steps;
+  j["fit_schedule"] = s.fit_schedule;
 }
 void from_json(const json& j, PretrainSettings& s) {
-  j.at("batch_size").get_to(s.batch_size);
-  j.at("lr").get_to(s.lr);
-  j.at("min_lr").get_to(s.min_lr);
-  j.at("warmup_steps").get_to(s.warmup_steps);
-  j.at("schedule_steps").get_to(s.schedule_steps);
-  j.at("weight_decay").get_to(s.weight_decay);
-  j.at("grad_clip").get_to(s.grad_clip);
-  j.at("beta1").get_to(s.beta1);
-  j.at("beta2").get_to(s.beta2);
-  j.at("seed").get_to(s.seed);
-  j.at("eval_interval").get_to(s.eval_interval);
-  j.at("eval_windows").get_to(s.eval_windows);
+#define MVGPT_GET(field) j.at(#field).get_to(s.field);
+  MVGPT_PRETRAIN_SETTINGS(MVGPT_GET)
+#undef MVGPT_GET
   s.grad_accum_steps = j.value("grad_accum_steps", int64_t(1));
   s.fit_schedule = j.value("fit_schedule", false);
 }
+#undef MVGPT_PRETRAIN_SETTINGS
 }  // namespace mvgpt::apps
 using namespace mvgpt;
 using namespace mvgpt::apps;

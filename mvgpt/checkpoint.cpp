@@ -22,14 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void fsync_dir(const fs::path& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 // Puts the finished folder `tmp` where `dir` is, in one step when the filesystem can exchange two
 // names; otherwise with two renames (a crash between them leaves "<dir>.old.<pid>" to recover from).
 void swap_into_place(const fs::path& tmp, const fs::path& dir) {
@@ -43,7 +35,7 @@ void swap_into_place(const fs::path& tmp, const fs::path& dir) {
     fs::rename(tmp, dir);
     fs::remove_all(old);
   }
-  fsync_dir(dir.parent_path());
+  util::fsync_dir(dir.parent_path().string());
 }
 
 std::string require_file(const fs::path& dir, const char* name) {

@@ -42,9 +42,11 @@ void AtomicFileWriter::commit() {
   file_ = nullptr;
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_);
   committed_ = true;
-  // Make the rename itself durable.
-  std::string dir = std::filesystem::path(path_).parent_path().string();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  fsync_dir(std::filesystem::path(path_).parent_path().string());  // the rename itself, durable
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);

@@ -30,6 +30,9 @@ class AtomicFileWriter {
 };
 
 void write_file_atomic(const std::string& path, std::string_view contents);
+// Makes renames inside `dir` ("" for the current folder) durable: fsync of the folder itself.
+// Best effort: a filesystem that cannot open folders is left as it is.
+void fsync_dir(const std::string& dir);
 // The whole file; throws std::runtime_error naming the path when it cannot be read.
 std::string read_file(const std::string& path);
 

@@ -1,6 +1,5 @@
 #include "apps/common/data_folder.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -51,10 +50,7 @@ void PreparedFolderWriter::commit(const std::vector<std::string>& names) {
   util::write_file_atomic((fs::path(dir_) / kManifest).string(),
                           nlohmann::json{{"app", "prepare"}, {"files", files}}.dump(2) + "\n");
   for (const std::string& name : names) fs::rename(staged(name), fs::path(dir_) / name);
-  if (const int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {  // the renames, durable
-    ::fsync(fd);
-    ::close(fd);
-  }
+  util::fsync_dir(dir_);  // the renames, durable
 }
 
 void verify_prepared_file(const std::string& path) {
