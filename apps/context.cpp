@@ -17,7 +17,7 @@
 #include "apps/common/context_methods.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/plot.h"
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace fs = std::filesystem;
 using namespace mvgpt;

@@ -12,8 +12,8 @@
 #include "apps/common/app.h"
 #include "apps/common/cli.h"
 #include "apps/common/checkpoints.h"
-#include "mvgpt/generate.h"
-#include "util/atomic_file.h"
+#include <mvgpt/gpt/generate.h>
+#include <mvgpt/util/atomic_file.h>
 
 using namespace mvgpt;
 using namespace mvgpt::apps;

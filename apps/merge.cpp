@@ -8,9 +8,9 @@
 #include "apps/common/checkpoints.h"
 #include "apps/common/cli.h"
 #include "apps/common/run_folder.h"
-#include "mvgpt/checkpoint.h"
-#include "nn/lora.h"
-#include "util/atomic_file.h"
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/nn/lora.h>
+#include <mvgpt/util/atomic_file.h>
 
 namespace fs = std::filesystem;
 using namespace mvgpt;

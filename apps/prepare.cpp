@@ -11,9 +11,9 @@
 #include "apps/common/app.h"
 #include "apps/common/cli.h"
 #include "apps/common/data_folder.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
-#include "util/atomic_file.h"
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
+#include <mvgpt/util/atomic_file.h>
 
 namespace fs = std::filesystem;
 using namespace mvgpt;

@@ -36,20 +36,20 @@
 #include "apps/common/run_folder.h"
 #include "apps/common/schedule_fit.h"
 #include "apps/common/tensorboard.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "backends/cpu/openblas_core.h"
-#include "dist/data_parallel.h"
-#include "dist/world.h"
-#include "mvgpt/batches.h"
-#include "mvgpt/checkpoint.h"
-#include "mvgpt/model.h"
-#include "nn/lora.h"
-#include "nn/lr_schedule.h"
-#include "nn/optim.h"
-#include "tensor/generator.h"
-#include "util/atomic_file.h"
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/cpu/openblas_core.h>
+#include <mvgpt/dist/data_parallel.h>
+#include <mvgpt/dist/world.h>
+#include <mvgpt/gpt/batches.h>
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/lora.h>
+#include <mvgpt/nn/lr_schedule.h>
+#include <mvgpt/nn/optim.h>
+#include <mvgpt/tensor/generator.h>
+#include <mvgpt/util/atomic_file.h>
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -4,7 +4,7 @@
 // per backward node. PyTorch's numbers for the same chain: bench/torch_autograd_overhead.py.
 #include <benchmark/benchmark.h>
 
-#include "autograd/ops.h"
+#include <mvgpt/autograd/ops.h>
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "backends/backend.h"
+#include <mvgpt/backends/backend.h>
 
 namespace {
 

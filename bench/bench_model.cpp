@@ -3,10 +3,10 @@
 // methods of the context app (sliding cache, re-running the window, all of a long context at once).
 #include <benchmark/benchmark.h>
 
-#include "autograd/ops.h"
-#include "mvgpt/kv_cache.h"
-#include "mvgpt/model.h"
-#include "nn/optim.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/kv_cache.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/optim.h>
 
 namespace mvgpt::gpt {
 namespace {

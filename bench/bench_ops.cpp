@@ -2,7 +2,7 @@
 // GEMMs report GFLOP/s; memory-bound ops report GB/s of tensor bytes read and written.
 #include <benchmark/benchmark.h>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 
 namespace mvgpt {
 namespace {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "mvgpt/tokenizer.h"
-#include "util/atomic_file.h"
+#include <mvgpt/text/tokenizer.h>
+#include <mvgpt/util/atomic_file.h>
 
 namespace {
 

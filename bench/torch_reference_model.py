@@ -8,7 +8,7 @@ Cases (one per run, so that bench/compare can alternate them with mvgpt's):
 Prints one JSON object per run on stdout: the mean over the timed runs (as Google Benchmark reports)
 and the fastest. fp32, --threads threads (default 2). Nothing here is needed by the tests.
 
-The model is the one of mvgpt/model.cpp (GPTConfig defaults): 6 blocks of width 384, 6 heads of 64,
+The model is the one of mvgpt/gpt/model.cpp (GPTConfig defaults): 6 blocks of width 384, 6 heads of 64,
 context 256, vocab 10,000, pre-norm LayerNorm with bias, tanh-GELU MLP of 1536, learned positions
 or split-half rotary embeddings (base 10,000), head tied to the token embedding. Attention is
 written out (q k^T, causal mask, softmax, @ v): torch 1.13 has no fused scaled_dot_product_attention.

@@ -1,16 +1,21 @@
 # Install the modules as an exported package: find_package(mvgpt) gives mvgpt::tensor ... mvgpt::model
 # and mvgpt::dist.
 include(CMakePackageConfigHelpers)
+# mvgpt::mvgpt: every module the umbrella header <mvgpt/mvgpt.h> includes.
+add_library(mvgpt_mvgpt INTERFACE)
+add_library(mvgpt::mvgpt ALIAS mvgpt_mvgpt)
+set_target_properties(mvgpt_mvgpt PROPERTIES EXPORT_NAME mvgpt)
+target_link_libraries(mvgpt_mvgpt INTERFACE mvgpt::model)
 get_property(modules GLOBAL PROPERTY MVGPT_MODULES)
+list(APPEND modules mvgpt_mvgpt)
 install(TARGETS ${modules} EXPORT mvgptTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir util tensor backends autograd nn mvgpt dist)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt/${dir}
-    FILES_MATCHING PATTERN "*.h"
-    PATTERN "op_impl.h" EXCLUDE)  # autograd's internal prelude for its op files, not an API
-endforeach()
+# The headers keep their repository paths: <mvgpt/tensor/tensor.h>, and the umbrella <mvgpt/mvgpt.h>.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt
+  FILES_MATCHING PATTERN "*.h"
+  PATTERN "op_impl.h" EXCLUDE)  # autograd's internal prelude for its op files, not an API
 install(EXPORT mvgptTargets NAMESPACE mvgpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mvgptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mvgptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)

@@ -1,5 +1,5 @@
-# mvgpt_add_module(name SOURCES ... DEPS ...): one library per layer, headers addressed from the
-# repository root ("tensor/tensor.h"), installed under include/mvgpt/<module>/.
+# mvgpt_add_module(name SOURCES ... DEPS ...): one library per layer, headers addressed as
+# <mvgpt/<module>/...> from the repository root and from the installed include/ alike.
 function(mvgpt_add_module name)
   cmake_parse_arguments(M "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(mvgpt_${name} ${M_SOURCES})
@@ -7,7 +7,7 @@ function(mvgpt_add_module name)
   set_target_properties(mvgpt_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(mvgpt_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/mvgpt>)
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(mvgpt_${name} PUBLIC ${M_PUBLIC_DEPS} PRIVATE ${M_PRIVATE_DEPS})
   mvgpt_warnings(mvgpt_${name})
   set_property(GLOBAL APPEND PROPERTY MVGPT_MODULES mvgpt_${name})

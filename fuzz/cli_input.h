@@ -19,7 +19,7 @@
 
 #include "apps/common/app.h"
 #include "apps/common/cli.h"
-#include "tensor/device.h"
+#include <mvgpt/tensor/device.h>
 
 namespace mvgpt::fuzz {
 

@@ -2,7 +2,7 @@
 #include <exception>
 #include <string>
 
-#include "mvgpt/config.h"
+#include <mvgpt/gpt/config.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

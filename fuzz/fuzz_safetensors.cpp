@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_input_file.h"
-#include "nn/safetensors.h"
+#include <mvgpt/nn/safetensors.h>
 
 using namespace mvgpt;
 

@@ -3,7 +3,7 @@
 #include <exception>
 
 #include "fuzz/fuzz_input_file.h"
-#include "mvgpt/token_file.h"
+#include <mvgpt/text/token_file.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = mvgpt::fuzz::write_input(data, size, ".bin");

@@ -3,7 +3,7 @@
 #include <exception>
 #include <string>
 
-#include "mvgpt/tokenizer.h"
+#include <mvgpt/text/tokenizer.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

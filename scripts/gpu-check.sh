@@ -148,7 +148,7 @@ launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 built=1
 run configure 180 cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DMVGPT_CUDA=ON -DMVGPT_CUDA_WERROR=ON -DMVGPT_BUILD_BENCH=OFF -DMVGPT_BUILD_EXAMPLES=OFF || built=0
+  -DMVGPT_CUDA=ON -DMVGPT_CUDA_WERROR=ON -DMVGPT_BUILD_BENCH=OFF || built=0
 
 if [ $built = 1 ]; then
   step "build"

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "gpt")
 
-# The three variants; fields not given keep GPTConfig's defaults (mvgpt/config.h).
+# The three variants; fields not given keep GPTConfig's defaults (mvgpt/gpt/config.h).
 VARIANTS = {
     "learned": dict(vocab_size=67, block_size=16, n_layer=2, n_head=4, n_embd=24, rope=False),
     "rope": dict(vocab_size=67, block_size=16, n_layer=2, n_head=2, n_embd=24, rope=True, rope_base=10000.0),

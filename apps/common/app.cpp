@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "apps/common/cli.h"
-#include "backends/backend.h"
-#include "backends/cpu/openblas_core.h"
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/openblas_core.h>
 
 namespace mvgpt::apps {
 

@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tensor/device.h"
+#include <mvgpt/tensor/device.h>
 
 namespace mvgpt::apps {
 

@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "apps/common/app.h"
-#include "nn/lora.h"
+#include <mvgpt/nn/lora.h>
 
 namespace mvgpt::apps {
 

@@ -3,9 +3,9 @@
 // a token file and a tokenizer belong together (each failure says what to do).
 #include <string>
 
-#include "mvgpt/checkpoint.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::apps {
 

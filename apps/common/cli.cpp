@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "apps/common/app.h"
-#include "mvgpt/config.h"
-#include "tensor/device.h"
+#include <mvgpt/gpt/config.h>
+#include <mvgpt/tensor/device.h>
 
 namespace mvgpt::apps {
 

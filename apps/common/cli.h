@@ -16,7 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "nn/lora.h"
+#include <mvgpt/nn/lora.h>
 
 namespace mvgpt::apps {
 

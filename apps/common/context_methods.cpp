@@ -3,9 +3,9 @@
 #include <stdexcept>
 
 #include "apps/common/app.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "mvgpt/kv_cache.h"
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/kv_cache.h>
 
 namespace mvgpt::apps {
 

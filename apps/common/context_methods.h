@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "mvgpt/model.h"
+#include <mvgpt/gpt/model.h>
 
 namespace mvgpt::apps {
 

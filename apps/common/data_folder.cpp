@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/app.h"
-#include "util/atomic_file.h"
-#include "util/hash.h"
-#include "util/json.h"
+#include <mvgpt/util/atomic_file.h>
+#include <mvgpt/util/hash.h>
+#include <mvgpt/util/json.h>
 
 namespace mvgpt::apps {
 

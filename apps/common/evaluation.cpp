@@ -6,9 +6,9 @@
 
 #include "apps/common/app.h"
 #include "apps/common/data_folder.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "mvgpt/batches.h"
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/batches.h>
 
 namespace mvgpt::apps {
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "mvgpt/model.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::apps {
 

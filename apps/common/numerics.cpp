@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "autograd/grad_mode.h"
-#include "backends/ops.h"
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/backends/ops.h>
 
 namespace mvgpt::apps {
 

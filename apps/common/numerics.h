@@ -2,7 +2,7 @@
 // Numerical guards of a training step: where a NaN or an infinity first showed.
 #include <string>
 
-#include "nn/module.h"
+#include <mvgpt/nn/module.h>
 
 namespace mvgpt::apps {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::apps {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "apps/common/app.h"
-#include "backends/cuda/cuda_backend.h"
+#include <mvgpt/backends/cuda/cuda_backend.h>
 
 namespace mvgpt::apps {
 

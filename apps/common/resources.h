@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "mvgpt/config.h"
-#include "tensor/device.h"
+#include <mvgpt/gpt/config.h>
+#include <mvgpt/tensor/device.h>
 
 namespace mvgpt::apps {
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/app.h"
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::apps {
 

@@ -2,8 +2,8 @@
 // over the ranks under it (`mpirun -np 2 consumer_dist`).
 #include <cstdio>
 
-#include "dist/data_parallel.h"
-#include "dist/world.h"
+#include <mvgpt/dist/data_parallel.h>
+#include <mvgpt/dist/world.h>
 
 int main() {
   using namespace mvgpt;

@@ -1,7 +1,7 @@
 // The smallest useful program against the installed mvgpt package: a matrix product on the CPU.
 #include <cstdio>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 
 int main() {
   using namespace mvgpt;

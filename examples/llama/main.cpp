@@ -7,16 +7,16 @@
 #include <random>
 #include <vector>
 
-#include "autograd/engine.h"
-#include "autograd/ops.h"
-#include "nn/attention.h"
-#include "nn/embedding.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
-#include "nn/module.h"
-#include "nn/optim.h"
-#include "nn/rms_norm.h"
-#include "tensor/generator.h"
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/attention.h>
+#include <mvgpt/nn/embedding.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/mlp.h>
+#include <mvgpt/nn/module.h>
+#include <mvgpt/nn/optim.h>
+#include <mvgpt/nn/rms_norm.h>
+#include <mvgpt/tensor/generator.h>
 
 using namespace mvgpt;
 

@@ -7,13 +7,13 @@
 #include <random>
 #include <vector>
 
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/ops.h"
-#include "nn/linear.h"
-#include "nn/module.h"
-#include "nn/optim.h"
-#include "tensor/generator.h"
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/module.h>
+#include <mvgpt/nn/optim.h>
+#include <mvgpt/tensor/generator.h>
 
 using namespace mvgpt;
 

@@ -12,7 +12,7 @@
 #include "apps/common/checkpoints.h"
 #include "apps/common/context_methods.h"
 #include "apps/common/csv_log.h"
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::apps {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/backend.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::apps::testing {
 namespace {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app_runner.h"
-#include "nn/safetensors.h"
+#include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::apps::testing {
 namespace {

@@ -8,11 +8,11 @@
 #include <cmath>
 
 #include "app_runner.h"
-#include "backends/ops.h"
-#include "mvgpt/checkpoint.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
-#include "nn/safetensors.h"
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
+#include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::apps::testing {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/backend.h"
+#include <mvgpt/backends/backend.h>
 
 namespace mvgpt::apps::testing {
 namespace {

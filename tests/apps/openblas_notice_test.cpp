@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "backends/cpu/openblas_core.h"
-#include "mvgpt/token_file.h"
+#include <mvgpt/backends/cpu/openblas_core.h>
+#include <mvgpt/text/token_file.h>
 
 namespace mvgpt::apps::testing {
 namespace {

@@ -2,8 +2,8 @@
 #include "app_runner.h"
 
 #include "apps/common/checkpoints.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::apps::testing {
 namespace {

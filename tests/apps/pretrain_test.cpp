@@ -7,8 +7,8 @@
 #include "app_runner.h"
 
 #include "apps/common/tensorboard.h"
-#include "backends/backend.h"
-#include "mvgpt/checkpoint.h"
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/gpt/checkpoint.h>
 
 namespace mvgpt::apps::testing {
 namespace {

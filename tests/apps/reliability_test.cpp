@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app_runner.h"
-#include "mvgpt/checkpoint.h"
+#include <mvgpt/gpt/checkpoint.h>
 
 namespace mvgpt::apps::testing {
 namespace {

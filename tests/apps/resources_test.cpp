@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "apps/common/resources.h"
-#include "backends/backend.h"
+#include <mvgpt/backends/backend.h>
 
 namespace mvgpt::apps {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
+#include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/autograd/ops.h>
 
 namespace mvgpt {
 namespace {

@@ -3,9 +3,9 @@
 
 #include <cmath>
 
-#include "autograd/function.h"
-#include "autograd/ops.h"
-#include "tensor/allocator.h"
+#include <mvgpt/autograd/function.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/tensor/allocator.h>
 
 namespace mvgpt {
 namespace {

@@ -1,9 +1,9 @@
 // The harness itself: it must catch wrong gradients and report where.
 #include <gtest/gtest.h>
 
-#include "autograd/function.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
+#include <mvgpt/autograd/function.h>
+#include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/autograd/ops.h>
 
 namespace mvgpt {
 namespace {

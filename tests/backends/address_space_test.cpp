@@ -1,5 +1,5 @@
 // The decision that keeps OpenBLAS's per-thread buffers inside an address-space limit (ulimit -v).
-#include "backends/cpu/address_space.h"
+#include <mvgpt/backends/cpu/address_space.h>
 
 #include <gtest/gtest.h>
 

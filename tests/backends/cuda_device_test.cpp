@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_backend.h"
-#include "backends/deferred_checks.h"
-#include "backends/ops.h"
-#include "backends/ops_test_util.h"
+#include <mvgpt/backends/cuda/cuda_backend.h>
+#include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/ops_test_util.h>
 
 namespace mvgpt {
 namespace {

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/cuda/strided_indexer.h"
-#include "backends/elementwise_math.h"
-#include "backends/ops.h"
-#include "backends/ops_test_util.h"
+#include <mvgpt/backends/cuda/strided_indexer.h>
+#include <mvgpt/backends/elementwise_math.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/ops_test_util.h>
 
 namespace mvgpt {
 namespace {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/cuda_backend.h"
-#include "backends/ops.h"
-#include "backends/ops_test_util.h"
+#include <mvgpt/backends/cuda/cuda_backend.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/ops_test_util.h>
 
 namespace mvgpt {
 namespace {
@@ -564,7 +564,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, OpOnDevice,
 // ---- device coverage: NOTE [ Device coverage ] ----
 
 std::string read_backend_header() {
-  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/backends/backend.h");
+  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/mvgpt/backends/backend.h");
   EXPECT_TRUE(in.good()) << "cannot read backends/backend.h";
   std::ostringstream s;
   s << in.rdbuf();

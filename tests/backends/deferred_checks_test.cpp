@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/deferred_checks.h"
-#include "backends/ops.h"
+#include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/ops.h>
 
 namespace mvgpt::ops {
 namespace {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/backend.h"
-#include "backends/cpu/fused_common.h"
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/fused_common.h>
 #include "fused_test_util.h"
 
 namespace mvgpt {

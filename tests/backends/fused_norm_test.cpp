@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "backends/backend.h"
+#include <mvgpt/backends/backend.h>
 #include "fused_test_util.h"
 
 namespace mvgpt {

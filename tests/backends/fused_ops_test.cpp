@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "fused_test_util.h"
 
 namespace mvgpt {

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/ops.h"
-#include "backends/reference.h"
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/reference.h>
 #include "fused_test_util.h"
 
 namespace mvgpt {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/backend.h"
+#include <mvgpt/backends/backend.h>
 #include "fused_test_util.h"
 
 namespace mvgpt {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt::fused_test {
 

@@ -3,12 +3,12 @@
 // plans end to end; these checks pin what the CUDA backend (not runnable here) relies on too.
 #include <gtest/gtest.h>
 
-#include "backends/index_plan.h"
-#include "backends/matmul_plan.h"
-#include "backends/merged_dims.h"
-#include "backends/reduce_plan.h"
-#include "tensor/allocator.h"
-#include "tensor/tensor.h"
+#include <mvgpt/backends/index_plan.h>
+#include <mvgpt/backends/matmul_plan.h>
+#include <mvgpt/backends/merged_dims.h>
+#include <mvgpt/backends/reduce_plan.h>
+#include <mvgpt/tensor/allocator.h>
+#include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
 namespace {

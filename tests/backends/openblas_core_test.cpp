@@ -1,6 +1,6 @@
 // The OpenBLAS core check: the pure decision on made-up CPUs, and end to end in a child process that
 // starts with a forced bad core (OPENBLAS_CORETYPE=PRESCOTT) and must end on the right one.
-#include "backends/cpu/openblas_core.h"
+#include <mvgpt/backends/cpu/openblas_core.h>
 
 #include <gtest/gtest.h>
 #include <spawn.h>

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
-#include "tensor/philox.h"
+#include <mvgpt/tensor/philox.h>
 
 namespace mvgpt {
 namespace {

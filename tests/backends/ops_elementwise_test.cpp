@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
 
 namespace mvgpt {

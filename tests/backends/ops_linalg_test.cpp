@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
 
 namespace mvgpt {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
 
 namespace mvgpt {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 
 namespace mvgpt::testing {
 

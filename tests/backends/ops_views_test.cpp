@@ -1,7 +1,7 @@
 // Views share storage; reshape copies only when it must.
 #include <gtest/gtest.h>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
 
 namespace mvgpt {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/ops.h"
+#include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
 
 namespace mvgpt {

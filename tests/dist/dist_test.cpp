@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "apps/app_runner.h"
-#include "backends/cuda/cuda_backend.h"
-#include "backends/ops.h"
-#include "dist/data_parallel.h"
-#include "dist/world.h"
-#include "nn/safetensors.h"
+#include <mvgpt/backends/cuda/cuda_backend.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/dist/data_parallel.h>
+#include <mvgpt/dist/world.h>
+#include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::apps::testing {
 namespace {

@@ -4,11 +4,11 @@
 
 #include <stdexcept>
 
-#include "autograd/ops.h"
-#include "backends/ops.h"
-#include "dist/data_parallel.h"
-#include "dist/world.h"
-#include "tensor/generator.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/dist/data_parallel.h>
+#include <mvgpt/dist/world.h>
+#include <mvgpt/tensor/generator.h>
 
 namespace mvgpt {
 namespace {

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <set>
 
-#include "autograd/ops.h"
-#include "mvgpt/checkpoint.h"
-#include "nn/safetensors.h"
-#include "nn/temp_dir.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/nn/safetensors.h>
+#include <mvgpt/nn/temp_dir.h>
 
 namespace mvgpt::gpt {
 namespace {

@@ -2,9 +2,9 @@
 // training mode only, with masks from the default generator.
 #include <gtest/gtest.h>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "mvgpt/model.h"
+#include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/model.h>
 
 namespace mvgpt::gpt {
 namespace {

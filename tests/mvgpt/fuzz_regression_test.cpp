@@ -9,10 +9,10 @@
 
 #include <gtest/gtest.h>
 
-#include "mvgpt/config.h"
-#include "mvgpt/token_file.h"
-#include "mvgpt/tokenizer.h"
-#include "nn/safetensors.h"
+#include <mvgpt/gpt/config.h>
+#include <mvgpt/text/token_file.h>
+#include <mvgpt/text/tokenizer.h>
+#include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt {
 namespace {

@@ -8,8 +8,8 @@
 #include <numeric>
 #include <set>
 
-#include "autograd/ops.h"
-#include "mvgpt/generate.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/generate.h>
 
 namespace mvgpt::gpt {
 namespace {

@@ -16,11 +16,11 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/ops.h"
-#include "mvgpt/checkpoint.h"
-#include "mvgpt/generate.h"
-#include "mvgpt/model.h"
-#include "nn/safetensors.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/generate.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::gpt {
 namespace {

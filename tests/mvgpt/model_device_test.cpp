@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "autograd/ops.h"
-#include "backends/deferred_checks.h"
-#include "mvgpt/generate.h"
-#include "mvgpt/kv_cache.h"
-#include "mvgpt/model.h"
-#include "nn/optim.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/gpt/generate.h>
+#include <mvgpt/gpt/kv_cache.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/optim.h>
 
 namespace mvgpt {
 

@@ -1,15 +1,15 @@
 // CausalSelfAttention against a naive double-precision implementation, fused vs unfused, gradients,
 // and the KV cache (token by token equals full attention; sliding keeps the last n).
-#include "nn/attention.h"
+#include <mvgpt/nn/attention.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "nn/kv_cache.h"
-#include "nn/test_util.h"
+#include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/kv_cache.h>
+#include <mvgpt/nn/test_util.h>
 
 namespace mvgpt::nn {
 namespace {

@@ -5,15 +5,15 @@
 #include <cmath>
 #include <numbers>
 
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "nn/dropout.h"
-#include "nn/embedding.h"
-#include "nn/layer_norm.h"
-#include "nn/linear.h"
-#include "nn/mlp.h"
-#include "nn/rms_norm.h"
-#include "nn/test_util.h"
+#include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/dropout.h>
+#include <mvgpt/nn/embedding.h>
+#include <mvgpt/nn/layer_norm.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/mlp.h>
+#include <mvgpt/nn/rms_norm.h>
+#include <mvgpt/nn/test_util.h>
 
 namespace mvgpt::nn {
 namespace {

@@ -4,14 +4,14 @@
 
 #include <cmath>
 
-#include "autograd/engine.h"
-#include "autograd/gradcheck.h"
-#include "autograd/ops.h"
-#include "nn/lora.h"
-#include "nn/mlp.h"
-#include "nn/test_util.h"
-#include "nn/temp_dir.h"
-#include "tensor/generator.h"
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/lora.h>
+#include <mvgpt/nn/mlp.h>
+#include <mvgpt/nn/test_util.h>
+#include <mvgpt/nn/temp_dir.h>
+#include <mvgpt/tensor/generator.h>
 
 namespace mvgpt::nn {
 namespace {

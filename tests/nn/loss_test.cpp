@@ -1,10 +1,10 @@
-#include "nn/loss.h"
+#include <mvgpt/nn/loss.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "nn/test_util.h"
+#include <mvgpt/nn/test_util.h>
 
 namespace mvgpt::nn {
 namespace {

@@ -1,13 +1,13 @@
-#include "nn/module.h"
+#include <mvgpt/nn/module.h>
 
 #include <gtest/gtest.h>
 
-#include "autograd/ops.h"
-#include "nn/embedding.h"
-#include "nn/layer_norm.h"
-#include "nn/linear.h"
-#include "nn/safetensors.h"
-#include "nn/temp_dir.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/embedding.h>
+#include <mvgpt/nn/layer_norm.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/safetensors.h>
+#include <mvgpt/nn/temp_dir.h>
 
 namespace mvgpt::nn {
 namespace {

@@ -1,15 +1,15 @@
-#include "nn/optim.h"
+#include <mvgpt/nn/optim.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "autograd/ops.h"
-#include "nn/linear.h"
-#include "nn/lr_schedule.h"
-#include "nn/safetensors.h"
-#include "nn/temp_dir.h"
-#include "nn/test_util.h"
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/lr_schedule.h>
+#include <mvgpt/nn/safetensors.h>
+#include <mvgpt/nn/temp_dir.h>
+#include <mvgpt/nn/test_util.h>
 
 namespace mvgpt::nn {
 namespace {

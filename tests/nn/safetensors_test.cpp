@@ -1,12 +1,12 @@
-#include "nn/safetensors.h"
+#include <mvgpt/nn/safetensors.h>
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 
-#include "nn/temp_dir.h"
-#include "tensor/allocator.h"
+#include <mvgpt/nn/temp_dir.h>
+#include <mvgpt/tensor/allocator.h>
 
 namespace mvgpt {
 namespace {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/ops.h"
-#include "tensor/tensor.h"
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt::testing {
 

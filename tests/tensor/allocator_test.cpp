@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "tensor/allocator.h"
-#include "tensor/tensor.h"
+#include <mvgpt/tensor/allocator.h>
+#include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
 namespace {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/dtype.h"
-#include "tensor/philox.h"
-#include "tensor/tensor.h"
+#include <mvgpt/tensor/dtype.h>
+#include <mvgpt/tensor/philox.h>
+#include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "tensor/shape.h"
+#include <mvgpt/tensor/shape.h>
 
 namespace mvgpt {
 namespace {

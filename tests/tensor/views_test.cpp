@@ -1,8 +1,8 @@
 // Views are layouts on shared storage: writes through one are seen through the others.
 #include <gtest/gtest.h>
 
-#include "tensor/tensor.h"
-#include "tensor/views.h"
+#include <mvgpt/tensor/tensor.h>
+#include <mvgpt/tensor/views.h>
 
 namespace mvgpt {
 namespace {

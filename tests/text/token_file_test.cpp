@@ -1,4 +1,4 @@
-#include "mvgpt/token_file.h"
+#include <mvgpt/text/token_file.h>
 
 #include <array>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "text/text_test_util.h"
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::text {
 namespace {

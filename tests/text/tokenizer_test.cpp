@@ -1,4 +1,4 @@
-#include "mvgpt/tokenizer.h"
+#include <mvgpt/text/tokenizer.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "text/text_test_util.h"
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::text {
 namespace {

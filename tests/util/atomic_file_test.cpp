@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "util/atomic_file.h"
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::util {
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <string>
 
-#include "util/hash.h"
-#include "util/json.h"
+#include <mvgpt/util/hash.h>
+#include <mvgpt/util/json.h>
 
 namespace mvgpt::util {
 namespace {

@@ -19,14 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "autograd/engine.h"
-#include "autograd/ops.h"
-#include "backends/ops.h"
-#include "dist/data_parallel.h"
-#include "dist/world.h"
-#include "nn/dropout.h"
-#include "nn/linear.h"
-#include "nn/optim.h"
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/dist/data_parallel.h>
+#include <mvgpt/dist/world.h>
+#include <mvgpt/nn/dropout.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/optim.h>
 
 using namespace mvgpt;
 

@@ -1,0 +1,156 @@
+#include <mvgpt/autograd/engine.h>
+
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/backends/ops.h>
+
+namespace mvgpt::autograd {
+
+namespace {
+
+// The gradient backward starts from: the given one (checked), or 1 for a one-element root.
+Tensor root_gradient(const Tensor& root, const Tensor& grad, const char* caller) {
+  if (!grad.defined()) {
+    if (root.numel() != 1)
+      throw std::invalid_argument(std::string(caller) + ": the root has shape " + to_string(root.shape()) +
+                                  "; only a one-element root gets an implicit gradient of 1, pass a gradient "
+                                  "of the root's shape");
+    return ops::ones(root.shape(), root.dtype(), root.device());
+  }
+  if (!(grad.shape() == root.shape()) || grad.dtype() != root.dtype() || !(grad.device() == root.device()))
+    throw std::invalid_argument(std::string(caller) + ": the gradient is " + grad.describe() + ", the root is " +
+                                root.describe() + "; they must match");
+  // A handle of our own, so that the caller's tensor can never become a leaf's .grad.
+  return grad.as_strided(grad.shape(), grad.strides(), grad.offset());
+}
+
+[[noreturn]] void throw_freed(const Node& n, const char* caller) {
+  throw std::runtime_error(std::string(caller) + ": the graph was freed by a previous backward (at node '" +
+                           n.name() + "'); pass retain_graph=true to the first backward to run backward again");
+}
+
+void check_gradient(const Node& n, size_t k, const Edge& e, const Tensor& g) {
+  if (g.shape() == e.shape && g.dtype() == e.dtype && g.device() == e.device) return;
+  throw std::logic_error(std::string("backward: node '") + n.name() + "' returned a gradient " + g.describe() +
+                         " for input " + std::to_string(k) + ", which is " + std::string(dtype_name(e.dtype)) +
+                         to_string(e.shape) + " " + e.device.str());
+}
+
+// Runs backward from root. With `capture` (for grad()), the gradients reaching the capture nodes
+// are returned in `captured` instead of running AccumulateGrad nodes.
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, const char* caller,
+                  const std::vector<Node*>* capture, std::vector<Tensor>* captured) {
+  if (!root.defined()) throw std::invalid_argument(std::string(caller) + ": the root tensor is undefined");
+  if (!root.requires_grad())
+    throw std::invalid_argument(std::string(caller) + ": the root " + root.describe() +
+                                " does not require grad (no input of the ops that made it requires grad, or "
+                                "they ran under NoGradGuard)");
+  NoGradGuard no_grad;
+  std::shared_ptr<Node> root_node = root.grad_fn() ? root.grad_fn() : grad_accumulator(root);
+  Tensor root_grad = root_gradient(root, grad, caller);
+
+  // Discover the graph (iteratively: a GPT graph is thousands of nodes deep) and count, for each
+  // node, the edges that lead into it.
+  // Owning handles: releasing a node drops its edges, which may hold the only reference to the next.
+  std::vector<std::shared_ptr<Node>> nodes{root_node};
+  std::vector<int> pending{0};
+  std::unordered_map<Node*, int> index;
+  index.reserve(256);
+  index.emplace(root_node.get(), 0);
+  std::vector<Node*> stack{root_node.get()};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (n->released()) throw_freed(*n, caller);
+    for (const Edge& e : n->next_edges()) {
+      if (!e.node) continue;
+      auto [it, inserted] = index.emplace(e.node.get(), int(nodes.size()));
+      if (inserted) {
+        nodes.push_back(e.node);
+        pending.push_back(0);
+        stack.push_back(e.node.get());
+      }
+      ++pending[size_t(it->second)];
+    }
+  }
+
+  // Walk in reverse topological order; among ready nodes the most recently created runs first.
+  std::vector<Tensor> buffers(nodes.size());
+  buffers[0] = std::move(root_grad);
+  auto later = [&](int a, int b) { return nodes[size_t(a)]->sequence_nr() < nodes[size_t(b)]->sequence_nr(); };
+  std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
+  ready.push(0);
+  std::vector<Tensor> grads;
+  while (!ready.empty()) {
+    const int i = ready.top();
+    ready.pop();
+    Node* n = nodes[size_t(i)].get();
+    Tensor g = std::move(buffers[size_t(i)]);
+    bool is_sink = dynamic_cast<AccumulateGrad*>(n) != nullptr;
+    if (capture) {
+      for (size_t c = 0; c < capture->size(); ++c)
+        if ((*capture)[c] == n) (*captured)[c] = g;
+    }
+    const std::vector<Edge>& edges = n->next_edges();
+    if (g.defined() && !(capture && is_sink)) {
+      grads = n->backward(g);
+      if (!is_sink && grads.size() != edges.size())
+        throw std::logic_error(std::string("backward: node '") + n->name() + "' returned " +
+                               std::to_string(grads.size()) + " gradients for " + std::to_string(edges.size()) +
+                               " inputs");
+      for (size_t k = 0; k < grads.size(); ++k) {
+        const Edge& e = edges[k];
+        if (!e.node || !grads[k].defined()) continue;
+        check_gradient(*n, k, e, grads[k]);
+        // One handle per buffer: a gradient passed to two inputs (add) must not become one shared .grad.
+        for (size_t j = 0; j < k; ++j)
+          if (grads[j].impl() == grads[k].impl()) {
+            grads[k] = grads[k].as_strided(grads[k].shape(), grads[k].strides(), grads[k].offset());
+            break;
+          }
+        Tensor& buf = buffers[size_t(index.at(e.node.get()))];
+        buf = buf.defined() ? ops::add(buf, grads[k]) : std::move(grads[k]);
+      }
+      grads.clear();
+    }
+    for (const Edge& e : edges)
+      if (e.node) {
+        int j = index.at(e.node.get());
+        if (--pending[size_t(j)] == 0) ready.push(j);
+      }
+    if (!retain_graph) n->release();
+  }
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  run_backward(root, grad, retain_graph, "backward", nullptr, nullptr);
+}
+
+std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& inputs, const Tensor& grad_output,
+                         bool retain_graph) {
+  std::vector<Node*> capture(inputs.size(), nullptr);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || !t.requires_grad()) continue;
+    capture[i] = t.grad_fn() ? t.grad_fn().get() : grad_accumulator(t).get();
+  }
+  std::vector<Tensor> captured(inputs.size());
+  run_backward(output, grad_output, retain_graph, "grad", &capture, &captured);
+  return captured;
+}
+
+void zero_grad(const std::vector<Tensor>& tensors, bool set_to_none) {
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || !t.grad().defined()) continue;
+    if (set_to_none) t.set_grad(Tensor());
+    else ops::fill_(t.grad(), 0.0);
+  }
+}
+
+}  // namespace mvgpt::autograd

@@ -1,0 +1,80 @@
+// Matrix multiplication, forward beside backward.
+#include <mvgpt/autograd/op_impl.h>
+
+namespace mvgpt {
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor y = ops::matmul(a, b);
+  if (!needs_grad(a, b)) return y;
+  // Each input's gradient needs the other input.
+  SavedTensor saved_a(b.requires_grad() ? a : Tensor()), saved_b(a.requires_grad() ? b : Tensor());
+  return record("matmul", std::move(y), {edge_to(a), edge_to(b)},
+                [saved_a, saved_b, sa = a.shape(), sb = b.shape()](const Tensor& grad) -> Grads {
+                  // Work with the 2-d-or-more forms: a (..., M, K), b (..., K, N), g (..., M, N); a 1-d
+                  // a is (1, K) and a 1-d b is (K, 1), their added axis missing from g.
+                  Tensor g = grad;
+                  if (sa.size() == 1) g = ops::unsqueeze(g, g.dim() - (sb.size() == 1 ? 0 : 1));
+                  if (sb.size() == 1) g = ops::unsqueeze(g, -1);
+                  Tensor da, db;
+                  if (saved_b.defined()) {
+                    Tensor b = saved_b.unpack("matmul");
+                    if (b.dim() == 1) b = ops::unsqueeze(b, -1);
+                    Tensor d = ops::matmul(g, ops::transpose(b, -1, -2));  // (..., M, K)
+                    if (sa.size() == 1) d = ops::squeeze(d, -2);
+                    da = ops::sum_to(d, sa);
+                  }
+                  if (saved_a.defined()) {
+                    Tensor a = saved_a.unpack("matmul");
+                    if (a.dim() == 1) a = ops::unsqueeze(a, 0);
+                    Tensor d = ops::matmul(ops::transpose(a, -1, -2), g);  // (..., K, N)
+                    if (sb.size() == 1) d = ops::squeeze(d, -1);
+                    db = ops::sum_to(d, sb);
+                  }
+                  return {da, db};
+                });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  Tensor y = ops::linear(x, weight, bias);
+  if (!needs_grad(x, weight, bias)) return y;
+  SavedTensor saved_x(weight.requires_grad() ? x : Tensor()), saved_w(x.requires_grad() ? weight : Tensor());
+  const bool need_bias = bias.defined() && bias.requires_grad();
+  return record("linear", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
+                [saved_x, saved_w, need_bias, sx = x.shape(), out = weight.size(0),
+                 in = weight.size(1)](const Tensor& grad) -> Grads {
+                  int64_t rows = 1;
+                  for (int d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
+                  Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
+                  Tensor dx, dw, db;
+                  if (saved_w.defined())  // (N, out) @ (out, in)
+                    dx = ops::reshape(ops::matmul(g, saved_w.unpack("linear")), sx);
+                  if (saved_x.defined())  // (out, N) @ (N, in)
+                    dw = ops::matmul(ops::transpose(g, 0, 1), ops::reshape(saved_x.unpack("linear"), {rows, in}));
+                  if (need_bias) db = ops::sum(g, {0});
+                  return {dx, dw, db};
+                });
+}
+
+// --- gradient checks ---
+
+namespace autograd {
+
+void register_linalg_gradchecks(OpRegistry& r) {
+  using gc::input;
+  auto mm = [](const Inputs& x) { return matmul(x[0], x[1]); };
+  r.add("matmul", {{"2-d", {input({2, 3}), input({3, 4})}, mm},
+                   {"transposed operands", {gc::transposed({2, 3}), gc::transposed({3, 2})}, mm},
+                   {"batched with broadcast batch", {input({2, 1, 2, 3}), input({3, 3, 2})}, mm},
+                   {"matrix @ vector", {input({2, 2, 3}), gc::sliced({3})}, mm},
+                   {"vector @ batched matrix", {input({3}), input({2, 3, 2})}, mm},
+                   {"vector @ vector", {input({4}), input({4})}, mm}});
+  r.add("linear", {{"3-d input with bias", {input({2, 3, 4}), input({5, 4}), input({5})},
+                    [](const Inputs& x) { return linear(x[0], x[1], x[2]); }},
+                   {"no bias, transposed weight", {input({3, 4}), gc::transposed({2, 4})},
+                    [](const Inputs& x) { return linear(x[0], x[1], Tensor()); }},
+                   {"1-d input, sliced", {gc::sliced({4}), input({3, 4}), input({3})},
+                    [](const Inputs& x) { return linear(x[0], x[1], x[2]); }}});
+}
+
+}  // namespace autograd
+}  // namespace mvgpt

@@ -1,0 +1,150 @@
+#pragma once
+// The one narrow interface every device implements. Dispatch happens once, on the device of the
+// inputs (backend_for). Contract for every entry point:
+//  - the ops layer (backends/ops.cpp) has already checked shapes, dtypes and devices, broadcast the
+//    inputs (expanded views with stride 0) and allocated `out` (contiguous unless stated);
+//  - inputs may be any strided view; math kernels see only f32 or f64 (the ops layer widens bf16),
+//    except copy/fill/index ops, which handle every dtype, and the comparisons, which also take ints;
+//  - nothing here knows about autograd.
+#include <cstdint>
+#include <string>
+
+#include <mvgpt/tensor/allocator.h>
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt {
+
+enum class UnaryOp : uint8_t {
+  neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, silu, abs,
+  pow_scalar,   // x ^ scalar
+  add_scalar,   // x + scalar
+  mul_scalar,   // x * scalar
+  rsub_scalar,  // scalar - x
+  rdiv_scalar,  // scalar / x
+  sign, square,
+};
+
+enum class BinaryOp : uint8_t {
+  add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge,
+  // Fused backward passes (floating point only): out = b * f'(a), a the forward input, b the gradient.
+  gelu_backward,  // f = GELU, tanh approximation
+  silu_backward,  // f = x sigmoid(x)
+};
+
+enum class ReduceOp : uint8_t { sum, max, min, argmax };
+
+enum class RandomKind : uint8_t { uniform, normal };
+
+// Rotary embedding pairs: channel i with i + d/2 (Llama, GPT-NeoX, our model), or 2i with 2i + 1 (RoFormer).
+enum class RopeLayout : uint8_t { split_half, interleaved };
+
+const char* unary_op_name(UnaryOp op);
+const char* binary_op_name(BinaryOp op);
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq && op <= BinaryOp::ge; }
+
+struct AdamWParams {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  // Waits for queued work (a no-op on the CPU).
+  virtual void synchronize() = 0;
+
+  // --- data movement ---
+  // dst[i] = convert(src[i]) for same-shape tensors on this device; any strides, any dtypes.
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  // Contiguous copy between this device and the host (one of src/dst is on the CPU), same dtype.
+  virtual void copy_between_devices(const Tensor& src, const Tensor& dst) = 0;
+  virtual void fill(const Tensor& dst, double value) = 0;
+  // dst[i] = start + i * step (dst contiguous).
+  virtual void arange(const Tensor& dst, double start, double step) = 0;
+  // dst[i] = the i-th element of the Philox stream (seed, offset + i) (dst contiguous, f32 or f64).
+  virtual void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) = 0;
+
+  // --- elementwise ---
+  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) = 0;
+  // a and b already have out's shape; comparisons write bool.
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out = cond ? a : b; all have out's shape, cond is bool.
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+
+  // --- reductions ---
+  // x's shape is out's shape followed by the reduced dims; argmax writes int64 indices into the
+  // flattened reduced dims (first maximum wins). Results must not depend on the thread count.
+  virtual void reduce(ReduceOp op, const Tensor& x, const Tensor& out) = 0;
+  // Softmax or log-softmax over the last axis.
+  virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
+
+  // --- linear algebra ---
+  // out (..., M, N) = a (..., M, K) @ b (..., K, N); batch dims already broadcast to out's.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out (N, O) = x (N, I) @ weight (O, I)^T + bias (O), bias possibly undefined (nn.Linear). The
+  // default is matmul then an in-place add; a backend may fold the bias into its GEMM instead.
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+
+  // --- indexing (every dtype for src/dst; index is int32 or int64 and already range-checked) ---
+  // out = src.index_select(axis, index) with index 1-d.
+  virtual void index_select(const Tensor& src, int axis, const Tensor& index, const Tensor& out) = 0;
+  // out[..., i, ...] = src[..., index[..., i, ...], ...] along axis; index has out's shape.
+  virtual void gather(const Tensor& src, int axis, const Tensor& index, const Tensor& out) = 0;
+  // dst.index_select(axis, index) += src, in place; repeated indices accumulate.
+  virtual void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) = 0;
+  // dst[..., index[..., i, ...], ...] += src[..., i, ...] along axis, in place.
+  virtual void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) = 0;
+
+  // --- fused kernels (each has a reference built from the ops above, tested against it) ---
+  // Over the last axis of x (N, C): y = (x - mean) * rstd * weight + bias; saves mean, rstd (N).
+  // weight/bias may be undefined (no affine / no bias).
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                          const Tensor& mean, const Tensor& rstd) = 0;
+  // dx, and dweight/dbias when defined (accumulated fresh, not added to).
+  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                                   const Tensor& dbias) = 0;
+  // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the last axis; saves rstd (N).
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                 const Tensor& dx, const Tensor& dweight) = 0;
+  // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * base^(-2i/D), or by its
+  // negative when inverse (the backward). Angles in float64 before the cast.
+  virtual void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+                    const Tensor& out) = 0;
+  // q (B, H, Tq, D), k and v (B, Hkv, Tk, D), H a multiple of Hkv. Query i sits at key position
+  // (Tk - Tq) + i and sees keys 0..(Tk - Tq) + i when causal. out (B, H, Tq, D), lse (B, H, Tq) f32/f64.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                         const Tensor& out, const Tensor& lse) = 0;
+  virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
+                                  const Tensor& dk, const Tensor& dv) = 0;
+  // logits (N, V), targets (N) int; losses (N) = logsumexp - logit[target] (0 where ignored); lse (N).
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const Tensor& losses, const Tensor& lse) = 0;
+  // dlogits = (softmax - onehot) * dlosses[n] (0 rows where ignored).
+  virtual void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) = 0;
+  // One AdamW step in place on contiguous param, grad, m, v of equal shape and dtype.
+  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                          const AdamWParams& p) = 0;
+};
+
+// The backend of a device: the CPU always; CUDA when built and a GPU is present (otherwise a clear error).
+Backend& backend_for(Device device);
+// True when CUDA was built in and at least one GPU is visible.
+bool cuda_available();
+int cuda_device_count();
+// Why cuda_available() is false: `reason` in a few words ("this build has no CUDA backend", "no CUDA
+// GPU is visible", or the runtime's error, "" when available); `error` when the CUDA runtime failed
+// (a driver older than the runtime, a broken install) rather than finding no GPU.
+struct CudaStatus {
+  bool available = false;
+  bool error = false;
+  std::string reason;
+};
+CudaStatus cuda_status();
+
+}  // namespace mvgpt

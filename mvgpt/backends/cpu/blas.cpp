@@ -1,0 +1,147 @@
+// GEMM and GEMV over OpenBLAS, split across the TBB pool.
+//
+// NOTE [ One thread pool ]
+// The framework owns one pool, oneTBB's; OpenBLAS is held to one thread for the whole process and
+// large products are cut into row (or column) blocks, one single-threaded BLAS call per TBB task.
+// Why: OpenBLAS's pthread build keeps its own workers, which spin (sched_yield) for a long while
+// after each call. On this 2-core machine they then steal a core from the TBB loops that follow
+// (layer norm, GELU, attention...), and the TBB workers spinning between ops steal it back from
+// the next GEMM: two pools fighting over two cores. Measured on the series' model (batch 16 x 256,
+// one training step, 2 threads): OpenBLAS's pool for big GEMMs, switched off around TBB-parallel
+// batched GEMMs (the previous policy): 0.4-0.8 s of system time per step, most of it sched_yield;
+// one TBB pool: see bench/README or the commit message for the figures. Decoding gains more: a
+// 1-row product is a GEMV here, split across both cores, where OpenBLAS's sgemm packed the whole
+// weight matrix on one thread.
+// Splitting: a product is cut along the larger of M and N, so that the operand every task packs
+// again (all of B when cutting M) is the smaller one; a few blocks per thread let TBB balance the
+// load when another process takes a core. Each output element is still computed by one BLAS call
+// over the whole K, so results do not depend on the thread count.
+#include <mvgpt/backends/cpu/blas.h>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include <tbb/task_arena.h>
+
+#include <mvgpt/backends/cpu/parallel.h>
+
+namespace mvgpt::cpu::blas {
+namespace {
+
+// Below this many multiply-adds a product runs as one call: a task costs a few microseconds.
+constexpr int64_t kMinParallelGemm = int64_t(1) << 21;
+// A GEMV reads its matrix once; below this many elements one core streams it fast enough.
+constexpr int64_t kMinParallelGemv = int64_t(1) << 16;
+// Blocks per thread: more than one lets TBB rebalance when a core is busy elsewhere.
+constexpr int64_t kBlocksPerThread = 2;
+// Block edges on multiples of this many rows (OpenBLAS's register tiles are 4-16 wide).
+constexpr int64_t kAlign = 32;
+
+inline CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+              int(ldc));
+}
+inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                      int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
+              int(ldc));
+}
+// y (rows of op(X)) = alpha op(X) x + beta y, X stored row-major (rows, cols) with leading dim ld.
+inline void call_gemv(bool t, int64_t rows, int64_t cols, float alpha, const float* X, int64_t ld, const float* x,
+                      int64_t incx, float beta, float* y, int64_t incy) {
+  cblas_sgemv(CblasRowMajor, tr(t), int(rows), int(cols), alpha, X, int(ld), x, int(incx), beta, y, int(incy));
+}
+inline void call_gemv(bool t, int64_t rows, int64_t cols, double alpha, const double* X, int64_t ld, const double* x,
+                      int64_t incx, double beta, double* y, int64_t incy) {
+  cblas_dgemv(CblasRowMajor, tr(t), int(rows), int(cols), alpha, X, int(ld), x, int(incx), beta, y, int(incy));
+}
+
+int64_t threads() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
+
+// Runs body(begin, end) over [0, n) cut into `blocks` pieces with edges on multiples of kAlign.
+template <typename F>
+void for_blocks(int64_t n, int64_t blocks, F&& body) {
+  blocks = std::clamp<int64_t>(blocks, 1, std::max<int64_t>(1, n / kAlign));
+  if (blocks == 1) return body(int64_t(0), n);
+  const int64_t step = (n / blocks + kAlign - 1) / kAlign * kAlign;
+  const int64_t count = (n + step - 1) / step;
+  parallel_for(count, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) body(b * step, std::min(n, (b + 1) * step));
+  });
+}
+
+// y (n, stride incy) *= beta, with beta = 0 writing zeros (BLAS may keep a NaN of y otherwise).
+template <typename T>
+void scale(T* y, int64_t n, int64_t incy, T beta) {
+  for (int64_t i = 0; i < n; ++i) y[i * incy] = beta == T(0) ? T(0) : y[i * incy] * beta;
+}
+
+template <typename T>
+void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+               int64_t ldb, T beta, T* C, int64_t ldc, bool parallel) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // an empty sum: C = beta C
+    for (int64_t i = 0; i < M; ++i) scale(C + i * ldc, N, int64_t(1), beta);
+    return;
+  }
+  const int64_t tasks = parallel ? threads() * kBlocksPerThread : 1;
+  if (M == 1) {
+    // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
+    const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
+    if (beta == T(0)) scale(C, N, int64_t(1), T(0));
+    const int64_t blocks = N * K >= kMinParallelGemv ? tasks : 1;
+    for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
+      // tb: B stored (N, K), op(B)^T = B; otherwise B stored (K, N) and op(B)^T = B^T.
+      if (tb) call_gemv(false, n1 - n0, K, alpha, B + n0 * ldb, ldb, A, inca, beta, C + n0, 1);
+      else call_gemv(true, K, n1 - n0, alpha, B + n0, ldb, A, inca, beta, C + n0, 1);
+    });
+    return;
+  }
+  if (N == 1) {
+    // C (M, 1) = alpha op(A) (M, K) b (K, 1): a GEMV over op(A)'s rows, cut along M.
+    const int64_t incb = tb ? 1 : ldb;
+    if (beta == T(0)) scale(C, M, ldc, T(0));
+    const int64_t blocks = M * K >= kMinParallelGemv ? tasks : 1;
+    for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
+      if (ta) call_gemv(true, K, m1 - m0, alpha, A + m0, lda, B, incb, beta, C + m0 * ldc, ldc);
+      else call_gemv(false, m1 - m0, K, alpha, A + m0 * lda, lda, B, incb, beta, C + m0 * ldc, ldc);
+    });
+    return;
+  }
+  const int64_t blocks = M * N * K >= kMinParallelGemm ? tasks : 1;
+  if (M >= N) {
+    for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
+      const T* a = ta ? A + m0 : A + m0 * lda;
+      call_gemm(ta, tb, m1 - m0, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
+    });
+  } else {
+    for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
+      const T* b = tb ? B + n0 * ldb : B + n0;
+      call_gemm(ta, tb, M, n1 - n0, K, alpha, A, lda, b, ldb, beta, C + n0, ldc);
+    });
+  }
+}
+
+}  // namespace
+
+void use_one_blas_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
+  gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc, bool parallel) {
+  gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+}
+
+}  // namespace mvgpt::cpu::blas

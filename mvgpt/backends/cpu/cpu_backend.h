@@ -1,0 +1,59 @@
+#pragma once
+// The CPU backend: OpenBLAS for GEMM, oneTBB for parallel loops. Each group of entry points lives in
+// a file of its own (cpu_copy.cpp, cpu_elementwise.cpp, cpu_reduce.cpp, cpu_matmul.cpp,
+// cpu_index.cpp, cpu_norm.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_cross_entropy.cpp, cpu_adamw.cpp).
+#include <mvgpt/backends/backend.h>
+
+namespace mvgpt::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  Device device() const override { return Device::cpu(); }
+  Allocator& allocator() override;
+  void synchronize() override {}
+
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void copy_between_devices(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, double value) override;
+  void arange(const Tensor& dst, double start, double step) override;
+  void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) override;
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+
+  void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
+  void softmax(const Tensor& x, const Tensor& out, bool log) override;
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+
+  void index_select(const Tensor& src, int axis, const Tensor& index, const Tensor& out) override;
+  void gather(const Tensor& src, int axis, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
+  void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
+
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                  const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dweight) override;
+  void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+            const Tensor& out) override;
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
+                 const Tensor& lse) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                     const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
+                              const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) override;
+  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWParams& p) override;
+};
+
+}  // namespace mvgpt::cpu

@@ -1,0 +1,217 @@
+#pragma once
+// Helpers shared by the fused CPU kernels (norms, rope, attention, cross-entropy, AdamW): layout
+// checks, row reductions the compiler can vectorize, and an exp that vectorizes.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include <mvgpt/tensor/tensor.h>
+
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
+namespace mvgpt::cpu::fused {
+
+// The fused kernels read rows through raw pointers; the ops layer hands them contiguous tensors
+// (or, where stated, views whose last axis has stride 1). A violation is a bug in the caller.
+inline void require_contiguous(const Tensor& t, const char* op, const char* what) {
+  if (!t.is_contiguous())
+    throw std::logic_error(std::string(op) + ": " + what + " must be contiguous, found strides " +
+                           to_string(t.strides()) + " for shape " + to_string(t.shape()));
+}
+inline void require_unit_last_stride(const Tensor& t, const char* op, const char* what) {
+  if (t.dim() > 0 && t.size(-1) > 1 && t.strides()[t.dim() - 1] != 1)
+    throw std::logic_error(std::string(op) + ": " + what + " must have a unit stride on its last axis, found strides " +
+                           to_string(t.strides()));
+}
+inline void require_float(const Tensor& t, const char* op, const char* what) {
+  if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
+    throw std::logic_error(std::string(op) + ": " + what + " must be float32 or float64 (the ops layer widens), found " +
+                           std::string(dtype_name(t.dtype())));
+}
+
+// Explicit 8-wide vectors (GCC/Clang vector extensions; lowered to AVX, or to SSE pairs without it).
+// Needed because with the default -ftrapping-math GCC refuses to if-convert the float selects of an
+// exp (clamping, NaN), so a scalar exp in a loop never auto-vectorizes.
+using f32x8 = float __attribute__((vector_size(32)));
+using i32x8 = int32_t __attribute__((vector_size(32)));
+inline constexpr int kVec = 8;
+
+inline f32x8 load8(const float* p) {
+  f32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
+inline float hsum8(f32x8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+// Returns v unchanged but opaque to the optimiser, so a product feeding an add is not fused into an
+// FMA: AdamW then rounds exactly like PyTorch's separate kernels (mul_, then add_).
+template <typename V>
+inline V no_contract(V v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  if constexpr (sizeof(V) <= 16) {
+    asm("" : "+x"(v));
+  } else {
+#ifdef __AVX__
+    asm("" : "+x"(v));
+#endif
+  }
+#endif
+  return v;
+}
+
+// Square root per lane: std::sqrt in a loop does not vectorize either (it may set errno).
+inline f32x8 sqrt8(f32x8 v) {
+#ifdef __AVX__
+  return reinterpret_cast<f32x8>(_mm256_sqrt_ps(reinterpret_cast<__m256>(v)));
+#else
+  for (int l = 0; l < kVec; ++l) v[l] = std::sqrt(v[l]);
+  return v;
+#endif
+}
+
+// e^x = 2^n e^r, n = round(x / ln 2), |r| <= ln(2)/2, e^r by its degree-6 Taylor polynomial:
+// relative error below 2e-7. exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN.
+inline f32x8 exp8(f32x8 x) {
+  const f32x8 lo = x < -87.0f ? f32x8{} - 87.0f : x;
+  const f32x8 xc = lo > 88.0f ? f32x8{} + 88.0f : lo;
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const f32x8 n = (xc * 1.44269504088896341f + shifter) - shifter;
+  const f32x8 r = (xc - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;
+  f32x8 p = f32x8{} + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const i32x8 bits = (__builtin_convertvector(n, i32x8) + 127) << 23;
+  f32x8 y = p * reinterpret_cast<f32x8>(bits);  // same-size vector cast: reinterprets the bits
+  y = x < -87.0f ? f32x8{} : y;
+  y = x > 88.0f ? f32x8{} + INFINITY : y;
+  return x != x ? x : y;
+}
+inline float exp_approx(float x) {
+  const f32x8 v = f32x8{} + x;
+  return exp8(v)[0];
+}
+inline double exp_approx(double x) { return std::exp(x); }
+
+// max_j x[j] (-inf for n = 0).
+inline float row_max(const float* x, int64_t n) {
+  f32x8 acc = f32x8{} - INFINITY;
+  int64_t j = 0;
+  for (; j + kVec <= n; j += kVec) {
+    const f32x8 v = load8(x + j);
+    acc = v > acc ? v : acc;
+  }
+  float m = -INFINITY;
+  for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+inline double row_max(const double* x, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// Row reductions over n contiguous values, 16 float lanes (two accumulators hide the add latency).
+// Double versions are plain loops: float64 serves tests and reference runs.
+template <typename F8, typename F1>
+inline float vsum(int64_t n, F8&& term8, F1&& term1) {
+  f32x8 a0 = {}, a1 = {};
+  int64_t i = 0;
+  for (; i + 2 * kVec <= n; i += 2 * kVec) {
+    a0 += term8(i);
+    a1 += term8(i + kVec);
+  }
+  for (; i + kVec <= n; i += kVec) a0 += term8(i);
+  float tail = 0;
+  for (; i < n; ++i) tail += term1(i);
+  return hsum8(a0 + a1) + tail;
+}
+template <typename F1>
+inline double dsum(int64_t n, F1&& term1) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += term1(i);
+  return s;
+}
+
+// sum_i x[i]
+inline float row_sum(const float* x, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(x + i); }, [&](int64_t i) { return x[i]; });
+}
+inline double row_sum(const double* x, int64_t n) {
+  return dsum(n, [&](int64_t i) { return x[i]; });
+}
+// sum_i a[i] b[i]
+inline float row_dot(const float* a, const float* b, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * load8(b + i); }, [&](int64_t i) { return a[i] * b[i]; });
+}
+inline double row_dot(const double* a, const double* b, int64_t n) {
+  return dsum(n, [&](int64_t i) { return a[i] * b[i]; });
+}
+// sum_i (x[i] - mu)^2
+inline float row_sq_centred(const float* x, float mu, int64_t n) {
+  return vsum(n, [&](int64_t i) { const f32x8 d = load8(x + i) - mu; return d * d; },
+              [&](int64_t i) { return (x[i] - mu) * (x[i] - mu); });
+}
+inline double row_sq_centred(const double* x, double mu, int64_t n) {
+  return dsum(n, [&](int64_t i) { return (x[i] - mu) * (x[i] - mu); });
+}
+// sum_i a[i] b[i] c[i]
+inline float row_dot3(const float* a, const float* b, const float* c, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * load8(b + i) * load8(c + i); },
+              [&](int64_t i) { return a[i] * b[i] * c[i]; });
+}
+inline double row_dot3(const double* a, const double* b, const double* c, int64_t n) {
+  return dsum(n, [&](int64_t i) { return a[i] * b[i] * c[i]; });
+}
+// sum_i a[i] (x[i] - mu)
+inline float row_dot_centred(const float* a, const float* x, float mu, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * (load8(x + i) - mu); },
+              [&](int64_t i) { return a[i] * (x[i] - mu); });
+}
+inline double row_dot_centred(const double* a, const double* x, double mu, int64_t n) {
+  return dsum(n, [&](int64_t i) { return a[i] * (x[i] - mu); });
+}
+
+// Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
+// out may alias x.
+inline float exp_shifted(const float* x, int64_t n, float shift, float scale, float* out) {
+  f32x8 acc = {};
+  int64_t j = 0;
+  for (; j + kVec <= n; j += kVec) {
+    const f32x8 e = exp8(load8(x + j) - shift);
+    acc += e;
+    if (out) store8(out + j, e * scale);
+  }
+  if (j < n) {  // the tail, padded with -inf (exp = 0)
+    float buf[kVec];
+    for (int l = 0; l < kVec; ++l) buf[l] = j + l < n ? x[j + l] - shift : -INFINITY;
+    const f32x8 e = exp8(load8(buf));
+    acc += e;
+    if (out)
+      for (int l = 0; j + l < n; ++l) out[j + l] = e[l] * scale;
+  }
+  return hsum8(acc);
+}
+inline double exp_shifted(const double* x, int64_t n, double shift, double scale, double* out) {
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const double e = std::exp(x[j] - shift);
+    s += e;
+    if (out) out[j] = e * scale;
+  }
+  return s;
+}
+
+}  // namespace mvgpt::cpu::fused

@@ -1,0 +1,190 @@
+// Devices, streams and host <-> device transfers of the CUDA backend (host code only).
+#include <mvgpt/backends/cuda/cuda_backend.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <mvgpt/backends/cuda/cuda_backend_impl.h>
+#include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/cuda/cuda_check.h>
+
+namespace mvgpt::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) +
+                           ") in " + call + " at " + file + ":" + std::to_string(line));
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" +
+                           cublasGetStatusString(status) + ") in " + call + " at " + file + ":" + std::to_string(line));
+}
+
+void require_on(const Tensor& t, Device device, const char* op) {
+  if (t.defined() && !(t.device() == device))
+    throw std::logic_error(std::string(op) + ": a tensor on " + t.device().str() + " reached the backend of " +
+                           device.str());
+}
+
+bool built_with_cuda() { return true; }
+
+namespace {
+
+// What cudaGetDeviceCount said, asked once. No GPU, or no NVIDIA driver at all, is an answer (0
+// devices, CPU-only runs go on); any other error (a driver older than the runtime, a broken install)
+// also counts as 0 devices but is marked failed and keeps its reason, so that --device auto can say
+// why it runs on the CPU.
+struct DeviceCount {
+  int count = 0;
+  bool failed = false;
+  std::string error;
+};
+
+const DeviceCount& device_count_answer() {
+  static const DeviceCount answer = [] {
+    DeviceCount a;
+    const cudaError_t status = cudaGetDeviceCount(&a.count);
+    if (status == cudaSuccess) {
+      if (a.count == 0) a.error = "no CUDA GPU is visible";
+      return a;
+    }
+    cudaGetLastError();  // clear the error so later calls start clean
+    a.count = 0;
+    int runtime = 0, driver = 0;
+    cudaRuntimeGetVersion(&runtime);
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    const auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    if (status == cudaErrorNoDevice) {
+      a.error = "no CUDA GPU is visible";
+    } else if (driver == 0) {
+      a.error = "no CUDA GPU is visible (no NVIDIA driver is installed)";
+    } else {
+      a.failed = true;
+      a.error = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" +
+                cudaGetErrorString(status) + ")";
+      if (status == cudaErrorInsufficientDriver || driver < runtime)
+        a.error += "; the NVIDIA driver supports CUDA " + version(driver) + ", this build needs " + version(runtime) +
+                   ": update the driver";
+    }
+    return a;
+  }();
+  return answer;
+}
+
+}  // namespace
+
+int device_count() { return device_count_answer().count; }
+
+std::string device_count_error() { return device_count_answer().error; }
+
+bool device_count_failed() { return device_count_answer().failed; }
+
+namespace {
+constexpr int kMaxDevices = 64;
+}  // namespace
+
+Backend& backend(int index) {
+  const int n = device_count();
+  if (index < 0 || index >= n)
+    throw std::runtime_error("cuda:" + std::to_string(index) + " requested, but " +
+                             (n == 0 ? device_count_error() + "; use --device cpu"
+                                     : std::to_string(n) + " CUDA device(s) are visible"));
+  if (index >= kMaxDevices) throw std::runtime_error("cuda:" + std::to_string(index) + ": too many devices");
+  // Created on first use and never destroyed: tensors held in static objects may free memory at exit.
+  static std::array<CudaBackend*, kMaxDevices> backends{};
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  if (!backends[size_t(index)]) backends[size_t(index)] = new CudaBackend(index);
+  return *backends[size_t(index)];
+}
+
+MemoryInfo memory_info(int index) {
+  const int n = device_count();
+  if (index < 0 || index >= n)
+    throw std::runtime_error("cuda:" + std::to_string(index) + ": no such GPU (" + std::to_string(n) + " visible)");
+  // cudaMemGetInfo answers for the current device: switch to it and back.
+  int current = 0;
+  MVGPT_CUDA_CHECK(cudaGetDevice(&current));
+  MVGPT_CUDA_CHECK(cudaSetDevice(index));
+  MemoryInfo info;
+  const cudaError_t status = cudaMemGetInfo(&info.free, &info.total);
+  MVGPT_CUDA_CHECK(cudaSetDevice(current));
+  MVGPT_CUDA_CHECK(status);
+  return info;
+}
+
+CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
+  MVGPT_CUDA_CHECK(cudaSetDevice(index_));
+  MVGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MVGPT_CUBLAS_CHECK(cublasCreate(&cublas_));
+  MVGPT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // Full float32 GEMMs (no TF32): results stay comparable with the CPU's.
+  MVGPT_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  register_allocator(device(), &allocator_);
+}
+
+CudaBackend::~CudaBackend() {
+  // Not reached in practice (backends live until exit); errors cannot be reported from here.
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+  if (staging_) cudaFreeHost(staging_);
+}
+
+cudaStream_t CudaBackend::activate() const {
+  MVGPT_CUDA_CHECK(cudaSetDevice(index_));
+  return stream_;
+}
+
+void CudaBackend::synchronize() {
+  ops::count_host_sync();
+  MVGPT_CUDA_CHECK(cudaStreamSynchronize(activate()));
+}
+
+// NOTE [ Transfers through a pinned buffer ]
+// Host tensors live in pageable memory; the copy engine reads and writes only pinned memory. Data
+// goes through one pinned staging buffer in chunks: host -> pinned by memcpy, then an asynchronous
+// copy on this device's stream (ordered after the kernels that produce or consume the device side),
+// then a stream sync before the buffer is reused or the host reads it. The call returns when the
+// data has arrived, so the host tensor may be used or freed at once.
+void CudaBackend::copy_between_devices(const Tensor& src, const Tensor& dst) {
+  const bool to_device = src.device().is_cpu();
+  if (to_device == dst.device().is_cpu() || !((to_device ? dst : src).device() == device()))
+    throw std::logic_error("CudaBackend::copy_between_devices: " + src.device().str() + " -> " + dst.device().str() +
+                           " is not a transfer between the host and " + device().str());
+  if (src.dtype() != dst.dtype() || !src.is_contiguous() || !dst.is_contiguous() || src.numel() != dst.numel())
+    throw std::logic_error("CudaBackend::copy_between_devices: expects contiguous tensors of one dtype and size");
+  const size_t nbytes = src.nbytes();
+  if (nbytes == 0) return;
+  ops::count_host_sync();  // the host waits for the stream (below), whichever the direction
+  cudaStream_t stream = activate();
+  constexpr size_t kChunk = size_t(32) << 20;
+  std::lock_guard lock(staging_mutex_);
+  const size_t want = std::min(nbytes, kChunk);
+  if (staging_bytes_ < want) {
+    if (staging_) MVGPT_CUDA_CHECK(cudaFreeHost(staging_));
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+    MVGPT_CUDA_CHECK(cudaMallocHost(&staging_, want));
+    staging_bytes_ = want;
+  }
+  char* host = static_cast<char*>(to_device ? src.raw_data() : dst.raw_data());
+  char* dev = static_cast<char*>(to_device ? dst.raw_data() : src.raw_data());
+  for (size_t done = 0; done < nbytes; done += kChunk) {
+    const size_t n = std::min(kChunk, nbytes - done);
+    if (to_device) {
+      std::memcpy(staging_, host + done, n);
+      MVGPT_CUDA_CHECK(cudaMemcpyAsync(dev + done, staging_, n, cudaMemcpyHostToDevice, stream));
+      MVGPT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else {
+      MVGPT_CUDA_CHECK(cudaMemcpyAsync(staging_, dev + done, n, cudaMemcpyDeviceToHost, stream));
+      MVGPT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::memcpy(host + done, staging_, n);
+    }
+  }
+}
+
+}  // namespace mvgpt::cuda

@@ -1,0 +1,26 @@
+#pragma once
+// Entry points of the CUDA backend. Built from backends/cuda/*.cu when MVGPT_CUDA is on; otherwise
+// no_cuda.cpp provides them and each says that this build has no CUDA.
+#include <string>
+
+#include <mvgpt/backends/backend.h>
+
+namespace mvgpt::cuda {
+
+bool built_with_cuda();
+int device_count();
+// Why device_count() is 0: "no CUDA GPU is visible", the driver's error, or "this build has no CUDA";
+// "" when GPUs are visible.
+std::string device_count_error();
+// True when device_count() is 0 because the CUDA runtime failed (not for want of a GPU or a driver).
+bool device_count_failed();
+Backend& backend(int index);
+
+// Free and total bytes of GPU `index` now (cudaMemGetInfo: the driver's view, other processes
+// included; blocks cached by our allocator count as used). Throws without CUDA or such a GPU.
+struct MemoryInfo {
+  size_t free = 0, total = 0;
+};
+MemoryInfo memory_info(int index);
+
+}  // namespace mvgpt::cuda

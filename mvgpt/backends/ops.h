@@ -1,0 +1,162 @@
+#pragma once
+// The raw tensor ops: check arguments, broadcast, allocate the result and dispatch to the device's
+// backend. They record no gradient; the differentiable versions with the same names live in
+// autograd/ops.h (namespace mvgpt) and are what models use. Every error names the op and the
+// expected vs found shapes, dtypes or devices.
+#include <optional>
+#include <vector>
+
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/tensor/generator.h>
+#include <mvgpt/tensor/tensor.h>
+#include <mvgpt/tensor/views.h>
+
+namespace mvgpt::ops {
+
+using Axes = std::vector<int>;
+
+// --- creation ---
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+// [start, end) in steps of step.
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64, Device device = Device::cpu());
+// Uniform [0, 1) and standard normal from a Philox stream (default_generator() when none given).
+Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
+Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
+
+// --- copies and conversions ---
+Tensor contiguous(const Tensor& t);  // t itself when already contiguous
+Tensor clone(const Tensor& t);       // always a fresh contiguous copy
+Tensor to(const Tensor& t, DType dtype);
+Tensor to(const Tensor& t, Device device);
+// dst <- src (broadcast to dst's shape, converted to dst's dtype), in place; bumps dst's version.
+void copy_(const Tensor& dst, const Tensor& src);
+void fill_(const Tensor& dst, double value);
+
+// --- views (share storage; reshape copies only when the layout demands it) ---
+Tensor reshape(const Tensor& t, const Shape& shape);
+Tensor flatten(const Tensor& t, int start_axis = 0, int end_axis = -1);
+Tensor permute(const Tensor& t, const std::vector<int>& axes);
+Tensor transpose(const Tensor& t, int axis0, int axis1);
+Tensor narrow(const Tensor& t, int axis, int64_t start, int64_t length);
+Tensor select(const Tensor& t, int axis, int64_t index);
+Tensor expand(const Tensor& t, const Shape& shape);
+Tensor squeeze(const Tensor& t, int axis);
+Tensor unsqueeze(const Tensor& t, int axis);
+
+// --- elementwise ---
+Tensor unary(UnaryOp op, const Tensor& x, double scalar = 0);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+Tensor silu(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor add(const Tensor& x, double s);
+Tensor mul(const Tensor& x, double s);
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+// Fused backward passes: grad * f'(x) in one pass over x and grad (broadcast), for f = GELU (tanh
+// approximation) and SiLU.
+Tensor gelu_backward(const Tensor& x, const Tensor& grad);
+Tensor silu_backward(const Tensor& x, const Tensor& grad);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
+
+// --- reductions (axes empty = all axes) ---
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int axis, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
+Tensor softmax(const Tensor& x, int axis = -1);
+Tensor log_softmax(const Tensor& x, int axis = -1);
+// Sums `x` down to `shape` (undoes broadcasting): the one place gradients are un-broadcast.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// --- linear algebra ---
+// NumPy matmul: 1-d operands are promoted and the added axis removed; batch dims broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// nn.Linear: x (..., in) @ weight (out, in)^T + bias (out) -> (..., out); bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// --- indexing ---
+Tensor index_select(const Tensor& x, int axis, const Tensor& index);
+Tensor gather(const Tensor& x, int axis, const Tensor& index);
+// Out of place: a copy of x with src added at `index` along axis.
+Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
+Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
+// weight (V, C), ids (...) -> (..., C).
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// --- joining ---
+Tensor cat(const std::vector<Tensor>& tensors, int axis);
+Tensor stack(const std::vector<Tensor>& tensors, int axis);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int axis);
+std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
+
+// --- fused kernels ---
+struct NormResult {
+  Tensor y, mean, rstd;  // mean is undefined for RMS norm
+};
+NormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+NormResult rms_norm(const Tensor& x, const Tensor& weight, double eps);
+// Returns {dx, dweight, dbias} (dweight/dbias undefined when weight/bias are).
+std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                        const NormResult& saved);
+std::vector<Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                      const NormResult& saved);
+// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
+Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
+            bool inverse = false);
+struct AttentionResult {
+  Tensor out, lse;
+};
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+// Returns {dq, dk, dv}.
+std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const AttentionResult& saved, double scale, bool causal);
+struct CrossEntropyResult {
+  Tensor losses, lse;  // (N)
+};
+// logits (N, V), targets (N) int.
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyResult& saved, int64_t ignore_index = -100);
+void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
+
+// --- checks shared by the ops and the layers above ---
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
+void check_floating(const Tensor& t, const char* op);
+void check_dim(const Tensor& t, int ndim, const char* op, const char* what);
+// Throws when any index is outside [0, size): "op: index 12 is out of range for axis 0 of size 10"
+// (axis < 0 leaves the axis out of the message). Also rejects non-integer index dtypes.
+void check_indices(const Tensor& index, int64_t size, const char* op, int axis = -1);
+
+}  // namespace mvgpt::ops

@@ -1,0 +1,127 @@
+// Elementwise ops: dtype checks, NumPy broadcasting (stride-0 views), bfloat16 widening, dispatch.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/ops_internal.h>
+
+namespace mvgpt::ops {
+
+namespace {
+
+// Unary ops that integer tensors support (what index arithmetic needs).
+bool int_unary(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: case UnaryOp::abs: case UnaryOp::add_scalar: case UnaryOp::mul_scalar:
+    case UnaryOp::rsub_scalar: case UnaryOp::sign: case UnaryOp::square:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool int_binary(BinaryOp op) {
+  return op == BinaryOp::add || op == BinaryOp::sub || op == BinaryOp::mul || op == BinaryOp::maximum ||
+         op == BinaryOp::minimum || is_comparison(op);
+}
+
+}  // namespace
+
+Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
+  const char* name = unary_op_name(op);
+  detail::check_defined(x, name);
+  if (is_integral(x.dtype())) {
+    if (!int_unary(op))
+      throw std::invalid_argument(std::string(name) + ": expected a floating-point tensor, found " +
+                                  detail::name_of(x.dtype()));
+    if (scalar != std::trunc(scalar))
+      throw std::invalid_argument(std::string(name) + ": scalar " + std::to_string(scalar) +
+                                  " is not an integer, but the tensor is " + detail::name_of(x.dtype()));
+  } else if (!is_floating(x.dtype())) {
+    throw std::invalid_argument(std::string(name) + ": not defined for dtype " + detail::name_of(x.dtype()));
+  }
+  Tensor in = detail::widen(x);
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  detail::backend_of(in).unary(op, in, out, scalar);
+  return detail::narrow_result(out, x.dtype());
+}
+
+Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x); }
+Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
+Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
+Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x); }
+Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x); }
+Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
+Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
+Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
+Tensor pow(const Tensor& x, double exponent) { return unary(UnaryOp::pow_scalar, x, exponent); }
+Tensor add(const Tensor& x, double s) { return unary(UnaryOp::add_scalar, x, s); }
+Tensor mul(const Tensor& x, double s) { return unary(UnaryOp::mul_scalar, x, s); }
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_op_name(op);
+  check_same_device(a, b, name);
+  check_same_dtype(a, b, name);
+  const DType dt = a.dtype();
+  if (is_integral(dt) || dt == DType::boolean) {
+    if (!int_binary(op) || (dt == DType::boolean && !is_comparison(op)))
+      throw std::invalid_argument(std::string(name) + ": not defined for dtype " + detail::name_of(dt) +
+                                  (op == BinaryOp::div ? " (convert to a floating dtype first)" : ""));
+  }
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor wa = views::expand(detail::widen(a), shape);
+  Tensor wb = views::expand(detail::widen(b), shape);
+  const bool cmp = is_comparison(op);
+  Tensor out = Tensor::empty(shape, cmp ? DType::boolean : wa.dtype(), a.device());
+  detail::backend_of(a).binary(op, wa, wb, out);
+  return cmp ? out : detail::narrow_result(out, dt);
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary(BinaryOp::eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary(BinaryOp::le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ge, a, b); }
+Tensor gelu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_backward, x, grad); }
+Tensor silu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::silu_backward, x, grad); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_defined(cond, "where", "cond");
+  check_same_device(cond, a, "where");
+  check_same_device(a, b, "where");
+  check_same_dtype(a, b, "where");
+  if (cond.dtype() != DType::boolean)
+    throw std::invalid_argument("where: cond must be bool, found " + detail::name_of(cond.dtype()));
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor wa = views::expand(detail::widen(a), shape);
+  Tensor wb = views::expand(detail::widen(b), shape);
+  Tensor out = Tensor::empty(shape, wa.dtype(), a.device());
+  detail::backend_of(a).where(views::expand(cond, shape), wa, wb, out);
+  return detail::narrow_result(out, a.dtype());
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  detail::check_defined(x, "masked_fill");
+  detail::check_defined(mask, "masked_fill", "mask");
+  check_same_device(x, mask, "masked_fill");
+  if (mask.dtype() != DType::boolean)
+    throw std::invalid_argument("masked_fill: mask must be bool, found " + detail::name_of(mask.dtype()));
+  if (!(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape()))
+    throw std::invalid_argument("masked_fill: mask of shape " + to_string(mask.shape()) +
+                                " does not broadcast to the input's shape " + to_string(x.shape()));
+  return where(mask, full({}, value, x.dtype(), x.device()), x);
+}
+
+}  // namespace mvgpt::ops

@@ -1,0 +1,37 @@
+#pragma once
+// Helpers shared by the ops_*.cpp files (not part of the public API).
+#include <functional>
+#include <string>
+
+#include <mvgpt/backends/ops.h>
+
+namespace mvgpt::ops::detail {
+
+// Throws std::invalid_argument "op: <what> is undefined" for an empty handle.
+void check_defined(const Tensor& t, const char* op, const char* what = "input");
+// The dtype name as a std::string, for messages.
+inline std::string name_of(DType t) { return std::string(dtype_name(t)); }
+inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+// Math kernels see float32/float64 only: bfloat16 inputs are widened to float32 and results cast back.
+inline DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+Tensor widen(const Tensor& t);
+// Casts a float32 result back to `dtype` when that is bfloat16; otherwise returns it unchanged.
+Tensor narrow_result(const Tensor& t, DType dtype);
+
+// A fresh contiguous tensor like `t`'s shape on its device.
+inline Tensor empty_on(const Shape& shape, DType dtype, const Tensor& like) {
+  return Tensor::empty(shape, dtype, like.device());
+}
+
+// The indices to hand to a kernel. Where range checks are immediate (the CPU), checks them on the
+// host and returns `index`; where they are deferred (NOTE [ Deferred range checks ] in
+// deferred_checks.h), records the count of out-of-range entries and returns `index` clamped into
+// [0, size) so that no kernel reads out of bounds.
+Tensor kernel_indices(const Tensor& index, int64_t size, const char* op, int axis);
+// Records a deferred check of `op`: `bad` a () int64 count on the device, `recheck` the immediate
+// check that words the error from a host copy of `indices` (`op` must outlive the check: a literal).
+void defer_check(const char* op, const Tensor& bad, const Tensor& indices,
+                 std::function<void(const Tensor&)> recheck);
+
+}  // namespace mvgpt::ops::detail

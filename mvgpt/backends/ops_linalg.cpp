@@ -1,0 +1,71 @@
+// matmul with NumPy semantics: 1-d operands are promoted (and the added axis removed afterwards),
+// batch dims broadcast; the backend receives (..., M, K) @ (..., K, N) with batch dims expanded.
+#include <stdexcept>
+#include <string>
+
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/ops_internal.h>
+
+namespace mvgpt::ops {
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_same_device(a, b, "matmul");
+  check_same_dtype(a, b, "matmul");
+  check_floating(a, "matmul");
+  if (a.dim() == 0 || b.dim() == 0)
+    throw std::invalid_argument("matmul: both operands need at least 1 dimension, found shapes " +
+                                to_string(a.shape()) + " and " + to_string(b.shape()));
+  Tensor wa = detail::widen(a), wb = detail::widen(b);
+  const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
+  if (a_vec) wa = views::unsqueeze(wa, 0);   // (K) -> (1, K)
+  if (b_vec) wb = views::unsqueeze(wb, 1);   // (K) -> (K, 1)
+  const int64_t M = wa.shape().at(-2), K = wa.shape().at(-1), Kb = wb.shape().at(-2), N = wb.shape().at(-1);
+  if (K != Kb)
+    throw std::invalid_argument("matmul: shapes " + to_string(a.shape()) + " and " + to_string(b.shape()) +
+                                " do not match (" + std::to_string(K) + " vs " + std::to_string(Kb) + ")");
+  Shape batch_a = wa.shape(), batch_b = wb.shape();
+  batch_a.resize(wa.dim() - 2);
+  batch_b.resize(wb.dim() - 2);
+  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  Shape sa = batch, sb = batch, so = batch;
+  sa.push_back(M), sa.push_back(K);
+  sb.push_back(K), sb.push_back(N);
+  so.push_back(M), so.push_back(N);
+  Tensor out = Tensor::empty(so, wa.dtype(), a.device());
+  detail::backend_of(a).matmul(views::expand(wa, sa), views::expand(wb, sb), out);
+  if (b_vec) out = views::squeeze(out, -1);
+  if (a_vec) out = views::squeeze(out, b_vec ? -1 : -2);
+  return detail::narrow_result(out, a.dtype());
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* op = "linear";
+  check_same_device(x, weight, op);
+  check_same_dtype(x, weight, op);
+  check_floating(x, op);
+  if (weight.dim() != 2)
+    throw std::invalid_argument("linear: expected weight (out, in), found shape " + to_string(weight.shape()));
+  const int64_t out_features = weight.size(0), in_features = weight.size(1);
+  if (x.dim() < 1 || x.size(-1) != in_features)
+    throw std::invalid_argument("linear: expected input (..., " + std::to_string(in_features) + ") for weight " +
+                                to_string(weight.shape()) + ", found " + to_string(x.shape()));
+  if (bias.defined()) {
+    check_same_device(x, bias, op);
+    check_same_dtype(x, bias, op);
+    if (bias.dim() != 1 || bias.size(0) != out_features)
+      throw std::invalid_argument("linear: expected bias (" + std::to_string(out_features) + "), found shape " +
+                                  to_string(bias.shape()));
+  }
+  // One GEMM over all leading dims: (N, in) -> (N, out).
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  Tensor x2 = reshape(detail::widen(x), {rows, in_features});
+  Tensor out = Tensor::empty({rows, out_features}, x2.dtype(), x.device());
+  if (out.numel() > 0)
+    detail::backend_of(x).linear(x2, detail::widen(weight), bias.defined() ? detail::widen(bias) : bias, out);
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = out_features;
+  return detail::narrow_result(reshape(out, out_shape), x.dtype());
+}
+
+}  // namespace mvgpt::ops

@@ -1,0 +1,178 @@
+#include <mvgpt/gpt/checkpoint.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include <mvgpt/nn/lora.h>
+#include <mvgpt/nn/safetensors.h>
+#include <mvgpt/util/atomic_file.h>
+#include <mvgpt/util/hash.h>
+#include <mvgpt/util/json.h>
+
+namespace mvgpt::gpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Puts the finished folder `tmp` where `dir` is, in one step when the filesystem can exchange two
+// names; otherwise with two renames (a crash between them leaves "<dir>.old.<pid>" to recover from).
+void swap_into_place(const fs::path& tmp, const fs::path& dir) {
+  if (!fs::exists(dir)) {
+    fs::rename(tmp, dir);
+  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp);  // now holds the previous checkpoint
+  } else {
+    fs::path old = dir.string() + ".old." + std::to_string(::getpid());
+    fs::rename(dir, old);
+    fs::rename(tmp, dir);
+    fs::remove_all(old);
+  }
+  util::fsync_dir(dir.parent_path().string());
+}
+
+std::string require_file(const fs::path& dir, const char* name) {
+  fs::path p = dir / name;
+  if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such checkpoint folder");
+  if (!fs::is_regular_file(p))
+    throw std::runtime_error(dir.string() + ": not a checkpoint (" + name + " is missing)");
+  return p.string();
+}
+
+// checksums.json: {"algorithm": "xxh64", "files": {name: {"bytes": n, "xxh64": "16 hex digits"}}}
+// for every regular file in `dir` (written last, so it covers the caller's extra files too).
+void write_checksums(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && entry.path().filename() != kChecksumsFile) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const auto& name : names) {
+    const util::FileDigest d = util::digest_file((dir / name).string());
+    files[name] = {{"bytes", d.bytes}, {"xxh64", util::to_hex(d.xxh64)}};
+  }
+  nlohmann::ordered_json j = {{"algorithm", "xxh64"}, {"files", std::move(files)}};
+  util::write_file_atomic((dir / kChecksumsFile).string(), j.dump(2) + "\n");
+}
+
+}  // namespace
+
+bool verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& names) {
+  const fs::path manifest = fs::path(dir) / kChecksumsFile;
+  std::error_code ec;
+  if (!fs::exists(manifest, ec)) return false;
+  const std::string where = manifest.string() + ": ";
+  nlohmann::json j;
+  try {
+    j = util::parse_json_strict(util::read_file(manifest.string()));
+  } catch (const util::JsonError& e) {
+    throw std::runtime_error(where + e.what());
+  }
+  if (!j.is_object() || !j.contains("algorithm") || j["algorithm"] != "xxh64" || !j.contains("files") ||
+      !j["files"].is_object())
+    throw std::runtime_error(where + "expected {\"algorithm\": \"xxh64\", \"files\": {...}}");
+  for (const auto& [name, entry] : j["files"].items()) {
+    if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;
+    uint64_t expected = 0;
+    if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_unsigned() ||
+        !entry.contains("xxh64") || !entry["xxh64"].is_string() ||
+        !util::from_hex(entry["xxh64"].get<std::string>(), expected) || name.find('/') != std::string::npos)
+      throw std::runtime_error(where + "the entry of \"" + name + "\" is malformed");
+    const fs::path file = fs::path(dir) / name;
+    if (!fs::is_regular_file(file, ec))
+      throw std::runtime_error(file.string() + " is missing (" + kChecksumsFile + " records it)");
+    const util::FileDigest found = util::digest_file(file.string());
+    const uint64_t bytes = entry["bytes"].get<uint64_t>();
+    if (found.bytes != bytes)
+      throw std::runtime_error(file.string() + " is " + std::to_string(found.bytes) + " bytes, " + kChecksumsFile +
+                               " records " + std::to_string(bytes) + " (it was truncated or changed after it was saved)");
+    if (found.xxh64 != expected)
+      throw std::runtime_error(file.string() + " does not match its checksum in " + kChecksumsFile + " (xxh64 " +
+                               util::to_hex(found.xxh64) + ", recorded " + util::to_hex(expected) +
+                               "): its bytes changed after it was saved");
+  }
+  return true;
+}
+
+void save_checkpoint(const std::string& dir, const GPT& model, const std::map<std::string, std::string>& metadata,
+                     const ExtraFiles& extra) {
+  fs::path target = fs::path(dir).lexically_normal();
+  // "runs/ckpt/" names the folder ckpt: without this the temporary folder would go inside it.
+  if (!target.has_filename()) target = target.parent_path();
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    util::write_file_atomic((tmp / "config.json").string(), model.config().to_json());
+    safetensors::Metadata meta(metadata.begin(), metadata.end());
+    meta.emplace("format", "pt");
+    // With LoRA adapters: the base weights as ever, the adapters in a file of their own.
+    nn::NamedTensors base;
+    for (auto& [name, t] : model.state_dict())
+      if (!nn::is_lora_name(name)) base.emplace_back(name, t);
+    safetensors::save((tmp / "model.safetensors").string(), base, meta);
+    if (const nn::LoRAOptions lora = nn::lora_options(model); lora.rank > 0)
+      nn::save_adapter((tmp / kAdapterFile).string(), model, lora);
+    if (extra) extra(tmp.string());
+    write_checksums(tmp);
+    swap_into_place(tmp, target);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+}
+
+GPTConfig load_config(const std::string& dir) {
+  std::string path = require_file(dir, "config.json");
+  verify_checkpoint_files(dir, {"config.json"});
+  return GPTConfig::from_json(util::read_file(path), path);
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {
+  std::string weights = require_file(dir, "model.safetensors");
+  // Every recorded file, the caller's extra ones too (at ~4 GB/s: a checkpoint that loads is whole,
+  // and pretrain --resume's optimizer state is covered before it is read).
+  verify_checkpoint_files(dir);
+  GPTConfig config = load_config(dir);
+  safetensors::File file = safetensors::load(weights);
+  // Before anything is copied: load_state_dict would convert an int tensor silently, and a NaN
+  // would only show later as a "nan" loss or a story of nothing but <|endoftext|>.
+  for (const auto& [name, t] : file.tensors) {
+    if (!is_floating(t.dtype()))
+      throw std::runtime_error(weights + ": tensor '" + name + "' is " +
+                               std::string(safetensors::dtype_to_string(t.dtype())) +
+                               ", expected a float dtype (F32) for a model weight");
+    if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
+      throw std::runtime_error(weights + ": tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
+                               std::to_string(i) + "; the weights are unusable");
+  }
+  LoadedCheckpoint out;
+  out.model = std::make_shared<GPT>(config);
+  try {
+    out.model->load_state_dict(file.tensors);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(dir + ": model.safetensors does not fit config.json: " + e.what());
+  }
+  if (const fs::path adapter = fs::path(dir) / kAdapterFile; fs::exists(adapter)) {
+    try {
+      nn::apply_adapter(*out.model, nn::load_adapter(adapter.string()));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(adapter.string() + ": " + e.what());
+    }
+  }
+  out.model->to(device);
+  out.model->eval();
+  out.metadata = std::map<std::string, std::string>(file.metadata.begin(), file.metadata.end());
+  return out;
+}
+
+}  // namespace mvgpt::gpt

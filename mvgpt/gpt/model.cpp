@@ -1,0 +1,125 @@
+#include <mvgpt/gpt/model.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/layer_norm.h>
+#include <mvgpt/nn/mlp.h>
+#include <mvgpt/nn/rms_norm.h>
+
+namespace mvgpt::gpt {
+
+namespace {
+
+std::shared_ptr<nn::Module> make_norm(const GPTConfig& c, const nn::Init& init) {
+  if (c.norm == NormKind::layernorm)
+    return std::make_shared<nn::LayerNorm>(c.n_embd, c.norm_eps, /*affine=*/true, c.bias, init);
+  return std::make_shared<nn::RMSNorm>(c.n_embd, c.norm_eps, /*affine=*/true, init);
+}
+
+// Redraws a residual projection's weight with the smaller GPT-2 scale.
+void reinit_weight(const Tensor& weight, const nn::Init& init) {
+  NoGradGuard no_grad;
+  ops::copy_(weight, nn::normal(weight.shape(), init.std, init));
+}
+
+}  // namespace
+
+Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& residual_init) : config_(config) {
+  ln_1 = register_module("ln_1", make_norm(config, init));
+  nn::AttentionConfig ac;
+  ac.n_embd = config.n_embd;
+  ac.n_head = config.n_head;
+  ac.n_kv_head = config.kv_heads();
+  ac.rope = config.rope;
+  ac.rope_base = config.rope_base;
+  ac.bias = config.bias;
+  ac.dropout = config.dropout;
+  attn = register_module("attn", std::make_shared<nn::CausalSelfAttention>(ac, init));
+  reinit_weight(attn->c_proj->weight, residual_init);
+  ln_2 = register_module("ln_2", make_norm(config, init));
+  if (config.mlp == MlpKind::gelu) {
+    auto m = std::make_shared<nn::MLP>(config.n_embd, config.hidden_size(), config.bias, init);
+    reinit_weight(m->c_proj->weight, residual_init);
+    mlp = register_module("mlp", m);
+  } else {
+    auto m = std::make_shared<nn::SwiGLU>(config.n_embd, config.hidden_size(), config.bias, init);
+    reinit_weight(m->w2->weight, residual_init);
+    mlp = register_module("mlp", m);
+  }
+}
+
+Tensor Block::forward(const Tensor& x, const Tensor& positions, nn::KVCacheLayer* cache) const {
+  Tensor y = x + attn->forward(ln_1->forward(x), positions, cache);  // (B, T, C)
+  return y + dropout(mlp->forward(ln_2->forward(y)), config_.dropout, nullptr, is_training());
+}
+
+GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
+  config.validate();
+  nn::Init init;
+  init.gen = gen;
+  nn::Init residual_init = init;
+  residual_init.std = init.std / std::sqrt(2.0 * double(config.n_layer));
+
+  transformer = register_module("transformer", std::make_shared<nn::Module>());
+  wte = transformer->register_module("wte", std::make_shared<nn::Embedding>(config.vocab_size, config.n_embd, init));
+  if (!config.rope)
+    wpe = transformer->register_module("wpe", std::make_shared<nn::Embedding>(config.block_size, config.n_embd, init));
+  h = transformer->register_module("h", std::make_shared<nn::ModuleListOf<Block>>());
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(std::make_shared<Block>(config, init, residual_init));
+  ln_f = transformer->register_module("ln_f", make_norm(config, init));
+  if (!config.tie_embeddings)
+    lm_head = register_module("lm_head", std::make_shared<nn::Linear>(config.n_embd, config.vocab_size, false, init));
+}
+
+Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
+  if (idx.dim() != 2)
+    throw std::invalid_argument("GPT::forward: expected token ids of shape (B, T), found " + mvgpt::to_string(idx.shape()));
+  const int64_t T = idx.size(1);
+  const int64_t start = cache ? cache->position : 0;
+  if (cache && cache->num_layers() != size_t(config_.n_layer))
+    throw std::invalid_argument("GPT::forward: the cache has " + std::to_string(cache->num_layers()) +
+                                " layers, the model " + std::to_string(config_.n_layer));
+  if (!config_.rope && start + T > config_.block_size)
+    throw std::invalid_argument(
+        "GPT::forward: positions " + std::to_string(start) + ".." + std::to_string(start + T - 1) +
+        " are past the learned position table (block_size " + std::to_string(config_.block_size) +
+        "); a learned-position model must re-run the last window instead of extending its cache");
+
+  Tensor x = wte->forward(idx);  // (B, T, C)
+  Tensor positions;
+  // (T) on the model's device: rope() wants its positions where the activations are.
+  if (config_.rope) positions = ops::arange(double(start), double(start + T), 1, DType::i64, x.device());
+  else x = x + narrow(wpe->weight, 0, start, T);                                               // (T, C) broadcast
+  x = dropout(x, config_.dropout, nullptr, is_training());
+  for (size_t i = 0; i < h->size(); ++i)
+    x = (*h)[i].forward(x, positions, cache ? &cache->layer(i) : nullptr);
+  if (cache) cache->position += T;
+  return ln_f->forward(x);
+}
+
+Tensor GPT::head(const Tensor& x) const {
+  if (lm_head) return lm_head->forward(x);
+  return matmul(x, transpose(wte->weight, 0, 1));  // (B, T, C) @ (C, V)
+}
+
+Tensor GPT::forward(const Tensor& idx, KVCache* cache, bool last_only) const {
+  Tensor x = hidden(idx, cache);
+  if (last_only) x = narrow(x, 1, x.size(1) - 1, 1);
+  return head(x);
+}
+
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
+  Tensor logits = forward(idx);
+  return cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}));
+}
+
+Tensor GPT::token_losses(const Tensor& idx, const Tensor& targets, KVCache* cache) const {
+  Tensor logits = forward(idx, cache);
+  Tensor losses = cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}), -100,
+                                Reduction::none);
+  return reshape(losses, targets.shape());
+}
+
+}  // namespace mvgpt::gpt

@@ -1,0 +1,60 @@
+#pragma once
+// Causal self-attention with a fused QKV projection, optional rotary embeddings (split-half),
+// grouped-query attention (n_kv_head dividing n_head) and an optional KV cache.
+//
+//   c_attn: Linear(C, (H + 2 Hkv) * D): q, k, v stacked in that order (for Hkv == H this is
+//           nanoGPT's [3C, C]); c_proj: Linear(C, C).
+//
+// The fused attention kernel is the default; the unfused path (matmul, masked_fill, softmax,
+// matmul, kv heads repeated for GQA) is kept as the reference the fused one is tested against.
+#include <memory>
+
+#include <mvgpt/nn/init.h>
+#include <mvgpt/nn/kv_cache.h>
+#include <mvgpt/nn/linear.h>
+#include <mvgpt/nn/module.h>
+
+namespace mvgpt::nn {
+
+struct AttentionConfig {
+  int64_t n_embd = 0;
+  int64_t n_head = 1;
+  int64_t n_kv_head = 0;  // 0 means n_head (plain multi-head attention)
+  bool rope = false;
+  double rope_base = 10000;
+  bool bias = true;
+  // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's
+  // attn_dropout and resid_dropout). Masks come from default_generator().
+  double dropout = 0.0;
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const AttentionConfig& config, const Init& init = {});
+  std::string type_name() const override { return "CausalSelfAttention"; }
+
+  // x (B, T, C) -> (B, T, C). positions (T) or (B, T) int64: the rotary positions of the T new
+  // tokens; undefined means cached length + 0..T-1. With a cache, the new keys and values are
+  // appended to it and the queries attend over everything cached (query i sits at key position
+  // length_before + i).
+  Tensor forward(const Tensor& x, const Tensor& positions, KVCacheLayer* cache = nullptr) const;
+  // Positions 0..T-1, no cache.
+  Tensor forward(const Tensor& x) const override { return forward(x, Tensor{}, nullptr); }
+  using Module::operator();
+  Tensor operator()(const Tensor& x, const Tensor& positions, KVCacheLayer* cache = nullptr) const {
+    return forward(x, positions, cache);
+  }
+
+  // The attention itself on split heads: q (B, H, Tq, D), k and v (B, Hkv, Tk, D), Tk >= Tq, causal
+  // with query i at key position Tk - Tq + i. Exposed for tests and for the GPT's own loop.
+  static Tensor attend_fused(const Tensor& q, const Tensor& k, const Tensor& v);
+  // attn_dropout > 0 drops attention weights after the softmax (training only).
+  static Tensor attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout = 0.0);
+
+  AttentionConfig config;
+  int64_t head_dim;
+  bool use_fused = true;  // false: the unfused reference path (also taken in training with dropout)
+  std::shared_ptr<Linear> c_attn, c_proj;
+};
+
+}  // namespace mvgpt::nn

@@ -1,0 +1,24 @@
+#include <mvgpt/nn/mlp.h>
+
+#include <mvgpt/autograd/ops.h>
+
+namespace mvgpt::nn {
+
+MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
+  if (hidden <= 0) hidden = 4 * n_embd;
+  c_fc = register_module("c_fc", std::make_shared<Linear>(n_embd, hidden, bias, init));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(hidden, n_embd, bias, init));
+}
+
+Tensor MLP::forward(const Tensor& x) const { return c_proj->forward(gelu(c_fc->forward(x))); }
+
+SwiGLU::SwiGLU(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
+  if (hidden <= 0) hidden = 4 * n_embd;
+  w1 = register_module("w1", std::make_shared<Linear>(n_embd, hidden, bias, init));
+  w3 = register_module("w3", std::make_shared<Linear>(n_embd, hidden, bias, init));
+  w2 = register_module("w2", std::make_shared<Linear>(hidden, n_embd, bias, init));
+}
+
+Tensor SwiGLU::forward(const Tensor& x) const { return w2->forward(mul(silu(w1->forward(x)), w3->forward(x))); }
+
+}  // namespace mvgpt::nn

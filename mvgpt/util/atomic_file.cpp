@@ -1,0 +1,71 @@
+#include <mvgpt/util/atomic_file.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace mvgpt::util {
+
+static std::runtime_error io_error(const std::string& what, const std::string& path) {
+  return std::runtime_error(what + " " + path + ": " + std::strerror(errno));
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+  file_ = std::fopen(tmp_path_.c_str(), "wb");
+  if (!file_) throw io_error("cannot create", tmp_path_);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (file_) std::fclose(file_);
+  if (!committed_) std::remove(tmp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+  if (!file_) throw std::logic_error("AtomicFileWriter::write: " + path_ + " was already committed");
+  if (n && std::fwrite(data, 1, n, file_) != n) throw io_error("cannot write", tmp_path_);
+}
+
+void AtomicFileWriter::commit() {
+  if (!file_) throw std::logic_error("AtomicFileWriter::commit: " + path_ + " was already committed");
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) throw io_error("cannot flush", tmp_path_);
+  if (std::fclose(file_) != 0) {
+    file_ = nullptr;
+    throw io_error("cannot close", tmp_path_);
+  }
+  file_ = nullptr;
+  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_);
+  committed_ = true;
+  fsync_dir(std::filesystem::path(path_).parent_path().string());  // the rename itself, durable
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFileWriter w(path);
+  w.write(contents);
+  w.commit();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io_error("cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw io_error("cannot read", path);
+  return ss.str();
+}
+
+}  // namespace mvgpt::util
