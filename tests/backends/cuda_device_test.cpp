@@ -9,7 +9,7 @@
 #include <mvgpt/backends/cuda/cuda_backend.h>
 #include <mvgpt/backends/deferred_checks.h>
 #include <mvgpt/backends/ops.h>
-#include <mvgpt/backends/ops_test_util.h>
+#include "backends/ops_test_util.h"
 
 namespace mvgpt {
 namespace {

@@ -9,7 +9,7 @@
 #include <mvgpt/backends/cuda/strided_indexer.h>
 #include <mvgpt/backends/elementwise_math.h>
 #include <mvgpt/backends/ops.h>
-#include <mvgpt/backends/ops_test_util.h>
+#include "backends/ops_test_util.h"
 
 namespace mvgpt {
 namespace {

@@ -11,7 +11,7 @@
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/gpt/checkpoint.h>
 #include <mvgpt/nn/safetensors.h>
-#include <mvgpt/nn/temp_dir.h>
+#include "nn/temp_dir.h"
 
 namespace mvgpt::gpt {
 namespace {

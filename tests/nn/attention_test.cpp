@@ -9,7 +9,7 @@
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/nn/kv_cache.h>
-#include <mvgpt/nn/test_util.h>
+#include "nn/test_util.h"
 
 namespace mvgpt::nn {
 namespace {

@@ -13,7 +13,7 @@
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/mlp.h>
 #include <mvgpt/nn/rms_norm.h>
-#include <mvgpt/nn/test_util.h>
+#include "nn/test_util.h"
 
 namespace mvgpt::nn {
 namespace {

@@ -9,8 +9,8 @@
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/nn/lora.h>
 #include <mvgpt/nn/mlp.h>
-#include <mvgpt/nn/test_util.h>
-#include <mvgpt/nn/temp_dir.h>
+#include "nn/test_util.h"
+#include "nn/temp_dir.h"
 #include <mvgpt/tensor/generator.h>
 
 namespace mvgpt::nn {

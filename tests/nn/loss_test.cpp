@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include <mvgpt/nn/test_util.h>
+#include "nn/test_util.h"
 
 namespace mvgpt::nn {
 namespace {

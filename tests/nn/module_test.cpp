@@ -7,7 +7,7 @@
 #include <mvgpt/nn/layer_norm.h>
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/safetensors.h>
-#include <mvgpt/nn/temp_dir.h>
+#include "nn/temp_dir.h"
 
 namespace mvgpt::nn {
 namespace {

@@ -8,8 +8,8 @@
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/safetensors.h>
-#include <mvgpt/nn/temp_dir.h>
-#include <mvgpt/nn/test_util.h>
+#include "nn/temp_dir.h"
+#include "nn/test_util.h"
 
 namespace mvgpt::nn {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include <mvgpt/nn/temp_dir.h>
+#include "nn/temp_dir.h"
 #include <mvgpt/tensor/allocator.h>
 
 namespace mvgpt {
