@@ -19,3 +19,32 @@ function(mvgpt_warnings target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()
 endfunction()
+
+# The CUDA settings of a module with .cu sources (backends, fused): machine code for A100 (sm_80) and
+# H100/H200 (sm_90), plus sm_90 PTX that newer GPUs JIT-compile; the CUDA runtime.
+function(mvgpt_cuda_sources target)
+  target_link_libraries(${target} PRIVATE CUDA::cudart)
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "80-real;90-real;90-virtual"
+                                             CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
+  # Warnings in device code and in the host code nvcc hands to the C++ compiler; errors only with
+  # MVGPT_CUDA_WERROR (scripts/gpu-check.sh sets it), so a newer nvcc's new warning cannot break a
+  # user's build.
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
+  if(MVGPT_CUDA_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Werror>)
+  endif()
+endfunction()
+
+# Enables CUDA in the calling directory (a macro: the settings are the directory's): the language,
+# the toolkit's targets, and nvcc's C++20 flag, which CMake 3.25 predates (newer CMake knows it).
+macro(mvgpt_enable_cuda)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  # CMake 3.25 predates nvcc's C++20 support: tell it the flag (newer CMake knows it already).
+  if(NOT CMAKE_CUDA20_COMPILE_FEATURES)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+  endif()
+endmacro()

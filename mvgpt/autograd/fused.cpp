@@ -13,38 +13,6 @@ Tensor rows(const Tensor& x, const char* op) {
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  Tensor x2 = rows(x, "layer_norm");  // (N, C)
-  ops::NormResult r = ops::layer_norm(x2, weight, bias, eps);
-  Tensor y = ops::reshape(r.y, x.shape());
-  if (!needs_grad(x, weight, bias)) return y;
-  return record("layer_norm", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
-                [sx = SavedTensor(x2), sw = SavedTensor(weight), sb = SavedTensor(bias), smean = SavedTensor(r.mean),
-                 srstd = SavedTensor(r.rstd), in = x.shape()](const Tensor& g) -> Grads {
-                  const char* op = "layer_norm";
-                  Tensor x2 = sx.unpack(op);
-                  ops::NormResult saved{Tensor(), smean.unpack(op), srstd.unpack(op)};
-                  auto d = ops::layer_norm_backward(ops::reshape(g, x2.shape()), x2, sw.unpack(op), sb.unpack(op), saved);
-                  return {ops::reshape(d[0], in), d[1], d[2]};
-                });
-}
-
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  Tensor x2 = rows(x, "rms_norm");  // (N, C)
-  ops::NormResult r = ops::rms_norm(x2, weight, eps);
-  Tensor y = ops::reshape(r.y, x.shape());
-  if (!needs_grad(x, weight)) return y;
-  return record("rms_norm", std::move(y), {edge_to(x), edge_to(weight)},
-                [sx = SavedTensor(x2), sw = SavedTensor(weight), srstd = SavedTensor(r.rstd),
-                 in = x.shape()](const Tensor& g) -> Grads {
-                  const char* op = "rms_norm";
-                  Tensor x2 = sx.unpack(op);
-                  ops::NormResult saved{Tensor(), Tensor(), srstd.unpack(op)};
-                  auto d = ops::rms_norm_backward(ops::reshape(g, x2.shape()), x2, sw.unpack(op), saved);
-                  return {ops::reshape(d[0], in), d[1]};
-                });
-}
-
 Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout) {
   Tensor y = ops::rope(x, positions, base, layout, /*inverse=*/false);
   if (!needs_grad(x)) return y;
@@ -134,14 +102,6 @@ Tensor positions(std::vector<int64_t> p) { return Tensor::from_vector(p); }
 void register_fused_gradchecks(OpRegistry& r) {
   using gc::indices;
   using gc::input;
-  r.add("layer_norm", {{"3-d with weight and bias", {input({2, 3, 4}), input({4}), input({4})},
-                        [](const Inputs& x) { return layer_norm(x[0], x[1], x[2], 1e-5); }},
-                       {"no affine, transposed", {gc::transposed({3, 5})},
-                        [](const Inputs& x) { return layer_norm(x[0], Tensor(), Tensor(), 1e-5); }}});
-  r.add("rms_norm", {{"3-d with weight", {input({2, 2, 4}), input({4})},
-                      [](const Inputs& x) { return rms_norm(x[0], x[1], 1e-6); }},
-                     {"sliced, no weight", {gc::sliced({3, 4})},
-                      [](const Inputs& x) { return rms_norm(x[0], Tensor(), 1e-6); }}});
   r.add("rope", {{"split half (B, H, T, D)", {input({1, 2, 3, 4})},
                   [](const Inputs& x) { return rope(x[0], positions({0, 1, 5}), 10000, RopeLayout::split_half); }},
                  {"interleaved (H, T, D), weighted", {input({2, 3, 4})}, [](const Inputs& x) {

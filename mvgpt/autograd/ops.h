@@ -125,9 +125,6 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 
 // --- fused ---
-// Over the last axis of x (..., C); weight and bias (C) may be undefined.
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; backward is the inverse rotation.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
             RopeLayout layout = RopeLayout::split_half);

@@ -98,18 +98,6 @@ class Backend {
   virtual void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) = 0;
 
   // --- fused kernels (each has a reference built from the ops above, tested against it) ---
-  // Over the last axis of x (N, C): y = (x - mean) * rstd * weight + bias; saves mean, rstd (N).
-  // weight/bias may be undefined (no affine / no bias).
-  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                          const Tensor& mean, const Tensor& rstd) = 0;
-  // dx, and dweight/dbias when defined (accumulated fresh, not added to).
-  virtual void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                   const Tensor& dbias) = 0;
-  // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the last axis; saves rstd (N).
-  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) = 0;
-  virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                 const Tensor& dx, const Tensor& dweight) = 0;
   // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * base^(-2i/D), or by its
   // negative when inverse (the backward). Angles in float64 before the cast.
   virtual void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,

@@ -121,17 +121,6 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 
 // --- fused kernels ---
-struct NormResult {
-  Tensor y, mean, rstd;  // mean is undefined for RMS norm
-};
-NormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-NormResult rms_norm(const Tensor& x, const Tensor& weight, double eps);
-// Returns {dx, dweight, dbias} (dweight/dbias undefined when weight/bias are).
-std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                        const NormResult& saved);
-std::vector<Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                      const NormResult& saved);
-// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
             bool inverse = false);
 struct AttentionResult {

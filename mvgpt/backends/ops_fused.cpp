@@ -7,162 +7,27 @@
 #include <string>
 
 #include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/fused_checks.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/backends/ops_internal.h>
 
 namespace mvgpt::ops {
 namespace {
 
-[[noreturn]] void fail(const char* op, const std::string& msg) {
-  throw std::invalid_argument(std::string(op) + ": " + msg);
-}
-
-void require_defined(const Tensor& t, const char* op, const char* what) {
-  if (!t.defined()) fail(op, std::string(what) + " is undefined");
-}
-
-void require_floating(const Tensor& t, const char* op, const char* what) {
-  require_defined(t, op, what);
-  if (!is_floating(t.dtype()))
-    fail(op, std::string(what) + " must be floating point, found " + std::string(dtype_name(t.dtype())));
-}
-
-void require_device(const Tensor& t, const Tensor& ref, const char* op, const char* what) {
-  if (!(t.device() == ref.device()))
-    fail(op, std::string(what) + " is on " + t.device().str() + " but the input is on " + ref.device().str());
-}
-
-void require_shape(const Tensor& t, const Shape& shape, const char* op, const char* what) {
-  if (!(t.shape() == shape))
-    fail(op, std::string(what) + " must have shape " + to_string(shape) + ", found " + to_string(t.shape()));
-}
-
-void require_int(const Tensor& t, const char* op, const char* what) {
-  require_defined(t, op, what);
-  if (t.dtype() != DType::i32 && t.dtype() != DType::i64)
-    fail(op, std::string(what) + " must be int32 or int64, found " + std::string(dtype_name(t.dtype())));
-}
-
-// Kernels compute in float64 for float64 inputs, float32 otherwise.
-DType compute_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
-
-// t in dtype dt, contiguous (t itself when it already is).
-Tensor prepared(const Tensor& t, DType dt) {
-  if (!t.defined()) return t;
-  return contiguous(t.dtype() == dt ? t : to(t, dt));
-}
-
-// For the (B, H, T, D) kernels: a view is fine when D has unit stride and the rows do not overlap
-// (e.g. q, k, v split out of a packed qkv); anything else is copied.
-Tensor prepared_heads(const Tensor& t, DType dt) {
-  Tensor r = t.dtype() == dt ? t : to(t, dt);
-  const int n = r.dim();
-  const int64_t D = r.size(-1);
-  const bool unit_d = D <= 1 || r.strides()[n - 1] == 1;
-  const bool rows_apart = r.size(-2) <= 1 || r.strides()[n - 2] >= D;
-  return unit_d && rows_apart ? r : contiguous(r);
-}
-
-Tensor cast_back(const Tensor& t, DType dt) { return t.dtype() == dt ? t : to(t, dt); }
-
-// x's shape without its last axis: the shape of per-row statistics.
-Shape rows_shape(const Tensor& x) {
-  Shape s = x.shape();
-  s.erase(s.size() - 1);
-  return s;
-}
-
-// Checks x (..., C) and optional weight/bias (C) of a norm; returns C.
-int64_t check_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  require_floating(x, op, "x");
-  if (x.dim() < 1) fail(op, "x must have at least one dimension, found a scalar");
-  const int64_t C = x.size(-1);
-  for (auto [t, what] : {std::pair{&weight, "weight"}, {&bias, "bias"}}) {
-    if (!t->defined()) continue;
-    require_floating(*t, op, what);
-    require_device(*t, x, op, what);
-    require_shape(*t, Shape{C}, op, what);
-  }
-  if (!(eps >= 0)) fail(op, "eps must be >= 0, found " + std::to_string(eps));
-  return C;
-}
-
-void check_saved_stat(const char* op, const Tensor& stat, const Tensor& x, const char* what) {
-  require_defined(stat, op, what);
-  require_device(stat, x, op, what);
-  require_shape(stat, rows_shape(x), op, what);
-  if (stat.dtype() != compute_dtype(x.dtype()))
-    fail(op, std::string("saved ") + what + " must be " + std::string(dtype_name(compute_dtype(x.dtype()))) +
-                 ", found " + std::string(dtype_name(stat.dtype())));
-}
-
-void check_grad_like(const char* op, const Tensor& grad, const Tensor& x, const char* what) {
-  require_floating(grad, op, what);
-  require_device(grad, x, op, what);
-  require_shape(grad, x.shape(), op, what);
-}
+using fused::cast_back;
+using fused::check_grad_like;
+using fused::compute_dtype;
+using fused::fail;
+using fused::prepared;
+using fused::prepared_heads;
+using fused::require_defined;
+using fused::require_device;
+using fused::require_floating;
+using fused::require_int;
+using fused::require_shape;
+using fused::rows_shape;
 
 }  // namespace
-
-// ---------------------------------------------------------------- layer norm, RMS norm
-
-NormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const char* op = "layer_norm";
-  check_norm(op, x, weight, bias, eps);
-  const DType cd = compute_dtype(x.dtype());
-  Tensor xc = prepared(x, cd);
-  NormResult r;
-  Tensor y = Tensor::empty(x.shape(), cd, x.device());
-  r.mean = Tensor::empty(rows_shape(x), cd, x.device());
-  r.rstd = Tensor::empty(rows_shape(x), cd, x.device());
-  backend_for(x.device()).layer_norm(xc, prepared(weight, cd), prepared(bias, cd), eps, y, r.mean, r.rstd);
-  r.y = cast_back(y, x.dtype());
-  return r;
-}
-
-std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                        const NormResult& saved) {
-  const char* op = "layer_norm_backward";
-  const int64_t C = check_norm(op, x, weight, bias, 0);
-  check_grad_like(op, dy, x, "dy");
-  check_saved_stat(op, saved.mean, x, "mean");
-  check_saved_stat(op, saved.rstd, x, "rstd");
-  const DType cd = compute_dtype(x.dtype());
-  Tensor dx = Tensor::empty(x.shape(), cd, x.device());
-  Tensor dw = weight ? Tensor::empty({C}, cd, x.device()) : Tensor();
-  Tensor db = bias ? Tensor::empty({C}, cd, x.device()) : Tensor();
-  backend_for(x.device())
-      .layer_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), contiguous(saved.mean),
-                           contiguous(saved.rstd), dx, dw, db);
-  return {cast_back(dx, x.dtype()), weight ? cast_back(dw, weight.dtype()) : Tensor(),
-          bias ? cast_back(db, bias.dtype()) : Tensor()};
-}
-
-NormResult rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  const char* op = "rms_norm";
-  check_norm(op, x, weight, Tensor(), eps);
-  const DType cd = compute_dtype(x.dtype());
-  NormResult r;
-  Tensor y = Tensor::empty(x.shape(), cd, x.device());
-  r.rstd = Tensor::empty(rows_shape(x), cd, x.device());
-  backend_for(x.device()).rms_norm(prepared(x, cd), prepared(weight, cd), eps, y, r.rstd);
-  r.y = cast_back(y, x.dtype());
-  return r;
-}
-
-std::vector<Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                      const NormResult& saved) {
-  const char* op = "rms_norm_backward";
-  const int64_t C = check_norm(op, x, weight, Tensor(), 0);
-  check_grad_like(op, dy, x, "dy");
-  check_saved_stat(op, saved.rstd, x, "rstd");
-  const DType cd = compute_dtype(x.dtype());
-  Tensor dx = Tensor::empty(x.shape(), cd, x.device());
-  Tensor dw = weight ? Tensor::empty({C}, cd, x.device()) : Tensor();
-  backend_for(x.device())
-      .rms_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), contiguous(saved.rstd), dx, dw);
-  return {cast_back(dx, x.dtype()), weight ? cast_back(dw, weight.dtype()) : Tensor()};
-}
 
 // ---------------------------------------------------------------- rope
 

@@ -8,20 +8,6 @@
 
 namespace mvgpt::reference {
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  Tensor centred = ops::sub(x, ops::mean(x, {-1}, true));
-  Tensor var = ops::mean(ops::square(centred), {-1}, true);  // biased, as PyTorch
-  Tensor y = ops::mul(centred, ops::rsqrt(ops::add(var, eps)));
-  if (weight) y = ops::mul(y, weight);
-  if (bias) y = ops::add(y, bias);
-  return y;
-}
-
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  Tensor y = ops::mul(x, ops::rsqrt(ops::add(ops::mean(ops::square(x), {-1}, true), eps)));
-  return weight ? ops::mul(y, weight) : y;
-}
-
 Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse) {
   const int64_t D = x.size(-1), half = D / 2;
   if (D % 2) throw std::invalid_argument("reference::rope: head size " + std::to_string(D) + " is odd");

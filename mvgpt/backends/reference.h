@@ -7,10 +7,6 @@
 
 namespace mvgpt::reference {
 
-// Over the last axis: (x - mean) / sqrt(biased var + eps) * weight + bias (weight/bias optional).
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
-// x / sqrt(mean(x^2) + eps) * weight (weight optional).
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
 // x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
             bool inverse = false);

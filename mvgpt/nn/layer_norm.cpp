@@ -1,6 +1,6 @@
 #include <mvgpt/nn/layer_norm.h>
 
-#include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/norms.h>
 
 namespace mvgpt::nn {
 

@@ -50,4 +50,21 @@ inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, do
   return all_close(values(a), values(b), atol, rtol);
 }
 
+template <typename F>
+inline void expect_error(F&& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one mentioning \"" << needle << "\"";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+  }
+}
+
+// A packed copy of any view, made element by element (independent of the ops under test).
+inline Tensor packed(const Tensor& t, DType dt) {
+  Tensor c = Tensor::empty(t.shape(), dt);
+  for (int64_t i = 0; i < t.numel(); ++i) write_element(c, i, read_element(t, i));
+  return c;
+}
+
 }  // namespace mvgpt::fused_test

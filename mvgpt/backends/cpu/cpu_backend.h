@@ -34,13 +34,6 @@ class CpuBackend final : public Backend {
   void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
-  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                  const Tensor& mean, const Tensor& rstd) override;
-  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) override;
-  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) override;
-  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                         const Tensor& dx, const Tensor& dweight) override;
   void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
             const Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,

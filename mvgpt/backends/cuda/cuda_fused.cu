@@ -1,4 +1,4 @@
-// Fused kernels: layer norm and RMS norm (forward and backward), rotary embedding, and attention
+// Fused kernels: rotary embedding and attention
 // (forward and backward). Each is the CPU kernel's math in the simplest parallel shape that needs
 // no atomics, so results are deterministic.
 //
@@ -18,110 +18,10 @@
 
 #include <mvgpt/backends/cuda/cuda_backend_impl.h>
 #include <mvgpt/backends/cuda/cuda_kernels.cuh>
+#include <mvgpt/backends/cuda/fused_host.h>
 
 namespace mvgpt::cuda {
 namespace {
-
-// ------------------------------------------------------------------------------------------ norms
-
-// One block per row of x (N, C). mean is null for RMS norm (x is then not centred).
-template <typename T>
-__global__ void norm_forward_kernel(int64_t N, int64_t C, const T* x, const T* weight, const T* bias, T eps, T* y,
-                                    T* mean, T* rstd) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* shared = reinterpret_cast<T*>(smem);
-  for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
-    const T* xr = x + r * C;
-    T* yr = y + r * C;
-    T mu = 0;
-    if (mean) {
-      T s = 0;
-      for (int64_t i = threadIdx.x; i < C; i += blockDim.x) s += xr[i];
-      mu = block_reduce(s, shared, SumOp{}) / T(C);
-    }
-    // Centred second moment (two passes: no cancellation of E[x^2] - E[x]^2).
-    T s2 = 0;
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) s2 += (xr[i] - mu) * (xr[i] - mu);
-    const T var = block_reduce(s2, shared, SumOp{}) / T(C);
-    const T rs = T(1) / math::m_sqrt(var + eps);
-    if (threadIdx.x == 0) {
-      if (mean) mean[r] = mu;
-      rstd[r] = rs;
-    }
-    for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-      T v = (xr[i] - mu) * rs;
-      if (weight) v *= weight[i];
-      if (bias) v += bias[i];
-      yr[i] = v;
-    }
-  }
-}
-
-// dx of one row per block. Layer norm (mean given): dx = rstd (g - mean(g) - xhat mean(g xhat));
-// RMS norm: dx = rstd g - x rstd^3 mean(g x); g = dy * weight.
-template <typename T>
-__global__ void norm_backward_dx_kernel(int64_t N, int64_t C, const T* dy, const T* x, const T* weight,
-                                        const T* mean, const T* rstd, T* dx) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* shared = reinterpret_cast<T*>(smem);
-  for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
-    const T* xr = x + r * C;
-    const T* dyr = dy + r * C;
-    T* dxr = dx + r * C;
-    const T rs = rstd[r];
-    auto g_at = [&](int64_t i) { return weight ? dyr[i] * weight[i] : dyr[i]; };
-    if (mean) {
-      const T mu = mean[r];
-      T sg = 0, sgx = 0;
-      for (int64_t i = threadIdx.x; i < C; i += blockDim.x) {
-        const T g = g_at(i);
-        sg += g;
-        sgx += g * (xr[i] - mu) * rs;
-      }
-      const T g_mean = block_reduce(sg, shared, SumOp{}) / T(C);
-      const T gx_mean = block_reduce(sgx, shared, SumOp{}) / T(C);
-      for (int64_t i = threadIdx.x; i < C; i += blockDim.x)
-        dxr[i] = rs * (g_at(i) - g_mean - (xr[i] - mu) * rs * gx_mean);
-    } else {
-      T sgx = 0;
-      for (int64_t i = threadIdx.x; i < C; i += blockDim.x) sgx += g_at(i) * xr[i];
-      const T k = rs * rs * rs * (block_reduce(sgx, shared, SumOp{}) / T(C));
-      for (int64_t i = threadIdx.x; i < C; i += blockDim.x) dxr[i] = rs * g_at(i) - xr[i] * k;
-    }
-  }
-}
-
-// Parameter gradients in two deterministic stages. Stage 1: block (column tile, row chunk) writes
-// the chunk's partial sums of dy * xhat (and dy) per column; xhat = (x - mean) rstd, mean 0 for RMS.
-// The chunk size depends only on N.
-int64_t norm_chunk_rows(int64_t N) { return std::max<int64_t>(128, (N + 65534) / 65535); }
-
-template <typename T>
-__global__ void norm_param_partial_kernel(int64_t N, int64_t C, int64_t chunk_rows, const T* dy, const T* x, const T* mean,
-                                          const T* rstd, T* dw_part, T* db_part) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t chunk = blockIdx.y;
-  if (c >= C) return;
-  T dw = 0, db = 0;
-  const int64_t r1 = min(N, (chunk + 1) * chunk_rows);
-  for (int64_t r = chunk * chunk_rows; r < r1; ++r) {
-    const T g = dy[r * C + c];
-    dw += g * (x[r * C + c] - (mean ? mean[r] : T(0))) * rstd[r];
-    db += g;
-  }
-  if (dw_part) dw_part[chunk * C + c] = dw;
-  if (db_part) db_part[chunk * C + c] = db;
-}
-
-// Stage 2: out[c] = sum of the chunks' partials, in chunk order.
-template <typename T>
-__global__ void sum_chunks_kernel(int64_t nchunks, int64_t C, const T* part, T* out) {
-  MVGPT_GRID_STRIDE(c, C) {
-    T s = 0;
-    for (int64_t k = 0; k < nchunks; ++k) s += part[k * C + c];
-    out[c] = s;
-  }
-}
 
 // ------------------------------------------------------------------------------------------- rope
 
@@ -343,90 +243,6 @@ __global__ void attention_dkdv_kernel(AttnDims d, Rows<T> Q, Rows<T> K, Rows<T> 
 
 // ------------------------------------------------------------------------------------------ host
 
-unsigned grid_rows(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535 * 4)); }
-
-void check_float(const Tensor& x, const char* op) {
-  if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
-    throw std::logic_error(std::string(op) + ": expects float32 or float64 (the ops layer widens), found " +
-                           std::string(dtype_name(x.dtype())));
-}
-
-void check_norm_args(const char* op, Device dev, const Tensor& x, std::initializer_list<const Tensor*> others) {
-  check_float(x, op);
-  require_on(x, dev, op);
-  if (!x.is_contiguous()) throw std::logic_error(std::string(op) + ": x must be contiguous");
-  for (const Tensor* t : others) {
-    if (!t->defined()) continue;
-    require_on(*t, dev, op);
-    if (!t->is_contiguous()) throw std::logic_error(std::string(op) + ": every tensor must be contiguous");
-    if (t->dtype() != x.dtype()) throw std::logic_error(std::string(op) + ": mixed dtypes reached the kernel");
-  }
-}
-
-template <typename T>
-const T* ptr(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
-}
-template <typename T>
-T* mut(const Tensor& t) {
-  return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
-}
-
-// Calls f(T{}) for float or double x.
-template <typename F>
-void dispatch_float(const Tensor& x, F&& f) {
-  if (x.dtype() == DType::f64) f(double{});
-  else f(float{});
-}
-
-void norm_forward(CudaBackend& be, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                  const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  const int64_t C = x.size(-1), N = rstd.numel();  // rows counted by rstd: x may have C = 0
-  if (N == 0) return;
-  cudaStream_t stream = be.activate();
-  const int threads = threads_for_row(C);
-  dispatch_float(x, [&](auto tag) {
-    using T = decltype(tag);
-    norm_forward_kernel<T><<<grid_rows(N), threads, threads * sizeof(T), stream>>>(
-        N, C, ptr<T>(x), ptr<T>(weight), ptr<T>(bias), T(eps), mut<T>(y), mut<T>(mean), mut<T>(rstd));
-  });
-  MVGPT_CUDA_CHECK_LAUNCH();
-}
-
-void norm_backward(CudaBackend& be, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
-  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-  cudaStream_t stream = be.activate();
-  dispatch_float(x, [&](auto tag) {
-    using T = decltype(tag);
-    if (dx.defined() && N > 0) {
-      const int threads = threads_for_row(C);
-      norm_backward_dx_kernel<T><<<grid_rows(N), threads, threads * sizeof(T), stream>>>(
-          N, C, ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<T>(mean), ptr<T>(rstd), mut<T>(dx));
-      MVGPT_CUDA_CHECK_LAUNCH();
-    }
-    if ((!dweight.defined() && !dbias.defined()) || C == 0) return;
-    const int64_t chunk_rows = norm_chunk_rows(N);
-    const int64_t nchunks = (N + chunk_rows - 1) / chunk_rows;
-    if (nchunks == 0) {  // no rows: the sums are empty
-      if (dweight.defined()) be.fill(dweight, 0.0);
-      if (dbias.defined()) be.fill(dbias, 0.0);
-      return;
-    }
-    Tensor dw_part = dweight.defined() ? be.scratch({nchunks, C}, x.dtype()) : Tensor();
-    Tensor db_part = dbias.defined() ? be.scratch({nchunks, C}, x.dtype()) : Tensor();
-    const dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned(nchunks));
-    norm_param_partial_kernel<T><<<grid, kThreads, 0, stream>>>(N, C, chunk_rows, ptr<T>(dy), ptr<T>(x), ptr<T>(mean),
-                                                                ptr<T>(rstd), mut<T>(dw_part), mut<T>(db_part));
-    MVGPT_CUDA_CHECK_LAUNCH();
-    if (dweight.defined())
-      sum_chunks_kernel<T><<<blocks_for(C), kThreads, 0, stream>>>(nchunks, C, ptr<T>(dw_part), mut<T>(dweight));
-    if (dbias.defined())
-      sum_chunks_kernel<T><<<blocks_for(C), kThreads, 0, stream>>>(nchunks, C, ptr<T>(db_part), mut<T>(dbias));
-    MVGPT_CUDA_CHECK_LAUNCH();
-  });
-}
-
 AttnDims attn_dims(const Tensor& q, const Tensor& k, bool causal) {
   AttnDims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), 1, 0, causal};
   d.group = d.Hkv ? d.H / d.Hkv : 1;
@@ -459,30 +275,6 @@ size_t attention_shared(const char* op, int64_t D, int64_t rows_of_d, size_t ele
 }
 
 }  // namespace
-
-void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                             const Tensor& mean, const Tensor& rstd) {
-  check_norm_args("CudaBackend::layer_norm", device(), x, {&weight, &bias, &y, &mean, &rstd});
-  norm_forward(*this, x, weight, bias, eps, y, mean, rstd);
-}
-
-void CudaBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                      const Tensor& dbias) {
-  check_norm_args("CudaBackend::layer_norm_backward", device(), x, {&dy, &weight, &mean, &rstd, &dx, &dweight, &dbias});
-  norm_backward(*this, dy, x, weight, mean, rstd, dx, dweight, dbias);
-}
-
-void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
-  check_norm_args("CudaBackend::rms_norm", device(), x, {&weight, &y, &rstd});
-  norm_forward(*this, x, weight, Tensor(), eps, y, Tensor(), rstd);
-}
-
-void CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                    const Tensor& dx, const Tensor& dweight) {
-  check_norm_args("CudaBackend::rms_norm_backward", device(), x, {&dy, &weight, &rstd, &dx, &dweight});
-  norm_backward(*this, dy, x, weight, Tensor(), rstd, dx, dweight, Tensor());
-}
 
 void CudaBackend::rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
                        const Tensor& out) {

@@ -1,12 +1,15 @@
-// Layer norm and RMS norm kernels against naive double loops; backward against finite differences.
+// Layer norm and RMS norm (mvgpt/fused/norms.h): the CPU kernels against naive double loops and
+// their backward against finite differences; the ops' layouts, dtypes and errors; the kernels
+// against the slow reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
 #include <vector>
 
-#include <mvgpt/backends/backend.h>
-#include "fused_test_util.h"
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/norms.h>
+#include "backends/fused_test_util.h"
 
 namespace mvgpt {
 namespace {
@@ -14,7 +17,11 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-Backend& cpu() { return backend_for(Device::cpu()); }
+// The CPU kernels themselves (no argument preparation).
+const fused::NormKernels& cpu() {
+  static const fused::NormKernels k = fused::norms_cpu_kernels();
+  return k;
+}
 
 // Naive layer norm / RMS norm in double over rows of length C; w/b empty = absent.
 Vec naive_layer_norm(const Vec& x, const Vec& w, const Vec& b, int64_t C, double eps, Vec* mean = nullptr,
@@ -211,6 +218,63 @@ TEST_P(RmsNormKernel, BackwardMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormKernel,
                          ::testing::Values(NormCase{7, 384, true, false}, NormCase{3, 5, true, false},
                                            NormCase{4, 33, false, false}, NormCase{1000, 40, true, false}));
+
+// ---- the ops: layouts, dtypes, errors, reference
+
+TEST(NormOps, LayerNormAcceptsAnyLayoutAndKeepsBatchShape) {
+  // x (B, T, C) as a transposed view of a (B, C, T) buffer.
+  Tensor buf = random_tensor({2, 8, 5}, DType::f32, 1);
+  Tensor x = buf.as_strided({2, 5, 8}, {40, 1, 5}, 0);
+  Tensor w = random_tensor({8}, DType::f32, 2), b = random_tensor({8}, DType::f32, 3);
+  fused::NormResult got = fused::layer_norm_forward(x, w, b, 1e-5);
+  fused::NormResult want = fused::layer_norm_forward(packed(x, DType::f32), w, b, 1e-5);
+  EXPECT_EQ(got.y.shape(), (Shape{2, 5, 8}));
+  EXPECT_EQ(got.mean.shape(), (Shape{2, 5}));
+  EXPECT_EQ(values(got.y), values(want.y));
+  auto grads = fused::layer_norm_backward(got.y, x, w, b, got);
+  ASSERT_EQ(grads.size(), 3u);
+  EXPECT_EQ(grads[0].shape(), x.shape());
+  EXPECT_EQ(grads[1].shape(), (Shape{8}));
+}
+
+TEST(NormOps, Bfloat16IsWidenedAndCastBack) {
+  Tensor x = packed(random_tensor({3, 16}, DType::f32, 4), DType::bf16);
+  Tensor xf = packed(x, DType::f32);  // the same values in float32
+  Tensor w = random_tensor({16}, DType::f32, 5);
+  fused::NormResult r = fused::layer_norm_forward(x, w, Tensor(), 1e-5);
+  EXPECT_EQ(r.y.dtype(), DType::bf16);
+  EXPECT_EQ(r.rstd.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(r.y, fused::layer_norm_forward(xf, w, Tensor(), 1e-5).y, 2e-2, 1e-2));
+  auto g = fused::layer_norm_backward(r.y, x, w, Tensor(), r);
+  EXPECT_EQ(g[0].dtype(), DType::bf16);
+  EXPECT_EQ(g[1].dtype(), DType::f32);
+  EXPECT_FALSE(g[2].defined());
+
+  EXPECT_EQ(fused::rms_norm_forward(x, Tensor(), 1e-6).y.dtype(), DType::bf16);
+}
+
+TEST(NormOps, NormErrors) {
+  Tensor x = random_tensor({2, 4}, DType::f32, 7);
+  expect_error([&] { fused::layer_norm_forward(x, random_tensor({5}, DType::f32, 1), Tensor(), 1e-5); }, "weight must have shape [4], found [5]");
+  expect_error([&] { fused::layer_norm_forward(Tensor::from_vector(std::vector<int64_t>{1, 2}), Tensor(), Tensor(), 1e-5); },
+               "layer_norm: x must be floating point, found int64");
+  expect_error([&] { fused::rms_norm_forward(x, Tensor(), -1); }, "rms_norm: eps must be >= 0");
+  fused::NormResult r = fused::layer_norm_forward(x, Tensor(), Tensor(), 1e-5);
+  expect_error([&] { fused::layer_norm_backward(random_tensor({2, 3}, DType::f32, 8), x, Tensor(), Tensor(), r); },
+               "layer_norm_backward: dy must have shape [2, 4], found [2, 3]");
+  expect_error([&] { fused::rms_norm_backward(x, x, Tensor(), fused::NormResult{}); }, "rms_norm_backward: rstd is undefined");
+}
+
+TEST(NormOps, KernelsMatchTheSlowReference) {
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-12 : 3e-5;
+    Tensor x = random_tensor({3, 5, 48}, dt, 1, -3, 3), w = random_tensor({48}, dt, 2), b = random_tensor({48}, dt, 3);
+    EXPECT_TRUE(all_close(fused::layer_norm_forward(x, w, b, 1e-5).y, fused::reference::layer_norm(x, w, b, 1e-5), tol, tol));
+    EXPECT_TRUE(all_close(fused::layer_norm_forward(x, Tensor(), Tensor(), 1e-5).y,
+                          fused::reference::layer_norm(x, Tensor(), Tensor(), 1e-5), tol, tol));
+    EXPECT_TRUE(all_close(fused::rms_norm_forward(x, w, 1e-6).y, fused::reference::rms_norm(x, w, 1e-6), tol, tol));
+  }
+}
 
 }  // namespace
 }  // namespace mvgpt

@@ -1,16 +1,21 @@
-// Layer norm and RMS norm over the last axis of a contiguous (N, C) input, forward and backward.
-// One row per task; the weight/bias gradients are sums over rows, computed as partial sums over
-// fixed row chunks (independent of the thread count) added in chunk order, so they are deterministic.
+// The CPU kernels of layer norm and RMS norm (mvgpt/fused/norms.h) over the last axis of a
+// contiguous (N, C) input, forward and backward. One row per task; the weight/bias gradients are
+// sums over rows, computed as partial sums over fixed row chunks (independent of the thread count)
+// added in chunk order, so they are deterministic.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include <mvgpt/backends/cpu/cpu_backend.h>
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/fused/norms.h>
 
-namespace mvgpt::cpu {
+namespace mvgpt::fused {
 namespace {
+
+using cpu::parallel_for;
+namespace vec = cpu::fused;
+
 
 // Rows per task: enough work per task to amortise scheduling (~16k elements).
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
@@ -19,7 +24,7 @@ int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int6
 int64_t chunk_rows(int64_t N, int64_t C) { return std::max<int64_t>(row_grain(C), (N + 63) / 64); }
 
 template <typename T>
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
   const int64_t C = x.size(-1), N = rstd.numel();  // rows counted by rstd: x may have C = 0
   const T* xp = x.data<T>();
@@ -33,8 +38,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
       // Two passes (mean, then the centred sum of squares) avoid the cancellation of E[x^2] - E[x]^2.
-      const T mu = fused::row_sum(xr, C) / T(C);
-      const T var = fused::row_sq_centred(xr, mu, C) / T(C);
+      const T mu = vec::row_sum(xr, C) / T(C);
+      const T var = vec::row_sq_centred(xr, mu, C) / T(C);
       const T rs = T(1) / std::sqrt(var + T(eps));
       mp[r] = mu;
       rp[r] = rs;
@@ -63,7 +68,7 @@ void reduce_chunks(const std::vector<T>& partial, int64_t nchunks, int64_t C, T*
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd;
 // dweight = sum_rows dy * xhat, dbias = sum_rows dy.
 template <typename T>
-void layer_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+void layer_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
   const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
   const T* dyp = dy.data<T>();
@@ -95,8 +100,8 @@ void layer_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w
         else
           for (int64_t i = 0; i < C; ++i) g[size_t(i)] = dyr[i];
         const T* gp = g.data();
-        const T g_mean = fused::row_sum(gp, C) / T(C);
-        const T gx_mean = fused::row_dot_centred(gp, xr, mu, C) * rs / T(C);
+        const T g_mean = vec::row_sum(gp, C) / T(C);
+        const T gx_mean = vec::row_dot_centred(gp, xr, mu, C) * rs / T(C);
         T* dxr = dxp + r * C;
         for (int64_t i = 0; i < C; ++i) dxr[i] = rs * (gp[i] - g_mean - (xr[i] - mu) * rs * gx_mean);
       }
@@ -107,7 +112,7 @@ void layer_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& w
 }
 
 template <typename T>
-void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+void rms_norm_rows(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
   const int64_t C = x.size(-1), N = rstd.numel();
   const T* xp = x.data<T>();
   const T* wp = weight ? weight.data<T>() : nullptr;
@@ -117,7 +122,7 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const T
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = xp + r * C;
       T* yr = yp + r * C;
-      const T ms = fused::row_dot(xr, xr, C) / T(C);
+      const T ms = vec::row_dot(xr, xr, C) / T(C);
       const T rs = T(1) / std::sqrt(ms + T(eps));
       rp[r] = rs;
       if (wp)
@@ -131,7 +136,7 @@ void rms_norm_forward(const Tensor& x, const Tensor& weight, double eps, const T
 // y = x * r * w with r = (mean(x^2) + eps)^(-1/2): dx = r * g - x * r^3 * mean(g * x), g = dy * w;
 // dweight = sum_rows dy * x * r.
 template <typename T>
-void rms_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+void rms_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                             const Tensor& dx, const Tensor& dweight) {
   const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
   const T* dyp = dy.data<T>();
@@ -153,7 +158,7 @@ void rms_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& wei
           for (int64_t i = 0; i < C; ++i) dw[i] += dyr[i] * xr[i] * rs;
         if (!dxp) continue;
         const T gx_mean =
-            (wp ? fused::row_dot3(dyr, wp, xr, C) : fused::row_dot(dyr, xr, C)) /
+            (wp ? vec::row_dot3(dyr, wp, xr, C) : vec::row_dot(dyr, xr, C)) /
             T(C);
         const T k = rs * rs * rs * gx_mean;
         T* dxr = dxp + r * C;
@@ -169,43 +174,43 @@ void rms_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& wei
 
 // Checks the layout contract shared by the norm kernels; all tensors have x's dtype.
 void check_norm_args(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
-  fused::require_float(x, op, "x");
-  fused::require_contiguous(x, op, "x");
+  vec::require_float(x, op, "x");
+  vec::require_contiguous(x, op, "x");
   for (const Tensor* t : others) {
     if (!t->defined()) continue;
-    fused::require_contiguous(*t, op, "every tensor");
+    vec::require_contiguous(*t, op, "every tensor");
     if (t->dtype() != x.dtype()) throw std::logic_error(std::string(op) + ": mixed dtypes reached the kernel");
   }
 }
 
 }  // namespace
 
-void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
-                            const Tensor& mean, const Tensor& rstd) {
-  check_norm_args("CpuBackend::layer_norm", x, {&weight, &bias, &y, &mean, &rstd});
-  if (x.dtype() == DType::f64) layer_norm_forward<double>(x, weight, bias, eps, y, mean, rstd);
-  else layer_norm_forward<float>(x, weight, bias, eps, y, mean, rstd);
+NormKernels norms_cpu_kernels() {
+  NormKernels k;
+  k.layer_norm = [](const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd) {
+    check_norm_args("layer_norm (cpu)", x, {&weight, &bias, &y, &mean, &rstd});
+    if (x.dtype() == DType::f64) layer_norm_rows<double>(x, weight, bias, eps, y, mean, rstd);
+    else layer_norm_rows<float>(x, weight, bias, eps, y, mean, rstd);
+  };
+  k.layer_norm_backward = [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+    check_norm_args("layer_norm_backward (cpu)", x, {&dy, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+    if (x.dtype() == DType::f64) layer_norm_rows_backward<double>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+    else layer_norm_rows_backward<float>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+  };
+  k.rms_norm = [](const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+    check_norm_args("rms_norm (cpu)", x, {&weight, &y, &rstd});
+    if (x.dtype() == DType::f64) rms_norm_rows<double>(x, weight, eps, y, rstd);
+    else rms_norm_rows<float>(x, weight, eps, y, rstd);
+  };
+  k.rms_norm_backward = [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                           const Tensor& dx, const Tensor& dweight) {
+    check_norm_args("rms_norm_backward (cpu)", x, {&dy, &weight, &rstd, &dx, &dweight});
+    if (x.dtype() == DType::f64) rms_norm_rows_backward<double>(dy, x, weight, rstd, dx, dweight);
+    else rms_norm_rows_backward<float>(dy, x, weight, rstd, dx, dweight);
+  };
+  return k;
 }
 
-void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
-                                     const Tensor& dbias) {
-  check_norm_args("CpuBackend::layer_norm_backward", x, {&dy, &weight, &mean, &rstd, &dx, &dweight, &dbias});
-  if (x.dtype() == DType::f64) layer_norm_backward_impl<double>(dy, x, weight, mean, rstd, dx, dweight, dbias);
-  else layer_norm_backward_impl<float>(dy, x, weight, mean, rstd, dx, dweight, dbias);
-}
-
-void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
-  check_norm_args("CpuBackend::rms_norm", x, {&weight, &y, &rstd});
-  if (x.dtype() == DType::f64) rms_norm_forward<double>(x, weight, eps, y, rstd);
-  else rms_norm_forward<float>(x, weight, eps, y, rstd);
-}
-
-void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                   const Tensor& dx, const Tensor& dweight) {
-  check_norm_args("CpuBackend::rms_norm_backward", x, {&dy, &weight, &rstd, &dx, &dweight});
-  if (x.dtype() == DType::f64) rms_norm_backward_impl<double>(dy, x, weight, rstd, dx, dweight);
-  else rms_norm_backward_impl<float>(dy, x, weight, rstd, dx, dweight);
-}
-
-}  // namespace mvgpt::cpu
+}  // namespace mvgpt::fused
