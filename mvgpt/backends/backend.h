@@ -42,11 +42,6 @@ const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq && op <= BinaryOp::ge; }
 
-struct AdamWParams {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
-  int64_t step = 1;  // 1-based, for bias correction
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -115,9 +110,6 @@ class Backend {
   // dlogits = (softmax - onehot) * dlosses[n] (0 rows where ignored).
   virtual void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                                       const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) = 0;
-  // One AdamW step in place on contiguous param, grad, m, v of equal shape and dtype.
-  virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                          const AdamWParams& p) = 0;
 };
 
 // The backend of a device: the CPU always; CUDA when built and a GPU is present (otherwise a clear error).

@@ -137,7 +137,6 @@ struct CrossEntropyResult {
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                               const CrossEntropyResult& saved, int64_t ignore_index = -100);
-void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
 
 // --- checks shared by the ops and the layers above ---
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);

@@ -1,5 +1,5 @@
-// The fused ops: argument checks, layout and dtype preparation, allocation and dispatch for layer
-// norm, RMS norm, rope, attention, cross-entropy and AdamW. Kernels compute in float32 or float64:
+// The fused ops not yet moved to units of mvgpt/fused/: argument checks, layout and dtype
+// preparation, allocation and dispatch for rope, attention and cross-entropy. Kernels compute in float32 or float64:
 // bfloat16 inputs are widened to float32 here and the results that mirror an input are cast back.
 // Saved statistics (mean, rstd, lse, per-row losses) stay in the compute dtype.
 #include <cmath>
@@ -199,34 +199,6 @@ Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const
       .cross_entropy_backward(prepared(dlosses, cd), prepared(logits, cd), kernel_targets, contiguous(saved.lse),
                               ignore_index, d);
   return cast_back(d, logits.dtype());
-}
-
-// ---------------------------------------------------------------- AdamW
-
-void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
-  const char* op = "adamw_step_";
-  for (auto [t, what] : {std::pair{&param, "param"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}}) {
-    require_floating(*t, op, what);
-    if (t->dtype() != DType::f32 && t->dtype() != DType::f64)
-      fail(op, std::string(what) + " must be float32 or float64 (keep master weights and moments in float32), found " +
-                   std::string(dtype_name(t->dtype())));
-    if (t->dtype() != param.dtype())
-      fail(op, std::string(what) + " is " + std::string(dtype_name(t->dtype())) + " but param is " +
-                   std::string(dtype_name(param.dtype())));
-    require_device(*t, param, op, what);
-    require_shape(*t, param.shape(), op, what);
-    if (!t->is_contiguous()) fail(op, std::string(what) + " must be contiguous, found strides " + to_string(t->strides()));
-  }
-  if (p.step < 1) fail(op, "step is 1-based, found " + std::to_string(p.step));
-  if (!(p.lr >= 0)) fail(op, "lr must be >= 0, found " + std::to_string(p.lr));
-  if (!(p.beta1 >= 0 && p.beta1 < 1) || !(p.beta2 >= 0 && p.beta2 < 1))
-    fail(op, "betas must lie in [0, 1), found " + std::to_string(p.beta1) + ", " + std::to_string(p.beta2));
-  if (!(p.eps >= 0) || !(p.weight_decay >= 0))
-    fail(op, "eps and weight_decay must be >= 0, found " + std::to_string(p.eps) + ", " + std::to_string(p.weight_decay));
-  backend_for(param.device()).adamw_step(param, grad, m, v, p);
-  param.bump_version();
-  m.bump_version();
-  v.bump_version();
 }
 
 }  // namespace mvgpt::ops

@@ -38,7 +38,8 @@ struct DeviceCase {
 struct Unit {
   std::string name;
   std::vector<std::string> kernels;  // every kernel entry point; each needs a device case
-  std::function<void(autograd::OpRegistry&)> gradchecks;  // adds a case for every differentiable op
+  // Adds a case for every differentiable op; empty when the unit has none (an optimizer step).
+  std::function<void(autograd::OpRegistry&)> gradchecks;
   std::function<std::vector<DeviceCase>()> device_cases;
 };
 

@@ -11,6 +11,7 @@
 
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/adamw.h>
 #include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::nn {
@@ -232,7 +233,7 @@ void AdamW::step() {
       const Tensor& p = groups_[g].params[i];
       if (!p.grad().defined()) continue;
       std::vector<Tensor>& s = state_for(g, i);
-      ops::adamw_step_(p, ops::contiguous(p.grad()), s[0], s[1], hp);
+      fused::adamw_step_(p, ops::contiguous(p.grad()), s[0], s[1], hp);
     }
   }
 }

@@ -83,7 +83,7 @@ struct AdamWOptions {
 };
 
 // Decoupled weight decay (Loshchilov & Hutter), the arithmetic of torch.optim.AdamW, through the
-// fused ops::adamw_step_ kernel.
+// fused::adamw_step_ kernel (mvgpt/fused/adamw.h).
 class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});

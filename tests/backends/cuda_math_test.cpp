@@ -1,5 +1,5 @@
 // The host/device code the CUDA kernels run, checked on the host (no GPU needed): the elementwise
-// functors and the AdamW update of backends/elementwise_math.h against the CPU backend, the bfloat16
+// functors of backends/elementwise_math.h against the CPU backend, the bfloat16
 // bit conversions against mvgpt::bfloat16, and the strided indexer against element_offset.
 #include <gtest/gtest.h>
 
@@ -78,26 +78,6 @@ TEST(CudaSharedMath, BinaryMatchesCpu) {
       EXPECT_TRUE((std::isnan(got) && std::isnan(w)) || got == w)
           << binary_op_name(op) << "(" << as[i] << ", " << bs[i] << "): shared " << got << ", cpu " << w;
     }
-  }
-}
-
-TEST(CudaSharedMath, AdamWUpdateMatchesCpu) {
-  AdamWParams p;
-  p.lr = 1e-2, p.weight_decay = 0.1, p.step = 3;
-  const int n = 37;
-  Tensor param = testing::make_input({n}, DType::f32, 1), grad = testing::make_input({n}, DType::f32, 2);
-  Tensor m = testing::make_input({n}, DType::f32, 3, testing::Kind::contiguous, -0.1, 0.1);
-  Tensor v = testing::make_input({n}, DType::f32, 4, testing::Kind::contiguous, 0, 0.1);
-  std::vector<float> pp = param.to_vector<float>(), gg = grad.to_vector<float>(), mm = m.to_vector<float>(),
-                     vv = v.to_vector<float>();
-  ops::adamw_step_(param, grad, m, v, p);
-  const auto s = math::adamw_scalars<float>(p);
-  for (int i = 0; i < n; ++i) {
-    math::adamw_update(pp[size_t(i)], gg[size_t(i)], mm[size_t(i)], vv[size_t(i)], s);
-    // Bit for bit: both round after every operation and contract nothing into an FMA.
-    EXPECT_EQ(pp[size_t(i)], read_element(param, i)) << i;
-    EXPECT_EQ(mm[size_t(i)], read_element(m, i)) << i;
-    EXPECT_EQ(vv[size_t(i)], read_element(v, i)) << i;
   }
 }
 

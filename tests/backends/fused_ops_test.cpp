@@ -100,25 +100,5 @@ TEST(FusedOps, CrossEntropyNamesBadTargets) {
   expect_error([&] { ops::cross_entropy(logits, t, 5); }, "target -100 at row 1");
 }
 
-TEST(FusedOps, AdamWChecksAndBumpsVersions) {
-  Tensor p = random_tensor({4}, DType::f32, 17), g = random_tensor({4}, DType::f32, 18);
-  Tensor m = random_tensor({4}, DType::f32, 19, 0, 0), v = random_tensor({4}, DType::f32, 20, 0, 0);
-  const uint64_t pv = p.version(), mv = m.version(), vv = v.version();
-  ops::adamw_step_(p, g, m, v, AdamWParams{});
-  EXPECT_GT(p.version(), pv);
-  EXPECT_GT(m.version(), mv);
-  EXPECT_GT(v.version(), vv);
-  expect_error([&] { ops::adamw_step_(p, random_tensor({5}, DType::f32, 1), m, v, AdamWParams{}); },
-               "adamw_step_: grad must have shape [4], found [5]");
-  expect_error([&] { ops::adamw_step_(p, packed(g, DType::f64), m, v, AdamWParams{}); }, "grad is float64 but param is float32");
-  AdamWParams bad;
-  bad.step = 0;
-  expect_error([&] { ops::adamw_step_(p, g, m, v, bad); }, "step is 1-based, found 0");
-  Tensor p2 = random_tensor({2, 2}, DType::f32, 21);
-  expect_error([&] { ops::adamw_step_(p2.as_strided({2, 2}, {1, 2}, 0), packed(p2, DType::f32), packed(p2, DType::f32),
-                                      packed(p2, DType::f32), AdamWParams{}); },
-               "param must be contiguous");
-}
-
 }  // namespace
 }  // namespace mvgpt

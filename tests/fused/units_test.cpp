@@ -27,6 +27,7 @@ void PrintTo(const NamedOp& o, std::ostream* os) { *os << o.unit << "." << o.op;
 std::vector<NamedOp> unit_ops() {
   std::vector<NamedOp> ops;
   for (const fused::Unit& u : units()) {
+    if (!u.gradchecks) continue;  // nothing differentiable (AdamW)
     autograd::OpRegistry r;
     u.gradchecks(r);
     for (const auto& op : r.ops()) ops.push_back({u.name, op.name});
@@ -56,11 +57,12 @@ TEST_P(UnitGradcheck, MatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Units, UnitGradcheck, ::testing::ValuesIn(unit_ops()),
                          [](const ::testing::TestParamInfo<NamedOp>& info) { return info.param.op; });
 
-TEST(Units, EachDefinesDifferentiableOpsWithGradientChecks) {
+TEST(Units, EachDifferentiableOneHasGradientChecks) {
   ASSERT_FALSE(units().empty());
   std::set<std::string> names;
   for (const fused::Unit& u : units()) {
     EXPECT_TRUE(names.insert(u.name).second) << "unit '" << u.name << "' is listed twice in units.def";
+    if (!u.gradchecks) continue;
     autograd::OpRegistry r;
     u.gradchecks(r);
     EXPECT_FALSE(r.ops().empty()) << "unit '" << u.name << "' registers no gradient check";

@@ -1,7 +1,8 @@
 #pragma once
 // The CPU backend: OpenBLAS for GEMM, oneTBB for parallel loops. Each group of entry points lives in
 // a file of its own (cpu_copy.cpp, cpu_elementwise.cpp, cpu_reduce.cpp, cpu_matmul.cpp,
-// cpu_index.cpp, cpu_norm.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_cross_entropy.cpp, cpu_adamw.cpp).
+// cpu_index.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_cross_entropy.cpp; the fused units' kernels are in
+// mvgpt/fused/).
 #include <mvgpt/backends/backend.h>
 
 namespace mvgpt::cpu {
@@ -45,8 +46,6 @@ class CpuBackend final : public Backend {
                      const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) override;
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWParams& p) override;
 };
 
 }  // namespace mvgpt::cpu

@@ -55,8 +55,6 @@ class CudaBackend final : public Backend {
                      const Tensor& lse) override;
   void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                               const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) override;
-  void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                  const AdamWParams& p) override;
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

@@ -1,5 +1,5 @@
 // Elementwise kernels: strided copies with dtype conversion, fill, arange, Philox random fills,
-// unary/binary/where over broadcast views (stride 0), and the AdamW step. One thread per element
+// unary/binary/where over broadcast views (stride 0). One thread per element
 // in grid-stride loops; the math is backends/elementwise_math.h, shared with a host test.
 #include <stdexcept>
 #include <string>
@@ -97,17 +97,6 @@ __global__ void where_kernel(StridedIndexer<4> ix, int64_t n, const bool* cond, 
     int64_t off[4];
     ix.offsets(i, off);
     out[off[0]] = cond[off[1]] ? a[off[2]] : b[off[3]];
-  }
-}
-
-template <typename T>
-__global__ void adamw_kernel(int64_t n, T* param, const T* grad, T* m, T* v, math::AdamWScalars<T> s) {
-  MVGPT_GRID_STRIDE(i, n) {
-    T p = param[i], mi = m[i], vi = v[i];
-    math::adamw_update(p, grad[i], mi, vi, s);
-    param[i] = p;
-    m[i] = mi;
-    v[i] = vi;
   }
 }
 
@@ -296,32 +285,6 @@ void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, co
                                                             static_cast<const W*>(b.raw_data()),
                                                             static_cast<W*>(out.raw_data()));
   });
-  MVGPT_CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                             const AdamWParams& p) {
-  for (const Tensor* t : {&param, &grad, &m, &v}) {
-    require_on(*t, device(), "CudaBackend::adamw_step");
-    if (!t->is_contiguous() || t->dtype() != param.dtype() || t->numel() != param.numel())
-      throw std::logic_error("CudaBackend::adamw_step: param, grad, m, v must be contiguous and share dtype and size");
-  }
-  const int64_t n = param.numel();
-  if (n == 0) return;
-  cudaStream_t stream = activate();
-  switch (param.dtype()) {
-    case DType::f32:
-      adamw_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(n, param.data<float>(), grad.data<float>(),
-                                                                  m.data<float>(), v.data<float>(),
-                                                                  math::adamw_scalars<float>(p));
-      break;
-    case DType::f64:
-      adamw_kernel<double><<<blocks_for(n), kThreads, 0, stream>>>(n, param.data<double>(), grad.data<double>(),
-                                                                   m.data<double>(), v.data<double>(),
-                                                                   math::adamw_scalars<double>(p));
-      break;
-    default: unsupported("adamw_step", "the update", param.dtype());
-  }
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 
