@@ -7,6 +7,9 @@
 #include <mvgpt/autograd/ops.h>      // the differentiable ops models call
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/gradcheck.h>
+#include <mvgpt/fused/adamw.h>         // the fused ops, one unit each
+#include <mvgpt/fused/cross_entropy.h>
+#include <mvgpt/fused/norms.h>
 
 #include <mvgpt/nn/module.h>         // Module, Sequential, ModuleList
 #include <mvgpt/nn/linear.h>

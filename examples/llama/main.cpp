@@ -9,6 +9,7 @@
 
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/nn/attention.h>
 #include <mvgpt/nn/embedding.h>
 #include <mvgpt/nn/linear.h>

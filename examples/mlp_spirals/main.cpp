@@ -10,6 +10,7 @@
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/module.h>
 #include <mvgpt/nn/optim.h>

@@ -3,16 +3,6 @@
 
 namespace mvgpt {
 
-namespace {
-
-// The kernels normalise rows of (N, C): view x's leading axes as one.
-Tensor rows(const Tensor& x, const char* op) {
-  if (x.dim() < 1) throw std::invalid_argument(std::string(op) + ": expected at least 1 dimension, found a scalar");
-  return ops::reshape(x, {-1, x.size(-1)});
-}
-
-}  // namespace
-
 Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout) {
   Tensor y = ops::rope(x, positions, base, layout, /*inverse=*/false);
   if (!needs_grad(x)) return y;
@@ -33,46 +23,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
                   const char* op = "attention";
                   ops::AttentionResult saved{so.unpack(op), sl.unpack(op)};
                   return ops::attention_backward(g, sq.unpack(op), sk.unpack(op), sv.unpack(op), saved, scale, causal);
-                });
-}
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
-  Shape want = logits.dim() >= 1 ? logits.shape() : Shape{};
-  if (logits.dim() >= 1) want.erase(want.size() - 1);
-  if (logits.dim() < 1 || !(targets.shape() == want))
-    throw std::invalid_argument("cross_entropy: expected logits (..., V) and targets (...), found logits " +
-                                to_string(logits.shape()) + " and targets " + to_string(targets.shape()));
-  Tensor l2 = rows(logits, "cross_entropy");       // (N, V)
-  Tensor t2 = ops::reshape(targets, {l2.size(0)});  // (N)
-  ops::CrossEntropyResult r = ops::cross_entropy(l2, t2, ignore_index);
-  const int64_t n = l2.size(0);
-  // d out / d sum(losses): 1 / count for the mean, as a () float64 tensor on the device, so the mean
-  // needs no host read (a synchronisation per step on a GPU); undefined (1) for none and sum.
-  Tensor scale;
-  Tensor y;
-  switch (reduction) {
-    case Reduction::none: y = ops::reshape(r.losses, targets.shape()); break;
-    case Reduction::sum: y = ops::sum(r.losses); break;
-    case Reduction::mean: {
-      // Mean over the tokens that count; 0 / 0 = NaN when none does, as PyTorch. The scale is
-      // rounded to the losses' dtype before the product, as a scalar multiply would.
-      Tensor counted = ops::to(ops::ne(t2, ops::full(Shape{}, double(ignore_index), t2.dtype(), t2.device())), DType::f64);
-      scale = ops::unary(UnaryOp::rdiv_scalar, ops::sum(counted), 1.0);
-      y = ops::mul(ops::sum(r.losses), ops::to(scale, r.losses.dtype()));
-      break;
-    }
-  }
-  if (!needs_grad(logits)) return y;
-  return record("cross_entropy", std::move(y), {edge_to(logits)},
-                [sl = SavedTensor(l2), st = SavedTensor(t2), slse = SavedTensor(r.lse), ignore_index, reduction, scale,
-                 n, in = logits.shape()](const Tensor& g) -> Grads {
-                  const char* op = "cross_entropy";
-                  Tensor scaled = scale.defined() ? ops::mul(g, ops::to(scale, g.dtype())) : g;
-                  Tensor dlosses = reduction == Reduction::none ? ops::reshape(g, {n})
-                                                                : ops::expand(ops::reshape(scaled, {1}), {n});
-                  ops::CrossEntropyResult saved{Tensor(), slse.unpack(op)};
-                  Tensor d = ops::cross_entropy_backward(dlosses, sl.unpack(op), st.unpack(op), saved, ignore_index);
-                  return {ops::reshape(d, in)};
                 });
 }
 
@@ -114,15 +64,6 @@ void register_fused_gradchecks(OpRegistry& r) {
                       {"causal, fewer queries, transposed v", {input({1, 1, 2, 2}), input({1, 1, 3, 2}),
                                                                 gc::transposed({1, 1, 3, 2})},
                        [](const Inputs& x) { return attention(x[0], x[1], x[2], 1.0, true); }}});
-  r.add("cross_entropy",
-        {{"mean with an ignored token", {input({2, 3, 5}, -2, 2)}, [](const Inputs& x) {
-            Tensor t = Tensor::from_vector(std::vector<int64_t>{1, 4, -100, 0, 2, 2}, Shape{2, 3});
-            return cross_entropy(x[0], t, -100, Reduction::mean);
-          }},
-         {"sum, transposed logits", {gc::transposed({4, 3}), indices({4}, 3)},
-          [](const Inputs& x) { return cross_entropy(x[0], x[1], -100, Reduction::sum); }},
-         {"none, ignore index 0", {input({4, 3}), indices({4}, 3)},
-          [](const Inputs& x) { return cross_entropy(x[0], x[1], 0, Reduction::none); }}});
   r.add("dropout", {{"p = 0.4, fixed generator", {input({3, 4})}, [](const Inputs& x) {
                        Generator g(7);
                        return dropout(x[0], 0.4, &g, true);

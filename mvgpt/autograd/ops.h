@@ -130,11 +130,6 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
             RopeLayout layout = RopeLayout::split_half);
 // q (B, H, Tq, D), k and v (B, Hkv, Tk, D) -> (B, H, Tq, D).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
-// logits (..., V), targets (...) int. Mean is over the targets that are not ignore_index (NaN when
-// all are ignored, as PyTorch); none returns the per-token losses, shaped as targets (0 where ignored).
-enum class Reduction : uint8_t { mean, sum, none };
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
-                     Reduction reduction = Reduction::mean);
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training; x itself
 // otherwise. The mask is drawn from gen (default_generator() when null).
 Tensor dropout(const Tensor& x, double p, Generator* gen = nullptr, bool training = true);

@@ -104,12 +104,6 @@ class Backend {
   virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv) = 0;
-  // logits (N, V), targets (N) int; losses (N) = logsumexp - logit[target] (0 where ignored); lse (N).
-  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                             const Tensor& losses, const Tensor& lse) = 0;
-  // dlogits = (softmax - onehot) * dlosses[n] (0 rows where ignored).
-  virtual void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
-                                      const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) = 0;
 };
 
 // The backend of a device: the CPU always; CUDA when built and a GPU is present (otherwise a clear error).

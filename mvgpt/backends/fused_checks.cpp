@@ -60,6 +60,11 @@ Tensor prepared_heads(const Tensor& t, DType dt) {
 
 Tensor cast_back(const Tensor& t, DType dt) { return t.dtype() == dt ? t : ops::to(t, dt); }
 
+Tensor as_rows(const Tensor& x, const char* op) {
+  if (x.dim() < 1) fail(op, "expected at least 1 dimension, found a scalar");
+  return ops::reshape(x, {-1, x.size(-1)});
+}
+
 Shape rows_shape(const Tensor& x) {
   Shape s = x.shape();
   s.erase(s.size() - 1);

@@ -24,6 +24,8 @@ Tensor prepared(const Tensor& t, DType dt);
 Tensor prepared_heads(const Tensor& t, DType dt);
 // t in dtype dt (t itself when it already is).
 Tensor cast_back(const Tensor& t, DType dt);
+// x (..., C) viewed as rows (N, C), the layout of the row kernels (norms, cross-entropy).
+Tensor as_rows(const Tensor& x, const char* op);
 // x's shape without its last axis: the shape of per-row statistics.
 Shape rows_shape(const Tensor& x);
 

@@ -130,13 +130,6 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 // Returns {dq, dk, dv}.
 std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                        const AttentionResult& saved, double scale, bool causal);
-struct CrossEntropyResult {
-  Tensor losses, lse;  // (N)
-};
-// logits (N, V), targets (N) int.
-CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
-Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
-                              const CrossEntropyResult& saved, int64_t ignore_index = -100);
 
 // --- checks shared by the ops and the layers above ---
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);

@@ -71,12 +71,4 @@ ops::AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v
   return {out, lse};
 }
 
-ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
-  Tensor ignored = ops::eq(targets, ops::full_like(targets, double(ignore_index)));
-  Tensor safe = ops::where(ignored, ops::zeros_like(targets), targets);  // any valid class for ignored rows
-  Tensor picked = ops::squeeze(ops::gather(ops::log_softmax(logits, -1), 1, ops::unsqueeze(safe, 1)), 1);
-  Tensor losses = ops::where(ignored, ops::zeros_like(picked), ops::neg(picked));
-  return {losses, ops::logsumexp(logits, {-1})};
-}
-
 }  // namespace mvgpt::reference

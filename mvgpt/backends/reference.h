@@ -12,7 +12,4 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeL
             bool inverse = false);
 // q (B, H, Tq, D), k and v (B, Hkv, Tk, D): {out (B, H, Tq, D), lse (B, H, Tq)}.
 ops::AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
-// logits (N, V), targets (N): {losses (N), lse (N)}.
-ops::CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
-
 }  // namespace mvgpt::reference

@@ -137,18 +137,8 @@ using autograd::needs_grad;
 using autograd::record;
 using autograd::SavedTensor;
 
-namespace {
-
-// The kernels normalise rows of (N, C): view x's leading axes as one.
-Tensor rows(const Tensor& x, const char* op) {
-  if (x.dim() < 1) throw std::invalid_argument(std::string(op) + ": expected at least 1 dimension, found a scalar");
-  return ops::reshape(x, {-1, x.size(-1)});
-}
-
-}  // namespace
-
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  Tensor x2 = rows(x, "layer_norm");  // (N, C)
+  Tensor x2 = fused::as_rows(x, "layer_norm");  // (N, C)
   fused::NormResult r = fused::layer_norm_forward(x2, weight, bias, eps);
   Tensor y = ops::reshape(r.y, x.shape());
   if (!needs_grad(x, weight, bias)) return y;
@@ -164,7 +154,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  Tensor x2 = rows(x, "rms_norm");  // (N, C)
+  Tensor x2 = fused::as_rows(x, "rms_norm");  // (N, C)
   fused::NormResult r = fused::rms_norm_forward(x2, weight, eps);
   Tensor y = ops::reshape(r.y, x.shape());
   if (!needs_grad(x, weight)) return y;

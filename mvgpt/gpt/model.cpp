@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/nn/layer_norm.h>
 #include <mvgpt/nn/mlp.h>
 #include <mvgpt/nn/rms_norm.h>

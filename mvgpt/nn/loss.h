@@ -3,6 +3,7 @@
 // Named *_loss / *_per_token rather than plain cross_entropy: an unqualified call with Tensor
 // arguments also finds mvgpt::cross_entropy by argument-dependent lookup and would be ambiguous.
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/cross_entropy.h>
 
 namespace mvgpt::nn {
 

@@ -9,20 +9,14 @@
 
 #include <mvgpt/backends/deferred_checks.h>
 #include <mvgpt/backends/ops.h>
+#include "backends/fused_test_util.h"
 
 namespace mvgpt::ops {
 namespace {
 
 Tensor ids(const std::vector<int64_t>& v) { return Tensor::from_vector(v); }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using fused_test::message_of;
 
 TEST(DeferredChecks, TheCpuChecksAtOnceByDefault) {
   EXPECT_FALSE(range_checks_deferred(Device::cpu()));
@@ -64,23 +58,6 @@ TEST(DeferredChecks, TheFirstBadOpIsReportedWhenSeveralAre) {
   gather(x, 1, Tensor::from_vector(std::vector<int64_t>{7}, Shape{1, 1}));              // first bad
   scatter_add(x, 0, Tensor::from_vector(std::vector<int64_t>{9}, Shape{1, 1}), ones({1, 1}));  // second bad
   EXPECT_EQ(message_of([] { check_deferred_errors(); }), "gather: index 7 is out of range for axis 1 of size 5");
-}
-
-TEST(DeferredChecks, CrossEntropyTargetsKeepIgnoreIndexAndReportTheBadOne) {
-  Tensor logits = reshape(arange(0, 12, 1, DType::f32), {3, 4});
-  Tensor bad_targets = Tensor::from_vector(std::vector<int64_t>{1, -100, 4});
-  const std::string immediate = message_of([&] { cross_entropy(logits, bad_targets, -100); });
-  ASSERT_NE(immediate.find("target 4 at row 2"), std::string::npos) << immediate;
-  Tensor good = Tensor::from_vector(std::vector<int64_t>{1, -100, 3});
-  const CrossEntropyResult want = cross_entropy(logits, good, -100);
-  DeferRangeChecksOnCpu defer;
-  const CrossEntropyResult got = cross_entropy(logits, good, -100);
-  EXPECT_EQ(got.losses.to_vector<float>(), want.losses.to_vector<float>());  // ignore_index stays ignored
-  EXPECT_EQ(cross_entropy_backward(ones({3}), logits, good, got, -100).to_vector<float>(),
-            cross_entropy_backward(ones({3}), logits, good, want, -100).to_vector<float>());
-  EXPECT_NO_THROW(check_deferred_errors());
-  cross_entropy(logits, bad_targets, -100);
-  EXPECT_EQ(message_of([] { check_deferred_errors(); }), immediate);
 }
 
 // Indices changed in place before the check can no longer be named: the error still comes.

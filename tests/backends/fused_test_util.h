@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,6 +59,16 @@ inline void expect_error(F&& f, const std::string& needle) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
   }
+}
+
+// What f throws (std::invalid_argument), or "(no exception)".
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
 }
 
 // A packed copy of any view, made element by element (independent of the ops under test).

@@ -42,10 +42,6 @@ class CpuBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
                           const Tensor& dk, const Tensor& dv) override;
-  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                     const Tensor& lse) override;
-  void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) override;
 };
 
 }  // namespace mvgpt::cpu

@@ -51,10 +51,6 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
                           const Tensor& dk, const Tensor& dv) override;
-  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                     const Tensor& lse) override;
-  void cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
-                              const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) override;
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

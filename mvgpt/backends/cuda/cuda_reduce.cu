@@ -12,6 +12,7 @@
 
 #include <mvgpt/backends/cuda/cuda_backend_impl.h>
 #include <mvgpt/backends/cuda/cuda_kernels.cuh>
+#include <mvgpt/backends/cuda/fused_host.h>
 #include <mvgpt/backends/cuda/strided_indexer.h>
 #include <mvgpt/backends/index_plan.h>
 #include <mvgpt/backends/reduce_plan.h>
@@ -156,68 +157,6 @@ __global__ void softmax_kernel(StridedIndexer<1> rows, int64_t nrows, int64_t C,
   }
 }
 
-template <typename I>
-__device__ inline int64_t target_of(const I* targets, int64_t n) {
-  return int64_t(targets[n]);
-}
-
-// One block per row of logits (N, V): lse and loss = (max - logit[target]) + log(sum exp(x - max)).
-template <typename T, typename I>
-__global__ void cross_entropy_kernel(int64_t N, int64_t V, const T* logits, const I* targets, int64_t ignore_index,
-                                     T* losses, T* lse) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* shared = reinterpret_cast<T*>(smem);
-  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
-    const T* x = logits + n * V;
-    T m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = x[j] > m ? x[j] : m;
-    m = block_reduce(m, shared, MaxOp{});
-    T s = 0;
-    if (m != -INFINITY)
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += math::m_exp(x[j] - m);
-    s = block_reduce(s, shared, SumOp{});
-    if (threadIdx.x == 0) {
-      const T log_s = math::m_log(s);
-      lse[n] = m == -INFINITY ? m : m + log_s;
-      const int64_t t = target_of(targets, n);
-      losses[n] = t == ignore_index ? T(0) : (m - x[t]) + log_s;
-    }
-  }
-}
-
-// dlogits[n, j] = (exp(x - lse[n]) - [j == target]) * dloss[n]; ignored rows are 0.
-template <typename T, typename I>
-__global__ void cross_entropy_backward_kernel(int64_t N, int64_t V, const T* dlosses, const T* logits,
-                                              const I* targets, const T* lse, int64_t ignore_index, T* dlogits) {
-  MVGPT_GRID_STRIDE(i, N * V) {
-    const int64_t n = i / V, j = i % V;
-    const int64_t t = target_of(targets, n);
-    if (t == ignore_index) {
-      dlogits[i] = 0;
-    } else {
-      const T g = dlosses[n];
-      const T d = math::m_exp(logits[i] - lse[n]) * g;
-      dlogits[i] = j == t ? d - g : d;
-    }
-  }
-}
-
-// Rows per launch are capped; the kernels loop over the rest.
-unsigned row_blocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), 65535 * 4)); }
-
-void require_float(const Tensor& t, const char* op) {
-  if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
-    throw std::logic_error(std::string("CudaBackend::") + op + ": expects float32 or float64 (the ops layer widens), found " +
-                           std::string(dtype_name(t.dtype())));
-}
-
-void require_contiguous(std::initializer_list<const Tensor*> ts, const char* op) {
-  for (const Tensor* t : ts)
-    if (t->defined() && !t->is_contiguous())
-      throw std::logic_error(std::string("CudaBackend::") + op + ": every tensor must be contiguous, found strides " +
-                             to_string(t->strides()) + " for shape " + to_string(t->shape()));
-}
-
 }  // namespace
 
 void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
@@ -245,7 +184,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
     } else {
       const int threads = threads_for_row(R);
       const size_t shared = size_t(threads) * (sizeof(double) + sizeof(int64_t));
-      reduce_block_kernel<T><<<row_blocks(O), threads, shared, stream>>>(outer, red, O, R, op, xp, out.raw_data());
+      reduce_block_kernel<T><<<grid_rows(O), threads, shared, stream>>>(outer, red, O, R, op, xp, out.raw_data());
     }
   };
   switch (x.dtype()) {
@@ -263,8 +202,8 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   require_on(x, device(), "CudaBackend::softmax");
   require_on(out, device(), "CudaBackend::softmax");
   if (x.numel() == 0) return;
-  require_float(x, "softmax");
-  require_contiguous({&out}, "softmax");
+  check_float(x, "CudaBackend::softmax");
+  require_contiguous({&out}, "CudaBackend::softmax");
   cudaStream_t stream = activate();
   const int64_t C = x.shape().back(), rows = x.numel() / C;
   const reduce_plan::DimSplit dims = reduce_plan::split_dims(x, x.dim() - 1);  // rows, then C
@@ -272,55 +211,11 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   const int64_t sc = x.strides().back();
   const int threads = threads_for_row(C);
   if (x.dtype() == DType::f64)
-    softmax_kernel<double><<<row_blocks(rows), threads, threads * sizeof(double), stream>>>(
+    softmax_kernel<double><<<grid_rows(rows), threads, threads * sizeof(double), stream>>>(
         outer, rows, C, sc, x.data<double>(), out.data<double>(), log);
   else
-    softmax_kernel<float><<<row_blocks(rows), threads, threads * sizeof(float), stream>>>(
+    softmax_kernel<float><<<grid_rows(rows), threads, threads * sizeof(float), stream>>>(
         outer, rows, C, sc, x.data<float>(), out.data<float>(), log);
-  MVGPT_CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                const Tensor& losses, const Tensor& lse) {
-  for (const Tensor* t : {&logits, &targets, &losses, &lse}) require_on(*t, device(), "CudaBackend::cross_entropy");
-  require_float(logits, "cross_entropy");
-  require_contiguous({&logits, &targets, &losses, &lse}, "cross_entropy");
-  const int64_t N = logits.size(0), V = logits.size(1);
-  if (N == 0) return;
-  cudaStream_t stream = activate();
-  const int threads = threads_for_row(V);
-  index_plan::dispatch_index(targets, "CudaBackend::cross_entropy", [&](auto itag) {
-    using I = decltype(itag);
-    if (logits.dtype() == DType::f64)
-      cross_entropy_kernel<double, I><<<row_blocks(N), threads, threads * sizeof(double), stream>>>(
-          N, V, logits.data<double>(), targets.data<I>(), ignore_index, losses.data<double>(), lse.data<double>());
-    else
-      cross_entropy_kernel<float, I><<<row_blocks(N), threads, threads * sizeof(float), stream>>>(
-          N, V, logits.data<float>(), targets.data<I>(), ignore_index, losses.data<float>(), lse.data<float>());
-  });
-  MVGPT_CUDA_CHECK_LAUNCH();
-}
-
-void CudaBackend::cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
-                                         const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
-  for (const Tensor* t : {&dlosses, &logits, &targets, &lse, &dlogits})
-    require_on(*t, device(), "CudaBackend::cross_entropy_backward");
-  require_float(logits, "cross_entropy_backward");
-  require_contiguous({&dlosses, &logits, &targets, &lse, &dlogits}, "cross_entropy_backward");
-  const int64_t N = logits.size(0), V = logits.size(1);
-  if (N * V == 0) return;
-  cudaStream_t stream = activate();
-  index_plan::dispatch_index(targets, "CudaBackend::cross_entropy_backward", [&](auto itag) {
-    using I = decltype(itag);
-    if (logits.dtype() == DType::f64)
-      cross_entropy_backward_kernel<double, I><<<blocks_for(N * V), kThreads, 0, stream>>>(
-          N, V, dlosses.data<double>(), logits.data<double>(), targets.data<I>(), lse.data<double>(), ignore_index,
-          dlogits.data<double>());
-    else
-      cross_entropy_backward_kernel<float, I><<<blocks_for(N * V), kThreads, 0, stream>>>(
-          N, V, dlosses.data<float>(), logits.data<float>(), targets.data<I>(), lse.data<float>(), ignore_index,
-          dlogits.data<float>());
-  });
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 

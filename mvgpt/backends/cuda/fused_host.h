@@ -3,6 +3,7 @@
 // sizes, dtype dispatch and typed pointers of possibly undefined tensors.
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,14 @@ inline void check_float(const Tensor& x, const char* op) {
   if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
     throw std::logic_error(std::string(op) + ": expects float32 or float64 (the ops layer widens), found " +
                            std::string(dtype_name(x.dtype())));
+}
+
+// Every defined tensor of ts is contiguous.
+inline void require_contiguous(std::initializer_list<const Tensor*> ts, const char* op) {
+  for (const Tensor* t : ts)
+    if (t->defined() && !t->is_contiguous())
+      throw std::logic_error(std::string(op) + ": every tensor must be contiguous, found strides " +
+                             to_string(t->strides()) + " for shape " + to_string(t->shape()));
 }
 
 template <typename T>

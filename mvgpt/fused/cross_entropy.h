@@ -1,0 +1,46 @@
+#pragma once
+// Cross-entropy over the last axis, as one fused unit (NOTE [ A fused op is one unit ] in unit.h):
+// the log-sum-exp and the loss per row in one pass, and dlogits = (softmax - onehot) * dloss back.
+#include <cstdint>
+
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt {
+
+// logits (..., V), targets (...) int. Mean is over the targets that are not ignore_index (NaN when
+// all are ignored, as PyTorch); none returns the per-token losses, shaped as targets (0 where ignored).
+enum class Reduction : uint8_t { mean, sum, none };
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                     Reduction reduction = Reduction::mean);
+
+namespace fused {
+
+// The raw kernels (no gradient history): logits (N, V) any layout and floating dtype, targets (N)
+// int32/int64, each a class or ignore_index (checked; an error names the row). losses and lse (N) in
+// the compute dtype (float64 for float64 logits, float32 otherwise); losses are 0 where ignored.
+struct CrossEntropyResult {
+  Tensor losses, lse;  // (N)
+};
+CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// dlogits (N, V) in logits' dtype; 0 rows where ignored.
+Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyResult& saved, int64_t ignore_index = -100);
+
+namespace reference {
+// logits (N, V), targets (N): {losses (N), lse (N)} from log_softmax, gather and logsumexp.
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+}  // namespace reference
+
+// The kernels of one device, on contiguous float tensors of one dtype and contiguous targets whose
+// entries are classes or ignore_index (out-of-range ones never reach a kernel).
+struct CrossEntropyKernels {
+  void (*forward)(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                  const Tensor& lse);
+  void (*backward)(const Tensor& dlosses, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                   int64_t ignore_index, const Tensor& dlogits);
+};
+CrossEntropyKernels cross_entropy_cpu_kernels();   // cross_entropy_cpu.cpp
+CrossEntropyKernels cross_entropy_cuda_kernels();  // cross_entropy.cu (only with the CUDA backend)
+
+}  // namespace fused
+}  // namespace mvgpt

@@ -1,0 +1,149 @@
+// Cross-entropy (mvgpt/fused/cross_entropy.h): the CPU kernels against naive double loops, the op's
+// target checks (immediate and deferred), and the kernels against the slow reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/cross_entropy.h>
+#include <mvgpt/backends/cpu/fused_common.h>
+#include "backends/fused_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using namespace fused_test;
+using Vec = std::vector<double>;
+
+// The CPU kernels themselves (no argument checks).
+const fused::CrossEntropyKernels& cpu() {
+  static const fused::CrossEntropyKernels k = fused::cross_entropy_cpu_kernels();
+  return k;
+}
+
+TEST(CrossEntropyKernel, MatchesNaiveLoopsWithIgnoredRows) {
+  const int64_t N = 6, V = 37, ignore = -100;
+  const std::vector<int64_t> tv = {0, 36, ignore, 5, 17, ignore};
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor logits = random_tensor({N, V}, dt, 1, -5, 5);
+    Tensor targets = Tensor::from_vector(tv);
+    Tensor losses = Tensor::empty({N}, dt), lse = Tensor::empty({N}, dt);
+    cpu().forward(logits, targets, ignore, losses, lse);
+    Tensor dl = random_tensor({N}, dt, 2), dlogits = Tensor::empty({N, V}, dt);
+    cpu().backward(dl, logits, targets, lse, ignore, dlogits);
+
+    const Vec x = values(logits), g = values(dl);
+    Vec want_loss(N), want_lse(N), want_d(size_t(N * V), 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t j = 0; j < V; ++j) s += std::exp(x[n * V + j]);
+      want_lse[n] = std::log(s);
+      if (tv[n] == ignore) continue;
+      want_loss[n] = want_lse[n] - x[n * V + tv[n]];
+      for (int64_t j = 0; j < V; ++j) want_d[n * V + j] = (std::exp(x[n * V + j]) / s - (j == tv[n])) * g[n];
+    }
+    const double tol = dt == DType::f64 ? 1e-12 : 2e-6;
+    EXPECT_TRUE(all_close(losses, want_loss, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(lse, want_lse, tol, tol)) << dtype_name(dt);
+    EXPECT_TRUE(all_close(dlogits, want_d, tol, tol)) << dtype_name(dt);
+  }
+}
+
+TEST(CrossEntropyKernel, Int32TargetsLargeLogitsAndCustomIgnoreIndex) {
+  // Logits far from 0 must not overflow the exp (the max is subtracted first).
+  Tensor logits = Tensor::from_vector(std::vector<float>{1000, 1001, 999, -1000, -1001, -999}, {2, 3});
+  Tensor targets = Tensor::from_vector(std::vector<int32_t>{1, 2});
+  Tensor losses = Tensor::empty({2}, DType::f32), lse = Tensor::empty({2}, DType::f32);
+  cpu().forward(logits, targets, 2, losses, lse);
+  const double l0 = std::log(std::exp(-1.0) + 1 + std::exp(-2.0));
+  EXPECT_NEAR(losses.to_vector<double>()[0], l0, 1e-5);
+  EXPECT_EQ(losses.to_vector<double>()[1], 0.0);
+  EXPECT_NEAR(lse.to_vector<double>()[0], 1001 + l0, 1e-3);
+}
+
+TEST(CrossEntropyKernel, ExpApproximationIsAccurateOverItsRange) {
+  // Rows with one huge spread exercise the exp from -80 to 0.
+  const int64_t V = 4001;
+  std::vector<double> row(V);
+  for (int64_t j = 0; j < V; ++j) row[j] = -80.0 + 0.02 * j;
+  Tensor logits = Tensor::from_vector(row, {1, V}), logits32 = Tensor::empty({1, V}, DType::f32);
+  for (int64_t j = 0; j < V; ++j) write_element(logits32, j, row[j]);
+  Tensor targets = Tensor::from_vector(std::vector<int64_t>{0});
+  Tensor dl = Tensor::from_vector(std::vector<float>{1}), losses = Tensor::empty({1}, DType::f32),
+         lse = Tensor::empty({1}, DType::f32), d = Tensor::empty({1, V}, DType::f32);
+  cpu().forward(logits32, targets, -100, losses, lse);
+  cpu().backward(dl, logits32, targets, lse, -100, d);
+  double s = 0;
+  for (double x : row) s += std::exp(x);
+  const Vec dv = values(d), x32 = values(logits32);
+  for (int64_t j = 1; j < V; ++j) {
+    const double want = std::exp(x32[j]) / s;
+    // The float argument x - lse carries a rounding error of |x - lse| * 6e-8.
+    ASSERT_NEAR(dv[j], want, want * (3e-7 + 1.2e-7 * std::abs(x32[j] - std::log(s)))) << "logit " << x32[j];
+  }
+}
+
+TEST(CrossEntropyKernel, ExpApproxHelper) {
+  for (double x = -87; x <= 88; x += 0.0137) {
+    const float xf = float(x);
+    const double want = std::exp(double(xf));
+    ASSERT_NEAR(cpu::fused::exp_approx(xf), want, 2.5e-7 * want) << xf;
+  }
+  EXPECT_EQ(cpu::fused::exp_approx(-INFINITY), 0.0f);
+  EXPECT_EQ(cpu::fused::exp_approx(-100.0f), 0.0f);
+  EXPECT_EQ(cpu::fused::exp_approx(INFINITY), INFINITY);
+  EXPECT_EQ(cpu::fused::exp_approx(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(cpu::fused::exp_approx(NAN)));
+}
+
+TEST(CrossEntropyOp, NamesBadTargets) {
+  Tensor logits = random_tensor({3, 10}, DType::f32, 16);
+  expect_error([&] { fused::cross_entropy_forward(logits, Tensor::from_vector(std::vector<int64_t>{1, 12, 0})); },
+               "cross_entropy: target 12 at row 1 is out of range for 10 classes");
+  expect_error([&] { fused::cross_entropy_forward(logits, Tensor::from_vector(std::vector<int32_t>{1, -1, 0})); }, "target -1");
+  expect_error([&] { fused::cross_entropy_forward(logits, Tensor::from_vector(std::vector<float>{1, 1, 0})); },
+               "targets must be int32 or int64, found float32");
+  expect_error([&] { fused::cross_entropy_forward(logits, Tensor::from_vector(std::vector<int64_t>{1, 1})); },
+               "targets must have shape [3], found [2]");
+  // ignore_index rows pass the check and give zero loss and zero gradient.
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{1, -100, 9});
+  fused::CrossEntropyResult r = fused::cross_entropy_forward(logits, t);
+  EXPECT_EQ(values(r.losses)[1], 0.0);
+  Tensor d = fused::cross_entropy_backward(Tensor::from_vector(std::vector<float>{1, 1, 1}), logits, t, r);
+  for (int64_t j = 0; j < 10; ++j) EXPECT_EQ(read_element(d, 10 + j), 0.0);
+  expect_error([&] { fused::cross_entropy_forward(logits, t, 5); }, "target -100 at row 1");
+}
+
+TEST(CrossEntropyOp, KernelsMatchTheSlowReference) {
+  auto tol_for = [](DType dt) { return dt == DType::f64 ? 1e-12 : 3e-5; };
+  for (DType dt : {DType::f64, DType::f32}) {
+    Tensor logits = random_tensor({7, 33}, dt, 9, -6, 6);
+    Tensor targets = Tensor::from_vector(std::vector<int64_t>{0, 32, -100, 4, 4, 17, -100});
+    fused::CrossEntropyResult got = fused::cross_entropy_forward(logits, targets);
+    fused::CrossEntropyResult want = fused::reference::cross_entropy(logits, targets);
+    EXPECT_TRUE(all_close(got.losses, want.losses, tol_for(dt), tol_for(dt)));
+    EXPECT_TRUE(all_close(got.lse, want.lse, tol_for(dt), tol_for(dt)));
+  }
+}
+
+TEST(CrossEntropyOp, DeferredTargetChecksKeepIgnoreIndexAndReportTheBadOne) {
+  Tensor logits = ops::reshape(ops::arange(0, 12, 1, DType::f32), {3, 4});
+  Tensor bad_targets = Tensor::from_vector(std::vector<int64_t>{1, -100, 4});
+  const std::string immediate = message_of([&] { fused::cross_entropy_forward(logits, bad_targets, -100); });
+  ASSERT_NE(immediate.find("target 4 at row 2"), std::string::npos) << immediate;
+  Tensor good = Tensor::from_vector(std::vector<int64_t>{1, -100, 3});
+  const fused::CrossEntropyResult want = fused::cross_entropy_forward(logits, good, -100);
+  ops::DeferRangeChecksOnCpu defer;
+  const fused::CrossEntropyResult got = fused::cross_entropy_forward(logits, good, -100);
+  EXPECT_EQ(got.losses.to_vector<float>(), want.losses.to_vector<float>());  // ignore_index stays ignored
+  EXPECT_EQ(fused::cross_entropy_backward(ops::ones({3}), logits, good, got, -100).to_vector<float>(),
+            fused::cross_entropy_backward(ops::ones({3}), logits, good, want, -100).to_vector<float>());
+  EXPECT_NO_THROW(ops::check_deferred_errors());
+  fused::cross_entropy_forward(logits, bad_targets, -100);
+  EXPECT_EQ(message_of([] { ops::check_deferred_errors(); }), immediate);
+}
+
+}  // namespace
+}  // namespace mvgpt
