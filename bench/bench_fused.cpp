@@ -9,6 +9,7 @@
 
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/fused/adamw.h>
+#include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/fused/norms.h>
 
@@ -17,6 +18,10 @@ namespace {
 using namespace mvgpt;
 
 Backend& cpu() { return backend_for(Device::cpu()); }
+const fused::AttentionKernels& attention_cpu() {
+  static const fused::AttentionKernels k = fused::attention_cpu_kernels();
+  return k;
+}
 const fused::NormKernels& cpu_norms() {
   static const fused::NormKernels k = fused::norms_cpu_kernels();
   return k;
@@ -100,7 +105,7 @@ struct AttentionInputs {
 void BM_AttentionForward(benchmark::State& state) {
   AttentionInputs a(state.range(0), state.range(1));
   const double scale = 1 / std::sqrt(double(a.D));
-  for (auto _ : state) cpu().attention(a.q, a.k, a.v, scale, true, a.out, a.lse);
+  for (auto _ : state) attention_cpu().forward(a.q, a.k, a.v, scale, true, a.out, a.lse);
   set_flops(state, a.forward_flops());
   // K and V must be streamed at least once: the bound that matters for decode.
   set_bytes(state, 4.0 * (a.q.numel() + a.k.numel() + a.v.numel() + a.out.numel()));
@@ -110,11 +115,11 @@ BENCHMARK(BM_AttentionForward)->Args({256, 256})->Args({1, 256})->Unit(benchmark
 void BM_AttentionBackward(benchmark::State& state) {
   AttentionInputs a(256, 256);
   const double scale = 1 / std::sqrt(double(a.D));
-  cpu().attention(a.q, a.k, a.v, scale, true, a.out, a.lse);
+  attention_cpu().forward(a.q, a.k, a.v, scale, true, a.out, a.lse);
   Tensor dout = filled(a.out.shape(), DType::f32, -1, 1, 4);
   Tensor dq = Tensor::empty(a.q.shape(), DType::f32), dk = Tensor::empty(a.k.shape(), DType::f32),
          dv = Tensor::empty(a.v.shape(), DType::f32);
-  for (auto _ : state) cpu().attention_backward(dout, a.q, a.k, a.v, a.out, a.lse, scale, true, dq, dk, dv);
+  for (auto _ : state) attention_cpu().backward(dout, a.q, a.k, a.v, a.out, a.lse, scale, true, dq, dk, dv);
   set_flops(state, 2.5 * a.forward_flops());  // five products of the forward's size (S, dV, dP, dQ, dK)
 }
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -8,6 +8,7 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/fused/adamw.h>         // the fused ops, one unit each
+#include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/fused/norms.h>
 

@@ -13,19 +13,6 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout la
                 });
 }
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
-  ops::AttentionResult r = ops::attention(q, k, v, scale, causal);
-  if (!needs_grad(q, k, v)) return r.out;
-  Tensor out = r.out;
-  return record("attention", std::move(r.out), {edge_to(q), edge_to(k), edge_to(v)},
-                [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(out),
-                 sl = SavedTensor(r.lse), scale, causal](const Tensor& g) -> Grads {
-                  const char* op = "attention";
-                  ops::AttentionResult saved{so.unpack(op), sl.unpack(op)};
-                  return ops::attention_backward(g, sq.unpack(op), sk.unpack(op), sv.unpack(op), saved, scale, causal);
-                });
-}
-
 Tensor dropout(const Tensor& x, double p, Generator* gen, bool training) {
   if (!(p >= 0 && p <= 1)) throw std::invalid_argument("dropout: p must be in [0, 1], found " + std::to_string(p));
   if (!training || p == 0) return x;
@@ -57,13 +44,6 @@ void register_fused_gradchecks(OpRegistry& r) {
                  {"interleaved (H, T, D), weighted", {input({2, 3, 4})}, [](const Inputs& x) {
                     return rope(x[0], positions({2, 3, 4}), 100, RopeLayout::interleaved) * gc::fixed({2, 3, 4});
                   }}});
-  r.add("attention", {{"causal, grouped heads", {input({1, 2, 3, 4}), input({1, 1, 3, 4}), input({1, 1, 3, 4})},
-                       [](const Inputs& x) { return attention(x[0], x[1], x[2], 0.5, true); }},
-                      {"not causal, fewer queries than keys", {input({2, 1, 2, 3}), input({2, 1, 4, 3}), input({2, 1, 4, 3})},
-                       [](const Inputs& x) { return attention(x[0], x[1], x[2], 0.7, false); }},
-                      {"causal, fewer queries, transposed v", {input({1, 1, 2, 2}), input({1, 1, 3, 2}),
-                                                                gc::transposed({1, 1, 3, 2})},
-                       [](const Inputs& x) { return attention(x[0], x[1], x[2], 1.0, true); }}});
   r.add("dropout", {{"p = 0.4, fixed generator", {input({3, 4})}, [](const Inputs& x) {
                        Generator g(7);
                        return dropout(x[0], 0.4, &g, true);

@@ -128,8 +128,6 @@ std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 // x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; backward is the inverse rotation.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
             RopeLayout layout = RopeLayout::split_half);
-// q (B, H, Tq, D), k and v (B, Hkv, Tk, D) -> (B, H, Tq, D).
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training; x itself
 // otherwise. The mask is drawn from gen (default_generator() when null).
 Tensor dropout(const Tensor& x, double p, Generator* gen = nullptr, bool training = true);

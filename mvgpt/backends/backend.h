@@ -97,13 +97,6 @@ class Backend {
   // negative when inverse (the backward). Angles in float64 before the cast.
   virtual void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
                     const Tensor& out) = 0;
-  // q (B, H, Tq, D), k and v (B, Hkv, Tk, D), H a multiple of Hkv. Query i sits at key position
-  // (Tk - Tq) + i and sees keys 0..(Tk - Tq) + i when causal. out (B, H, Tq, D), lse (B, H, Tq) f32/f64.
-  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
-                         const Tensor& out, const Tensor& lse) = 0;
-  virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
-                                  const Tensor& dk, const Tensor& dv) = 0;
 };
 
 // The backend of a device: the CPU always; CUDA when built and a GPU is present (otherwise a clear error).

@@ -123,13 +123,6 @@ std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 // --- fused kernels ---
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
             bool inverse = false);
-struct AttentionResult {
-  Tensor out, lse;
-};
-AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
-// Returns {dq, dk, dv}.
-std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const AttentionResult& saved, double scale, bool causal);
 
 // --- checks shared by the ops and the layers above ---
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);

@@ -51,24 +51,4 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout la
   return ops::to(out, x.dtype());
 }
 
-ops::AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
-  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
-  // Grouped kv heads: repeat each kv head for its H / Hkv query heads.
-  auto repeat_heads = [&](const Tensor& t) {
-    Tensor e = ops::expand(ops::unsqueeze(t, 2), {B, Hkv, H / Hkv, Tk, D});
-    return ops::reshape(e, {B, H, Tk, D});
-  };
-  Tensor kr = repeat_heads(k), vr = repeat_heads(v);
-  Tensor scores = ops::mul(ops::matmul(q, ops::transpose(kr, -1, -2)), scale);  // (B, H, Tq, Tk)
-  if (causal) {
-    // Query i sits at key position (Tk - Tq) + i and must not see later keys.
-    Tensor query_pos = ops::reshape(ops::arange(double(Tk - Tq), double(Tk), 1, DType::i64), {Tq, 1});
-    Tensor key_pos = ops::reshape(ops::arange(0, double(Tk), 1, DType::i64), {1, Tk});
-    scores = ops::masked_fill(scores, ops::gt(key_pos, query_pos), -std::numeric_limits<double>::infinity());
-  }
-  Tensor lse = ops::logsumexp(scores, {-1});
-  Tensor out = ops::matmul(ops::softmax(scores, -1), vr);
-  return {out, lse};
-}
-
 }  // namespace mvgpt::reference

@@ -10,6 +10,4 @@ namespace mvgpt::reference {
 // x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
             bool inverse = false);
-// q (B, H, Tq, D), k and v (B, Hkv, Tk, D): {out (B, H, Tq, D), lse (B, H, Tq)}.
-ops::AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 }  // namespace mvgpt::reference

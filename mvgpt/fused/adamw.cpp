@@ -72,11 +72,8 @@ std::vector<DeviceCase> device_cases() {
   return {{"adamw", [](Device d) {
     std::vector<Tensor> r;
     for (DType dt : {DType::f32, DType::f64}) {
-      Generator gen(77);
-      auto uniform = [&](double lo, double hi) {
-        return ops::to(ops::add(ops::mul(ops::rand({1000}, dt, Device::cpu(), &gen), hi - lo), lo), d);
-      };
-      Tensor p = uniform(-2, 2), g = uniform(-2, 2), m = uniform(-0.1, 0.1), v = uniform(0, 0.1);
+      Tensor p = uniform_on(d, {1000}, dt, 77), g = uniform_on(d, {1000}, dt, 78);
+      Tensor m = uniform_on(d, {1000}, dt, 79, -0.1, 0.1), v = uniform_on(d, {1000}, dt, 80, 0, 0.1);
       AdamWParams params;
       params.lr = 3e-3, params.weight_decay = 0.1, params.step = 7;
       for (int s = 0; s < 3; ++s, ++params.step) adamw_step_(p, g, m, v, params);

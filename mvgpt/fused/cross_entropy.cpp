@@ -184,11 +184,6 @@ void add_gradchecks(autograd::OpRegistry& r) {
           [](const Inputs& x) { return mvgpt::cross_entropy(x[0], x[1], 0, Reduction::none); }}});
 }
 
-Tensor uniform(Device d, const Shape& shape, DType dt, uint64_t seed, double lo, double hi) {
-  Generator g(seed);
-  return ops::to(ops::add(ops::mul(ops::rand(shape, dt, Device::cpu(), &g), hi - lo), lo), d);
-}
-
 Tensor ids(Device d, const std::vector<int64_t>& v, DType dt = DType::i64) {
   return ops::to(ops::to(Tensor::from_vector(v), dt), d);
 }
@@ -199,11 +194,11 @@ std::vector<DeviceCase> device_cases() {
     std::vector<Tensor> r;
     for (DType dt : {DType::f32, DType::f64})
       for (DType idt : {DType::i64, DType::i32}) {
-        Tensor logits = uniform(d, {6, 700}, dt, 75, -8, 8);
+        Tensor logits = uniform_on(d, {6, 700}, dt, 75, -8, 8);
         Tensor targets = ids(d, {3, 699, -100, 0, 350, 12}, idt);
         CrossEntropyResult c = cross_entropy_forward(logits, targets, -100);
         r.insert(r.end(), {c.losses, c.lse});
-        r.push_back(cross_entropy_backward(uniform(d, {6}, dt, 76, -2, 2), logits, targets, c, -100));
+        r.push_back(cross_entropy_backward(uniform_on(d, {6}, dt, 76, -2, 2), logits, targets, c, -100));
       }
     return r;
   }, {"forward", "backward"}, 2e-5});
@@ -221,7 +216,7 @@ std::vector<DeviceCase> device_cases() {
   // More rows than a CUDA grid holds (65535 * 4 blocks): the kernel strides over rows.
   cases.push_back({"cross_entropy_past_grid_limits", [](Device d) {
     const int64_t N = 65535 * 4 + 77;
-    CrossEntropyResult c = cross_entropy_forward(uniform(d, {N, 3}, DType::f32, 101, -2, 2),
+    CrossEntropyResult c = cross_entropy_forward(uniform_on(d, {N, 3}, DType::f32, 101, -2, 2),
                                                  ops::full({N}, 2, DType::i64, d), -100);
     return std::vector<Tensor>{c.losses, c.lse};
   }, {"forward"}, 1e-5});

@@ -189,11 +189,10 @@ void add_gradchecks(autograd::OpRegistry& r) {
 
 // Seeded uniform values in [-2, 2) on dev; `transposed`/`sliced` make the same values a view.
 Tensor input(Device dev, const Shape& shape, DType dt, uint64_t seed, int layout = 0) {
-  Generator g(seed);
   Shape base = shape;
   if (layout == 1) std::swap(base[base.size() - 1], base[base.size() - 2]);
   if (layout == 2) base[base.size() - 1] += 3;
-  Tensor t = ops::to(ops::add(ops::mul(ops::rand(base, dt, Device::cpu(), &g), 4.0), -2.0), dev);
+  Tensor t = uniform_on(dev, base, dt, seed);
   if (layout == 1) return ops::transpose(t, -1, -2);
   if (layout == 2) return ops::narrow(t, -1, 1, shape.back());
   return t;

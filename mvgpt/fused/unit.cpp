@@ -1,5 +1,7 @@
 #include <mvgpt/fused/unit.h>
 
+#include <mvgpt/backends/ops.h>
+
 namespace mvgpt::fused {
 
 #define MVGPT_FUSED_UNIT(name) Unit name##_unit();
@@ -13,6 +15,11 @@ const std::vector<Unit>& units() {
 #undef MVGPT_FUSED_UNIT
   };
   return all;
+}
+
+Tensor uniform_on(Device d, const Shape& shape, DType dtype, uint64_t seed, double lo, double hi) {
+  Generator g(seed);
+  return ops::to(ops::add(ops::mul(ops::rand(shape, dtype, Device::cpu(), &g), hi - lo), lo), d);
 }
 
 }  // namespace mvgpt::fused

@@ -43,6 +43,10 @@ struct Unit {
   std::function<std::vector<DeviceCase>()> device_cases;
 };
 
+// For device cases: seeded uniform values in [lo, hi), drawn on the CPU and moved to d, so that
+// every device sees the same inputs.
+Tensor uniform_on(Device d, const Shape& shape, DType dtype, uint64_t seed, double lo = -2, double hi = 2);
+
 // Every unit of units.def, in its order.
 const std::vector<Unit>& units();
 

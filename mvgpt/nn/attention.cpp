@@ -4,6 +4,7 @@
 #include <limits>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/attention.h>
 
 namespace mvgpt::nn {
 

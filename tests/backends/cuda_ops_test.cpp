@@ -279,29 +279,6 @@ std::vector<OpCase> op_cases() {
     }
     return r;
   }, 1e-5);
-  add("attention", [](Device d) {
-    std::vector<Tensor> r;
-    struct Shape4 {
-      int64_t B, H, Hkv, Tq, Tk, D;
-      bool causal;
-    };
-    const Shape4 shapes[] = {{2, 2, 2, 5, 5, 8, true},   {1, 4, 2, 3, 7, 6, true},  {2, 2, 1, 4, 6, 5, false},
-                             {1, 2, 2, 150, 150, 4, true}, {1, 1, 1, 1, 300, 16, true}, {1, 2, 2, 2, 0, 4, false}};
-    for (DType dt : {DType::f32, DType::f64})
-      for (const Shape4& s : shapes) {
-        Tensor q = input(d, {s.B, s.H, s.Tq, s.D}, dt, 72);
-        // k and v as strided views split out of one packed (B, Tk, 2, Hkv, D) tensor.
-        Tensor kv = input(d, {s.B, s.Tk, 2, s.Hkv, s.D}, dt, 73);
-        Tensor k = ops::permute(ops::select(kv, 2, 0), {0, 2, 1, 3});
-        Tensor v = ops::permute(ops::select(kv, 2, 1), {0, 2, 1, 3});
-        const double scale = 1 / std::sqrt(double(s.D));
-        ops::AttentionResult a = ops::attention(q, k, v, scale, s.causal);
-        r.insert(r.end(), {a.out, a.lse});
-        Tensor dout = input(d, {s.B, s.H, s.Tq, s.D}, dt, 74);
-        for (const Tensor& g : ops::attention_backward(dout, q, k, v, a, scale, s.causal)) r.push_back(g);
-      }
-    return r;
-  }, 5e-5);
   // --- paths the cases above miss (issue 14, item 7)
   add("gelu_silu_backward", [](Device d) {
     std::vector<Tensor> r;
@@ -329,21 +306,6 @@ std::vector<OpCase> op_cases() {
     }
     return r;
   }, 1e-5);
-  // GPT-2 small's head size at a full context: the tiled kernels' multi-tile paths.
-  add("attention_head64_long", [](Device d) {
-    std::vector<Tensor> r;
-    for (const auto& [T, causal] : std::vector<std::pair<int64_t, bool>>{{512, true}, {640, true}, {520, false}}) {
-      Tensor q = input(d, {1, 2, T, 64}, DType::f32, 93, Kind::contiguous, -1, 1);
-      Tensor k = input(d, {1, 2, T, 64}, DType::f32, 94, Kind::contiguous, -1, 1);
-      Tensor v = input(d, {1, 2, T, 64}, DType::f32, 95);
-      const double scale = 0.125;
-      ops::AttentionResult a = ops::attention(q, k, v, scale, causal);
-      r.insert(r.end(), {a.out, a.lse});
-      for (const Tensor& g : ops::attention_backward(input(d, {1, 2, T, 64}, DType::f32, 96), q, k, v, a, scale, causal))
-        r.push_back(g);
-    }
-    return r;
-  }, 1e-4);
   // Rows of -inf (a fully masked row), with a NaN, or with +inf: the same NaN/inf pattern as the CPU.
   add("nonfinite_rows", [](Device d) {
     std::vector<float> v(4 * 6);
@@ -395,10 +357,8 @@ const std::map<std::string, std::vector<std::string>>& case_coverage() {
       {"index_ops", {"index_select", "gather", "index_add", "scatter_add"}},
       {"join", {"copy"}},
       {"rope", {"rope"}},
-      {"attention", {"attention", "attention_backward"}},
       {"gelu_silu_backward", {"binary", "binary.gelu_backward", "binary.silu_backward"}},
       {"linear_bias", {"linear"}},
-      {"attention_head64_long", {"attention", "attention_backward"}},
       {"nonfinite_rows", {"softmax", "reduce", "unary"}},
       {"past_grid_limits", {"softmax", "reduce"}},
   };
@@ -498,7 +458,7 @@ TEST(DeviceCoverage, EveryBackendEntryPointAndOpHasACpuVsCudaCase) {
   const std::string header = read_backend_header();
   std::set<std::string> required = backend_entry_points(header);
   ASSERT_GE(required.size(), 14u) << "the parse of class Backend found too few entry points";
-  ASSERT_TRUE(required.count("attention") && required.count("copy") && required.count("linear"));
+  ASSERT_TRUE(required.count("matmul") && required.count("copy") && required.count("linear"));
   const std::set<std::string> unary = enum_ops(header, "UnaryOp", "unary."),
                               binary = enum_ops(header, "BinaryOp", "binary.");
   ASSERT_TRUE(unary.count("unary.square") && binary.count("binary.silu_backward")) << "the enum parse failed";

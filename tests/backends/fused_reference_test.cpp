@@ -33,25 +33,5 @@ TEST(FusedVsReference, Rope) {
   EXPECT_TRUE(all_close(ops::rope(x3, shared), reference::rope(x3, shared), 3e-5));
 }
 
-struct AttnShape {
-  int64_t B, H, Hkv, Tq, Tk, D;
-  bool causal;
-};
-
-TEST(FusedVsReference, Attention) {
-  for (const AttnShape& s : {AttnShape{2, 4, 4, 9, 9, 8, true}, AttnShape{1, 4, 1, 9, 9, 8, true},
-                             AttnShape{2, 4, 2, 3, 12, 8, true}, AttnShape{2, 4, 2, 1, 12, 8, true},
-                             AttnShape{1, 2, 2, 7, 5, 4, false}, AttnShape{1, 2, 1, 70, 70, 8, true}})
-    for (DType dt : {DType::f64, DType::f32}) {
-      Tensor q = random_tensor({s.B, s.H, s.Tq, s.D}, dt, 6, -2, 2);
-      Tensor k = random_tensor({s.B, s.Hkv, s.Tk, s.D}, dt, 7, -2, 2), v = random_tensor({s.B, s.Hkv, s.Tk, s.D}, dt, 8);
-      const double scale = 1 / std::sqrt(double(s.D));
-      ops::AttentionResult got = ops::attention(q, k, v, scale, s.causal);
-      ops::AttentionResult want = reference::attention(q, k, v, scale, s.causal);
-      EXPECT_TRUE(all_close(got.out, want.out, tol_for(dt), tol_for(dt))) << s.Hkv << " " << s.Tq << " " << s.Tk;
-      EXPECT_TRUE(all_close(got.lse, want.lse, tol_for(dt), tol_for(dt))) << s.Hkv << " " << s.Tq << " " << s.Tk;
-    }
-}
-
 }  // namespace
 }  // namespace mvgpt

@@ -37,11 +37,6 @@ class CpuBackend final : public Backend {
 
   void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
             const Tensor& out) override;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
-                 const Tensor& lse) override;
-  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv) override;
 };
 
 }  // namespace mvgpt::cpu

@@ -46,11 +46,6 @@ class CudaBackend final : public Backend {
 
   void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
             const Tensor& out) override;
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
-                 const Tensor& lse) override;
-  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, double scale, bool causal, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv) override;
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

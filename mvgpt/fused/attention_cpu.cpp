@@ -1,4 +1,5 @@
-// Scaled dot-product attention with an optional causal mask, forward and backward, on the CPU.
+// The CPU kernels of attention (mvgpt/fused/attention.h): scaled dot-product attention with an
+// optional causal mask, forward and backward.
 //
 // NOTE [ Attention on the CPU ]
 // Forward: parallel over (batch, head, query block). Each task computes the scores of a block of
@@ -21,12 +22,17 @@
 #include <cmath>
 #include <vector>
 
-#include <mvgpt/backends/cpu/cpu_backend.h>
+#include <mvgpt/backends/backend.h>
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/fused/attention.h>
 
-namespace mvgpt::cpu {
+namespace mvgpt::fused {
 namespace {
+
+using cpu::parallel_for;
+namespace vec = cpu::fused;
+
 
 // Query rows per task: a (64, Tk) score block stays in L2 for the model's Tk.
 constexpr int64_t kQueryBlock = 64;
@@ -69,7 +75,7 @@ struct Heads {
         // A single row may carry any stride; BLAS wants a leading dimension of at least D.
         st(t.size(2) == 1 ? std::max<int64_t>(t.size(3), 1) : t.strides()[2]) {
     if (t.size(2) > 1 && st < std::max<int64_t>(t.size(3), 1))
-      throw std::logic_error("CpuBackend::attention: rows of a (B, H, T, D) input overlap (stride " +
+      throw std::logic_error("attention (cpu): rows of a (B, H, T, D) input overlap (stride " +
                              std::to_string(st) + " on T); the ops layer must pass a copy");
   }
   const T* at(int64_t b, int64_t h, int64_t t = 0) const { return data + b * sb + h * sh + t * st; }
@@ -98,13 +104,13 @@ void softmax_rows(T* s, int64_t rows, int64_t ld, int64_t width, const Dims4& d,
   for (int64_t r = 0; r < rows; ++r) {
     T* sr = s + r * ld;
     const int64_t n = visible_keys(d, causal, i0 + r);
-    const T m = fused::row_max(sr, n);
+    const T m = vec::row_max(sr, n);
     if (n == 0 || m == -INFINITY) {  // no visible key (Tk = 0) or all -inf
       for (int64_t j = 0; j < width; ++j) sr[j] = 0;
       lse[r] = -INFINITY;
       continue;
     }
-    const T l = fused::exp_shifted(sr, n, m, T(1), sr);
+    const T l = vec::exp_shifted(sr, n, m, T(1), sr);
     const T inv = T(1) / l;
     for (int64_t j = 0; j < n; ++j) sr[j] *= inv;
     for (int64_t j = n; j < width; ++j) sr[j] = 0;
@@ -119,15 +125,15 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
                 T* s, T* o, T* lse) {
   for (int64_t j = 0; j < n; ++j) {
     const T* kr = K.at(b, hk, j);
-    s[j] = scale * fused::row_dot(qr, kr, D);
+    s[j] = scale * vec::row_dot(qr, kr, D);
   }
   for (int64_t c = 0; c < D; ++c) o[c] = 0;
-  const T m = fused::row_max(s, n);
+  const T m = vec::row_max(s, n);
   if (n == 0 || m == -INFINITY) {
     *lse = -INFINITY;
     return;
   }
-  const T l = fused::exp_shifted(s, n, m, T(1), s);
+  const T l = vec::exp_shifted(s, n, m, T(1), s);
   for (int64_t j = 0; j < n; ++j) {
     const T* vr = V.at(b, hk, j);
     const T p = s[j];
@@ -139,7 +145,7 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
 }
 
 template <typename T>
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
+void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
                        const Tensor& out, const Tensor& lse) {
   const Dims4 d = dims_of(q, k);
   const T scale = T(scale_d);
@@ -179,7 +185,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
 }
 
 template <typename T>
-void attention_backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
                              const Tensor& dk, const Tensor& dv) {
   const Dims4 d = dims_of(q, k);
@@ -220,12 +226,12 @@ void attention_backward_impl(const Tensor& dout, const Tensor& q, const Tensor& 
           if (lr == -INFINITY)
             std::fill(pr, pr + n, T(0));
           else
-            fused::exp_shifted(pr, n, lr, T(1), pr);
+            vec::exp_shifted(pr, n, lr, T(1), pr);
           for (int64_t j = n; j < width; ++j) pr[j] = 0;
           // Di = rowsum(dO * O).
           const T* dor = dO.at(b, h, i0 + r);
           const T* orow = O.at(b, h, i0 + r);
-          Di[size_t(r)] = fused::row_dot(dor, orow, d.D);
+          Di[size_t(r)] = vec::row_dot(dor, orow, d.D);
         }
         // dV (width, D) += P^T dO.
         gemm(true, false, width, d.D, rows, T(1), P.data(), width, dO.at(b, h, i0), dO.st, T(1), dvh, d.D);
@@ -270,19 +276,17 @@ void attention_backward_impl(const Tensor& dout, const Tensor& q, const Tensor& 
 void check_attention_layout(const char* op, std::initializer_list<const Tensor*> views,
                             std::initializer_list<const Tensor*> outputs) {
   for (const Tensor* t : views) {
-    fused::require_float(*t, op, "every input");
-    fused::require_unit_last_stride(*t, op, "every input");
+    vec::require_float(*t, op, "every input");
+    vec::require_unit_last_stride(*t, op, "every input");
   }
-  for (const Tensor* t : outputs) fused::require_contiguous(*t, op, "every output");
+  for (const Tensor* t : outputs) vec::require_contiguous(*t, op, "every output");
 }
-
-}  // namespace
 
 // q, k, v (and dout, out) may be views with a unit stride on D (e.g. heads split out of a packed
 // qkv); outputs are contiguous.
-void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
-                           const Tensor& out, const Tensor& lse) {
-  check_attention_layout("CpuBackend::attention", {&q, &k, &v}, {&out, &lse});
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
+             const Tensor& lse) {
+  check_attention_layout("attention (cpu)", {&q, &k, &v}, {&out, &lse});
   if (q.size(3) == 0) {  // no channels: every visible score is 0, so lse = log(#visible)
     const Dims4 d = dims_of(q, k);
     for (int64_t r = 0; r < lse.numel(); ++r)
@@ -290,19 +294,27 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, do
     return;
   }
   if (lse.numel() == 0) return;
-  if (q.dtype() == DType::f64) attention_forward<double>(q, k, v, scale, causal, out, lse);
-  else attention_forward<float>(q, k, v, scale, causal, out, lse);
+  if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, out, lse);
+  else attention_rows<float>(q, k, v, scale, causal, out, lse);
 }
 
-void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& out, const Tensor& lse, double scale, bool causal,
-                                    const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  check_attention_layout("CpuBackend::attention_backward", {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});
+void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+              const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  check_attention_layout("attention_backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});
   if (q.size(3) == 0) return;  // dq, dk, dv are empty
   if (q.dtype() == DType::f64)
-    attention_backward_impl<double>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+    attention_rows_backward<double>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
   else
-    attention_backward_impl<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+    attention_rows_backward<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
 }
 
-}  // namespace mvgpt::cpu
+}  // namespace
+
+AttentionKernels attention_cpu_kernels() {
+  // The CPU backend first: it fixes a mis-detected OpenBLAS core and holds OpenBLAS to one thread
+  // (NOTE [ One thread pool ]) before these kernels' first GEMM.
+  backend_for(Device::cpu());
+  return {forward, backward};
+}
+
+}  // namespace mvgpt::fused

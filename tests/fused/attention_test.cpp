@@ -1,12 +1,14 @@
-// Attention kernel (forward and backward) against naive double loops and finite differences:
-// causal and not, KV-cache offsets (Tq < Tk), decode (Tq = 1), grouped kv heads, strided inputs.
+// Attention (mvgpt/fused/attention.h): the CPU kernels (forward and backward) against naive double
+// loops and finite differences: causal and not, KV-cache offsets (Tq < Tk), decode (Tq = 1), grouped
+// kv heads, strided inputs; the op's checks and dtypes; the kernels against the slow reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include <mvgpt/backends/backend.h>
-#include "fused_test_util.h"
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/attention.h>
+#include "backends/fused_test_util.h"
 
 namespace mvgpt {
 namespace {
@@ -14,7 +16,11 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-Backend& cpu() { return backend_for(Device::cpu()); }
+// The CPU kernels themselves (no argument preparation).
+const fused::AttentionKernels& cpu() {
+  static const fused::AttentionKernels k = fused::attention_cpu_kernels();
+  return k;
+}
 
 struct Naive {
   Vec out, lse, dq, dk, dv;
@@ -81,11 +87,11 @@ Result run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   Result r;
   r.out = Tensor::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, dt);
   r.lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, dt);
-  cpu().attention(q, k, v, scale, causal, r.out, r.lse);
+  cpu().forward(q, k, v, scale, causal, r.out, r.lse);
   r.dq = Tensor::empty(r.out.shape(), dt);
   r.dk = Tensor::empty(k.shape(), dt);
   r.dv = Tensor::empty(v.shape(), dt);
-  cpu().attention_backward(dout, q, k, v, r.out, r.lse, scale, causal, r.dq, r.dk, r.dv);
+  cpu().backward(dout, q, k, v, r.out, r.lse, scale, causal, r.dq, r.dk, r.dv);
   return r;
 }
 
@@ -135,7 +141,7 @@ TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
   Result got = run_attention(q, k, v, R, scale, true);
   auto loss = [&]() {
     Tensor out = Tensor::empty(R.shape(), DType::f64), lse = Tensor::empty({B, H, Tq}, DType::f64);
-    cpu().attention(q, k, v, scale, true, out, lse);
+    cpu().forward(q, k, v, scale, true, out, lse);
     double s = 0;
     for (int64_t i = 0; i < out.numel(); ++i) s += read_element(out, i) * read_element(R, i);
     return s;
@@ -193,6 +199,72 @@ TEST(AttentionKernel, ZeroQueriesGiveZeroKeyGradients) {
   Result r = run_attention(q, k, k, q, 1, true);
   EXPECT_EQ(values(r.dk), Vec(24, 0.0));
   EXPECT_EQ(values(r.dv), Vec(24, 0.0));
+}
+
+// ---- the op: checks, layouts, dtypes, reference
+
+TEST(AttentionOp, AttentionChecks) {
+  Tensor q = random_tensor({1, 4, 3, 8}, DType::f32, 11), k = random_tensor({1, 3, 5, 8}, DType::f32, 12);
+  expect_error([&] { fused::attention_forward(q, k, k, 1, true); }, "q has 4 heads, not a multiple of the 3 kv heads");
+  Tensor k2 = random_tensor({1, 2, 5, 8}, DType::f32, 13);
+  expect_error([&] { fused::attention_forward(q, k2, random_tensor({1, 2, 4, 8}, DType::f32, 1), 1, true); },
+               "v (same shape as k) must have shape [1, 2, 5, 8], found [1, 2, 4, 8]");
+  expect_error([&] { fused::attention_forward(q, random_tensor({1, 2, 5, 6}, DType::f32, 1), k2, 1, true); }, "k must be");
+  expect_error([&] { fused::attention_forward(q, packed(k2, DType::f64), packed(k2, DType::f64), 1, true); },
+               "k is float64 but q is float32");
+  expect_error([&] { fused::attention_forward(random_tensor({1, 2, 6, 8}, DType::f32, 1), k2, k2, 1, true); },
+               "found Tq 6 > Tk 5");
+  expect_error([&] { fused::attention_forward(random_tensor({4, 3, 8}, DType::f32, 1), k2, k2, 1, true); },
+               "q must be (B, heads, T, D)");
+  // GQA through the ops layer: Hkv = 2 equals repeating each kv head twice.
+  fused::AttentionResult r = fused::attention_forward(q, k2, k2, 0.3, true);
+  Tensor rep = Tensor::empty({1, 4, 5, 8}, DType::f32);
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < 40; ++i) write_element(rep, h * 40 + i, read_element(k2, (h / 2) * 40 + i));
+  EXPECT_TRUE(all_close(r.out, fused::attention_forward(q, rep, rep, 0.3, true).out, 1e-6));
+  auto g = fused::attention_backward(r.out, q, k2, k2, r, 0.3, true);
+  EXPECT_EQ(g[1].shape(), k2.shape());
+  expect_error([&] { fused::attention_backward(k2, q, k2, k2, r, 0.3, true); }, "dout must have shape [1, 4, 3, 8]");
+}
+
+TEST(AttentionOp, AttentionOnStridedAndExpandedViews) {
+  // k expanded over T (stride 0 rows) must be copied, not read with overlapping rows.
+  Tensor q = random_tensor({1, 1, 3, 4}, DType::f64, 14), row = random_tensor({1, 1, 1, 4}, DType::f64, 15);
+  Tensor kx = row.as_strided({1, 1, 5, 4}, {4, 4, 0, 1}, 0);
+  fused::AttentionResult a = fused::attention_forward(q, kx, kx, 1, false);
+  fused::AttentionResult b = fused::attention_forward(q, packed(kx, DType::f64), packed(kx, DType::f64), 1, false);
+  EXPECT_TRUE(all_close(a.out, b.out, 1e-14));
+  EXPECT_TRUE(all_close(a.lse, b.lse, 1e-14));
+}
+
+TEST(AttentionOp, Bfloat16IsWidenedAndCastBack) {
+  Tensor q = packed(random_tensor({1, 2, 3, 4}, DType::f32, 6), DType::bf16);
+  fused::AttentionResult r = fused::attention_forward(q, q, q, 0.5, true);
+  EXPECT_EQ(r.out.dtype(), DType::bf16);
+  EXPECT_EQ(r.lse.dtype(), DType::f32);
+  EXPECT_TRUE(all_close(r.out, fused::attention_forward(packed(q, DType::f32), packed(q, DType::f32),
+                                                        packed(q, DType::f32), 0.5, true).out, 2e-2, 1e-2));
+}
+
+struct AttnShape {
+  int64_t B, H, Hkv, Tq, Tk, D;
+  bool causal;
+};
+
+TEST(AttentionOp, KernelsMatchTheSlowReference) {
+  for (const AttnShape& s : {AttnShape{2, 4, 4, 9, 9, 8, true}, AttnShape{1, 4, 1, 9, 9, 8, true},
+                             AttnShape{2, 4, 2, 3, 12, 8, true}, AttnShape{2, 4, 2, 1, 12, 8, true},
+                             AttnShape{1, 2, 2, 7, 5, 4, false}, AttnShape{1, 2, 1, 70, 70, 8, true}})
+    for (DType dt : {DType::f64, DType::f32}) {
+      const double tol = dt == DType::f64 ? 1e-12 : 3e-5;
+      Tensor q = random_tensor({s.B, s.H, s.Tq, s.D}, dt, 6, -2, 2);
+      Tensor k = random_tensor({s.B, s.Hkv, s.Tk, s.D}, dt, 7, -2, 2), v = random_tensor({s.B, s.Hkv, s.Tk, s.D}, dt, 8);
+      const double scale = 1 / std::sqrt(double(s.D));
+      fused::AttentionResult got = fused::attention_forward(q, k, v, scale, s.causal);
+      fused::AttentionResult want = fused::reference::attention(q, k, v, scale, s.causal);
+      EXPECT_TRUE(all_close(got.out, want.out, tol, tol)) << s.Hkv << " " << s.Tq << " " << s.Tk;
+      EXPECT_TRUE(all_close(got.lse, want.lse, tol, tol)) << s.Hkv << " " << s.Tq << " " << s.Tk;
+    }
 }
 
 }  // namespace

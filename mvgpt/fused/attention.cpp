@@ -1,0 +1,205 @@
+// Attention: checks and dispatch, the slow reference, the backward, and the cases that test them
+// (NOTE [ A fused op is one unit ] in unit.h). Kernels: attention_cpu.cpp, attention.cu.
+#include <mvgpt/fused/attention.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <mvgpt/autograd/function.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/unit.h>
+
+namespace mvgpt {
+namespace fused {
+namespace {
+
+const AttentionKernels& kernels(Device d) {
+  static const KernelsByDevice<AttentionKernels> table{"attention", attention_cpu_kernels(),
+#ifdef MVGPT_FUSED_CUDA
+                                                       attention_cuda_kernels()
+#else
+                                                       std::nullopt
+#endif
+  };
+  return table.on(d);
+}
+
+struct AttentionShapes {
+  int64_t B, H, Hkv, Tq, Tk, D;
+};
+
+AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                bool causal) {
+  for (auto [t, what] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    require_floating(*t, op, what);
+    if (t->dim() != 4) fail(op, std::string(what) + " must be (B, heads, T, D), found shape " + to_string(t->shape()));
+    require_device(*t, q, op, what);
+    if (t->dtype() != q.dtype())
+      fail(op, std::string(what) + " is " + std::string(dtype_name(t->dtype())) + " but q is " +
+                   std::string(dtype_name(q.dtype())));
+  }
+  AttentionShapes s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+  if (k.size(0) != s.B || k.size(3) != s.D)
+    fail(op, "k must be [" + std::to_string(s.B) + ", Hkv, Tk, " + std::to_string(s.D) + "] to match q " +
+                 to_string(q.shape()) + ", found " + to_string(k.shape()));
+  require_shape(v, k.shape(), op, "v (same shape as k)");
+  if (s.Hkv == 0 ? s.H != 0 : s.H % s.Hkv != 0)
+    fail(op, "q has " + std::to_string(s.H) + " heads, not a multiple of the " + std::to_string(s.Hkv) +
+                 " kv heads of k and v");
+  if (causal && s.Tq > s.Tk)
+    fail(op, "causal attention needs at least as many keys as queries (queries sit at the last Tq key "
+             "positions), found Tq " + std::to_string(s.Tq) + " > Tk " + std::to_string(s.Tk));
+  if (!std::isfinite(scale)) fail(op, "scale must be finite, found " + std::to_string(scale));
+  return s;
+}
+
+}  // namespace
+
+AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  const char* op = "attention";
+  const AttentionShapes s = check_attention(op, q, k, v, scale, causal);
+  const DType cd = compute_dtype(q.dtype());
+  Tensor out = Tensor::empty(q.shape(), cd, q.device());
+  Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, cd, q.device());
+  kernels(q.device())
+      .forward(prepared_heads(q, cd), prepared_heads(k, cd), prepared_heads(v, cd), scale, causal, out, lse);
+  return {cast_back(out, q.dtype()), lse};
+}
+
+std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const AttentionResult& saved, double scale, bool causal) {
+  const char* op = "attention_backward";
+  const AttentionShapes s = check_attention(op, q, k, v, scale, causal);
+  check_grad_like(op, dout, q, "dout");
+  check_grad_like(op, saved.out, q, "saved out");
+  require_defined(saved.lse, op, "saved lse");
+  require_device(saved.lse, q, op, "saved lse");
+  require_shape(saved.lse, Shape{s.B, s.H, s.Tq}, op, "saved lse");
+  const DType cd = compute_dtype(q.dtype());
+  if (saved.lse.dtype() != cd)
+    fail(op, "saved lse must be " + std::string(dtype_name(cd)) + ", found " + std::string(dtype_name(saved.lse.dtype())));
+  Tensor dq = Tensor::empty(q.shape(), cd, q.device());
+  Tensor dk = Tensor::empty(k.shape(), cd, q.device());
+  Tensor dv = Tensor::empty(v.shape(), cd, q.device());
+  kernels(q.device())
+      .backward(prepared_heads(dout, cd), prepared_heads(q, cd), prepared_heads(k, cd),
+                          prepared_heads(v, cd), prepared_heads(saved.out, cd), ops::contiguous(saved.lse), scale, causal,
+                          dq, dk, dv);
+  return {cast_back(dq, q.dtype()), cast_back(dk, k.dtype()), cast_back(dv, v.dtype())};
+}
+
+// ---------------------------------------------------------------- the slow reference
+
+namespace reference {
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
+  // Grouped kv heads: repeat each kv head for its H / Hkv query heads.
+  auto repeat_heads = [&](const Tensor& t) {
+    Tensor e = ops::expand(ops::unsqueeze(t, 2), {B, Hkv, H / Hkv, Tk, D});
+    return ops::reshape(e, {B, H, Tk, D});
+  };
+  Tensor kr = repeat_heads(k), vr = repeat_heads(v);
+  Tensor scores = ops::mul(ops::matmul(q, ops::transpose(kr, -1, -2)), scale);  // (B, H, Tq, Tk)
+  if (causal) {
+    // Query i sits at key position (Tk - Tq) + i and must not see later keys.
+    Tensor query_pos = ops::reshape(ops::arange(double(Tk - Tq), double(Tk), 1, DType::i64), {Tq, 1});
+    Tensor key_pos = ops::reshape(ops::arange(0, double(Tk), 1, DType::i64), {1, Tk});
+    scores = ops::masked_fill(scores, ops::gt(key_pos, query_pos), -std::numeric_limits<double>::infinity());
+  }
+  Tensor lse = ops::logsumexp(scores, {-1});
+  Tensor out = ops::matmul(ops::softmax(scores, -1), vr);
+  return {out, lse};
+}
+
+}  // namespace reference
+}  // namespace fused
+
+// ---------------------------------------------------------------- the differentiable op
+
+using autograd::edge_to;
+using autograd::Grads;
+using autograd::needs_grad;
+using autograd::record;
+using autograd::SavedTensor;
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  fused::AttentionResult r = fused::attention_forward(q, k, v, scale, causal);
+  if (!needs_grad(q, k, v)) return r.out;
+  Tensor out = r.out;
+  return record("attention", std::move(r.out), {edge_to(q), edge_to(k), edge_to(v)},
+                [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(out),
+                 sl = SavedTensor(r.lse), scale, causal](const Tensor& g) -> Grads {
+                  const char* op = "attention";
+                  fused::AttentionResult saved{so.unpack(op), sl.unpack(op)};
+                  return fused::attention_backward(g, sq.unpack(op), sk.unpack(op), sv.unpack(op), saved, scale, causal);
+                });
+}
+
+// ---------------------------------------------------------------- the unit's cases
+
+namespace fused {
+namespace {
+
+void add_gradchecks(autograd::OpRegistry& r) {
+  using autograd::Inputs;
+  namespace gc = autograd::gc;
+  r.add("attention", {{"causal, grouped heads", {gc::input({1, 2, 3, 4}), gc::input({1, 1, 3, 4}), gc::input({1, 1, 3, 4})},
+                       [](const Inputs& x) { return mvgpt::attention(x[0], x[1], x[2], 0.5, true); }},
+                      {"not causal, fewer queries than keys", {gc::input({2, 1, 2, 3}), gc::input({2, 1, 4, 3}), gc::input({2, 1, 4, 3})},
+                       [](const Inputs& x) { return mvgpt::attention(x[0], x[1], x[2], 0.7, false); }},
+                      {"causal, fewer queries, transposed v", {gc::input({1, 1, 2, 2}), gc::input({1, 1, 3, 2}),
+                                                                gc::transposed({1, 1, 3, 2})},
+                       [](const Inputs& x) { return mvgpt::attention(x[0], x[1], x[2], 1.0, true); }}});
+}
+
+std::vector<DeviceCase> device_cases() {
+  std::vector<DeviceCase> cases;
+  cases.push_back({"attention", [](Device d) {
+    std::vector<Tensor> r;
+    struct Shape4 {
+      int64_t B, H, Hkv, Tq, Tk, D;
+      bool causal;
+    };
+    const Shape4 shapes[] = {{2, 2, 2, 5, 5, 8, true},   {1, 4, 2, 3, 7, 6, true},  {2, 2, 1, 4, 6, 5, false},
+                             {1, 2, 2, 150, 150, 4, true}, {1, 1, 1, 1, 300, 16, true}, {1, 2, 2, 2, 0, 4, false}};
+    for (DType dt : {DType::f32, DType::f64})
+      for (const Shape4& s : shapes) {
+        Tensor q = uniform_on(d, {s.B, s.H, s.Tq, s.D}, dt, 72);
+        // k and v as strided views split out of one packed (B, Tk, 2, Hkv, D) tensor.
+        Tensor kv = uniform_on(d, {s.B, s.Tk, 2, s.Hkv, s.D}, dt, 73);
+        Tensor k = ops::permute(ops::select(kv, 2, 0), {0, 2, 1, 3});
+        Tensor v = ops::permute(ops::select(kv, 2, 1), {0, 2, 1, 3});
+        const double scale = 1 / std::sqrt(double(s.D));
+        AttentionResult a = attention_forward(q, k, v, scale, s.causal);
+        r.insert(r.end(), {a.out, a.lse});
+        Tensor dout = uniform_on(d, {s.B, s.H, s.Tq, s.D}, dt, 74);
+        for (const Tensor& g : attention_backward(dout, q, k, v, a, scale, s.causal)) r.push_back(g);
+      }
+    return r;
+  }, {"forward", "backward"}, 5e-5});
+  // GPT-2 small's head size at a full context: the tiled kernels' multi-tile paths.
+  cases.push_back({"attention_head64_long", [](Device d) {
+    std::vector<Tensor> r;
+    for (const auto& [T, causal] : std::vector<std::pair<int64_t, bool>>{{512, true}, {640, true}, {520, false}}) {
+      Tensor q = uniform_on(d, {1, 2, T, 64}, DType::f32, 93, -1, 1);
+      Tensor k = uniform_on(d, {1, 2, T, 64}, DType::f32, 94, -1, 1);
+      Tensor v = uniform_on(d, {1, 2, T, 64}, DType::f32, 95);
+      const double scale = 0.125;
+      AttentionResult a = attention_forward(q, k, v, scale, causal);
+      r.insert(r.end(), {a.out, a.lse});
+      for (const Tensor& g : attention_backward(uniform_on(d, {1, 2, T, 64}, DType::f32, 96), q, k, v, a, scale, causal))
+        r.push_back(g);
+    }
+    return r;
+  }, {"forward", "backward"}, 1e-4});
+  return cases;
+}
+
+}  // namespace
+
+Unit attention_unit() { return {"attention", {"forward", "backward"}, add_gradchecks, device_cases}; }
+
+}  // namespace fused
+}  // namespace mvgpt

@@ -1,0 +1,45 @@
+#pragma once
+// Scaled dot-product attention with grouped kv heads and a causal offset, as one fused unit (NOTE [ A
+// fused op is one unit ] in unit.h): the scores are never materialised; the backward recomputes the
+// probabilities from the saved log-sum-exp.
+#include <vector>
+
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt {
+
+// Differentiable. q (B, H, Tq, D), k and v (B, Hkv, Tk, D) with H a multiple of Hkv -> (B, H, Tq, D).
+// Query i sits at key position (Tk - Tq) + i and, when causal, sees keys 0..(Tk - Tq) + i.
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+
+namespace fused {
+
+// The raw kernels (no gradient history): any floating dtype, views with a unit stride on D (q, k,
+// v split out of a packed qkv need no copy). out has q's dtype; lse (B, H, Tq) the compute dtype.
+struct AttentionResult {
+  Tensor out, lse;
+};
+AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+// Returns {dq, dk, dv}.
+std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const AttentionResult& saved, double scale, bool causal);
+
+namespace reference {
+// From matmul, softmax and masked_fill, with the (Tq, Tk) scores materialised: {out, lse}.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+}  // namespace reference
+
+// The kernels of one device: float32 or float64 inputs (B, H, T, D) with a unit stride on D and
+// rows that do not overlap; outputs contiguous, allocated by the caller.
+struct AttentionKernels {
+  void (*forward)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
+                  const Tensor& lse);
+  void (*backward)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                   const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
+                   const Tensor& dv);
+};
+AttentionKernels attention_cpu_kernels();   // attention_cpu.cpp
+AttentionKernels attention_cuda_kernels();  // attention.cu (only with the CUDA backend)
+
+}  // namespace fused
+}  // namespace mvgpt
