@@ -40,6 +40,7 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/cpu/openblas_core.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/dist/data_parallel.h>
 #include <mvgpt/dist/world.h>
 #include <mvgpt/gpt/batches.h>

@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/model.h>
 #include <mvgpt/nn/optim.h>

@@ -13,9 +13,16 @@ install(TARGETS ${modules} EXPORT mvgptTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # The headers keep their repository paths: <mvgpt/tensor/tensor.h>, and the umbrella <mvgpt/mvgpt.h>.
+# Internal headers stay out: the raw ops (no gradient: one public op API, autograd/ops.h), what the
+# op files and the fused units share, and the slow references.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt
   FILES_MATCHING PATTERN "*.h"
-  PATTERN "op_impl.h" EXCLUDE)  # autograd's internal prelude for its op files, not an API
+  REGEX "/backends/ops\\.h$" EXCLUDE
+  REGEX "/backends/ops_internal\\.h$" EXCLUDE
+  REGEX "/backends/reference\\.h$" EXCLUDE
+  REGEX "/backends/fused_checks\\.h$" EXCLUDE
+  REGEX "/autograd/op_impl\\.h$" EXCLUDE
+  REGEX "/fused/unit\\.h$" EXCLUDE)
 install(EXPORT mvgptTargets NAMESPACE mvgpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mvgptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mvgptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)

@@ -5,6 +5,7 @@
 #include "apps/common/app.h"
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/gpt/kv_cache.h>
 

@@ -8,6 +8,7 @@
 #include "apps/common/data_folder.h"
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/gpt/batches.h>
 

@@ -6,6 +6,7 @@
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/autograd/op_registry.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>  // the raw ops the differentiable ones are made of
 
 namespace mvgpt {
 

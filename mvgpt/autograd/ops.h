@@ -1,7 +1,9 @@
 #pragma once
-// The differentiable ops, in namespace mvgpt: what models use. Each mirrors the raw op of the same
-// name in backends/ops.h (same arguments, same errors) and, when grad mode is on and an input
-// requires grad, records a node whose backward lives beside the forward in autograd/*.cpp.
+// The ops models use, in namespace mvgpt: the one public op API (the fused ops are in mvgpt/fused/).
+// Each differentiable op, when grad mode is on and an input requires grad, records a node whose
+// backward lives beside the forward in autograd/*.cpp. They are implemented with the raw ops of
+// backends/ops.h (namespace mvgpt::ops, no gradient), which are internal: not installed, and in
+// debug builds an error when handed an input that requires grad while grad mode is on.
 //
 // NOTE [ The list of differentiable ops ]
 // Every function declared between the "differentiable ops: begin/end" markers below must have at
@@ -13,37 +15,40 @@
 
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/grad_mode.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/backends/backend.h>  // RopeLayout
+#include <mvgpt/tensor/generator.h>
 
 namespace mvgpt {
 
-using Axes = ops::Axes;
+using Axes = std::vector<int>;
 
 // --- creation: plain data, no gradient history ---
-using ops::arange;
-using ops::empty;
-using ops::full;
-using ops::full_like;
-using ops::ones;
-using ops::ones_like;
-using ops::rand;
-using ops::randn;
-using ops::zeros;
-using ops::zeros_like;
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+// start, start + step, ... below end.
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64, Device device = Device::cpu());
+// Uniform in [0, 1) and standard normal, from gen (default_generator() when null).
+Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
+Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
 
 // A leaf sharing t's storage that requires grad (t must be floating point): a trainable parameter.
 Tensor parameter(const Tensor& t);
 // The same data with no gradient history (as Tensor::detach).
 Tensor detach(const Tensor& t);
 
-// --- not differentiable: comparisons (bool results) and argmax (int64) ---
-using ops::argmax;
-using ops::eq;
-using ops::ge;
-using ops::gt;
-using ops::le;
-using ops::lt;
-using ops::ne;
+// --- not differentiable: comparisons (bool results, broadcasting) and argmax (int64) ---
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor argmax(const Tensor& x, int axis, bool keepdim = false);
 
 // differentiable ops: begin
 

@@ -1,5 +1,6 @@
 // Layer norm and RMS norm: checks and dispatch, the slow reference, the backward, and the cases
 // that test them (NOTE [ A fused op is one unit ] in unit.h). Kernels: norms_cpu.cpp, norms.cu.
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/norms.h>
 
 #include <string>

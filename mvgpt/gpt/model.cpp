@@ -1,3 +1,4 @@
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/model.h>
 
 #include <cmath>
@@ -91,7 +92,7 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
   Tensor x = wte->forward(idx);  // (B, T, C)
   Tensor positions;
   // (T) on the model's device: rope() wants its positions where the activations are.
-  if (config_.rope) positions = ops::arange(double(start), double(start + T), 1, DType::i64, x.device());
+  if (config_.rope) positions = arange(double(start), double(start + T), 1, DType::i64, x.device());
   else x = x + narrow(wpe->weight, 0, start, T);                                               // (T, C) broadcast
   x = dropout(x, config_.dropout, nullptr, is_training());
   for (size_t i = 0; i < h->size(); ++i)

@@ -52,9 +52,9 @@ Tensor CausalSelfAttention::attend_reference(const Tensor& q, const Tensor& k, c
   }
   Tensor scores = mul(matmul(q, transpose(kr, 2, 3)), 1.0 / std::sqrt(double(D)));  // (B, H, Tq, Tk)
   // Key j is hidden from query i when j > (Tk - Tq) + i.
-  Tensor key_pos = reshape(ops::arange(0, double(Tk), 1, DType::i64, q.device()), {1, Tk});
-  Tensor query_pos = reshape(ops::arange(double(Tk - Tq), double(Tk), 1, DType::i64, q.device()), {Tq, 1});
-  Tensor hidden = ops::gt(key_pos, query_pos);  // (Tq, Tk) bool
+  Tensor key_pos = reshape(arange(0, double(Tk), 1, DType::i64, q.device()), {1, Tk});
+  Tensor query_pos = reshape(arange(double(Tk - Tq), double(Tk), 1, DType::i64, q.device()), {Tq, 1});
+  Tensor hidden = gt(key_pos, query_pos);  // (Tq, Tk) bool
   scores = masked_fill(scores, hidden, -std::numeric_limits<double>::infinity());
   Tensor weights = softmax(scores, -1);
   if (attn_dropout > 0) weights = dropout(weights, attn_dropout);
@@ -83,7 +83,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& positions, KV
     Tensor pos = positions;
     if (!pos.defined()) {
       const double first = cache ? double(cache->length()) : 0.0;
-      pos = ops::arange(first, first + double(T), 1, DType::i64, x.device());
+      pos = arange(first, first + double(T), 1, DType::i64, x.device());
     }
     q = rope(q, pos, config.rope_base, RopeLayout::split_half);
     k = rope(k, pos, config.rope_base, RopeLayout::split_half);

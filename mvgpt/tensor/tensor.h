@@ -1,7 +1,7 @@
 #pragma once
 // A Tensor is a cheap handle: shared storage + layout (shape, strides in elements, offset) + dtype.
-// Copying a Tensor copies the handle, not the data. Compute lives above this layer: the raw ops in
-// backends/ops.h and the differentiable ones in autograd/ops.h.
+// Copying a Tensor copies the handle, not the data. Compute lives above this layer: the ops in
+// autograd/ops.h and the fused ones in mvgpt/fused/ (built on the internal raw ops of backends/ops.h).
 #include <cstdint>
 #include <memory>
 #include <stdexcept>

@@ -5,6 +5,7 @@
 
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/tensor/allocator.h>
 
 namespace mvgpt {

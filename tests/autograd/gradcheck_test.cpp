@@ -4,6 +4,7 @@
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 
 namespace mvgpt {
 namespace {

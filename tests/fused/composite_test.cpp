@@ -5,6 +5,7 @@
 
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/fused/norms.h>

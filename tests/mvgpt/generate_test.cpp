@@ -9,6 +9,7 @@
 #include <set>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/generate.h>
 
 namespace mvgpt::gpt {

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/gpt/checkpoint.h>
 #include <mvgpt/gpt/generate.h>

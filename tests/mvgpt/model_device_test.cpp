@@ -13,6 +13,7 @@
 
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/model.h>

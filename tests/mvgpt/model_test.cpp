@@ -4,6 +4,7 @@
 
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/model.h>
 
 namespace mvgpt::gpt {

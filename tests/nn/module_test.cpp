@@ -1,3 +1,4 @@
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/nn/module.h>
 
 #include <gtest/gtest.h>
