@@ -129,8 +129,9 @@ std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; backward is the inverse rotation.
+// position_scale multiplies the positions (1/f: position interpolation by a factor f).
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
-            RopeLayout layout = RopeLayout::split_half);
+            RopeLayout layout = RopeLayout::split_half, double position_scale = 1.0);
 // q (B, H, Tq, D), k and v (B, Hkv, Tk, D) -> (B, H, Tq, D).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 // logits (..., V), targets (...) int. Mean is over the targets that are not ignore_index (NaN when

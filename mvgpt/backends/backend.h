@@ -110,10 +110,10 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) = 0;
   virtual void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                                  const Tensor& dx, const Tensor& dweight) = 0;
-  // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * base^(-2i/D), or by its
-  // negative when inverse (the backward). Angles in float64 before the cast.
+  // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * position_scale * base^(-2i/D),
+  // or by its negative when inverse (the backward). Angles in float64 before the cast.
   virtual void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                    const Tensor& out) = 0;
+                    double position_scale, const Tensor& out) = 0;
   // q (B, H, Tq, D), k and v (B, Hkv, Tk, D), H a multiple of Hkv. Query i sits at key position
   // (Tk - Tq) + i and sees keys 0..(Tk - Tq) + i when causal. out (B, H, Tq, D), lse (B, H, Tq) f32/f64.
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,

@@ -131,9 +131,10 @@ std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const
                                         const NormResult& saved);
 std::vector<Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                       const NormResult& saved);
-// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
+// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int. The angle of pair i is
+// position * position_scale * base^(-2i/D): a scale of 1/f is position interpolation by f.
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
-            bool inverse = false);
+            bool inverse = false, double position_scale = 1.0);
 struct AttentionResult {
   Tensor out, lse;
 };

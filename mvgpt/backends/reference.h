@@ -11,9 +11,9 @@ namespace mvgpt::reference {
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
 // x / sqrt(mean(x^2) + eps) * weight (weight optional).
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
-// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
+// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int; angle position * position_scale * base^(-2i/D).
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
-            bool inverse = false);
+            bool inverse = false, double position_scale = 1.0);
 // q (B, H, Tq, D), k and v (B, Hkv, Tk, D): {out (B, H, Tq, D), lse (B, H, Tq)}.
 ops::AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 // logits (N, V), targets (N): {losses (N), lse (N)}.

@@ -42,7 +42,7 @@ class CpuBackend final : public Backend {
   void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
                          const Tensor& dx, const Tensor& dweight) override;
   void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-            const Tensor& out) override;
+            double position_scale, const Tensor& out) override;
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
                  const Tensor& lse) override;
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
