@@ -86,6 +86,17 @@ void GPT::set_rope_scaling(const RopeScaling& scaling) {
   }
 }
 
+void GPT::set_block_size(int64_t block_size) {
+  if (block_size == config_.block_size) return;
+  if (!config_.rope)
+    throw std::invalid_argument("GPT::set_block_size: a learned-position model's block_size is the size of its table (" +
+                                std::to_string(config_.block_size) + ")");
+  GPTConfig c = config_;
+  c.block_size = block_size;
+  c.validate();
+  config_ = c;
+}
+
 Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
   if (idx.dim() != 2)
     throw std::invalid_argument("GPT::forward: expected token ids of shape (B, T), found " + mvgpt::to_string(idx.shape()));
