@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
       Model m{checkpoint_name(c), resolve_checkpoint(c), nullptr, {}};
       m.gpt = load_model(m.dir, device, args.adapter).model;
       m.gpt->eval();
+      apply_position_flags(*m.gpt, args.rope_scaling, args.block_size, m.name);
       const auto& config = m.gpt->config();
       check_same_tokenizer(args.tokens_path, m.dir, m.name);
       // Only the streams are read: check their ids, not the whole file's.

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       auto loaded = load_model(dirs[i], device, args.adapter);
       gpt::GPT& model = *loaded.model;
       model.eval();
+      apply_position_flags(model, args.rope_scaling, args.block_size, names[i]);
       check_tokens_fit(tokens, model.config(), names[i]);
       check_same_tokenizer(args.tokens_path, dirs[i], names[i]);
       if (int64_t(tokens.size()) < model.config().block_size + 1)

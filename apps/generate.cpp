@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     auto loaded = load_model(dir, device, args.adapter);
     gpt::GPT& model = *loaded.model;
     model.eval();
+    apply_position_flags(model, args.rope_scaling, args.block_size, name);
     check_tokenizer_fits(tok, args.tokenizer_path, model.config(), name);
     const std::string own = checkpoint_tokenizer(dir);
     if (!own.empty() && own != args.tokenizer_path && !same_tokenizer(own, args.tokenizer_path))

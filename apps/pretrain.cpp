@@ -254,6 +254,7 @@ int main(int argc, char** argv) {
                                                         : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
         if (args.rope) given.rope = true;
         if (args.block_size > 0) given.block_size = args.block_size;
+        given.rope_scaling = args.rope_scaling.empty() ? config.rope_scaling : gpt::RopeScaling::parse(args.rope_scaling);
         given.dropout = config.dropout;  // --dropout is checked on its own below
         if (args.config_path.empty()) given.vocab_size = config.vocab_size;  // presets follow the (same) tokenizer
         if (given.to_json() != config.to_json())
@@ -263,6 +264,9 @@ int main(int argc, char** argv) {
       if (args.block_size > 0 && args.block_size != config.block_size)
         throw UsageError(format("--block-size %lld differs from the resumed run's (%lld); leave it out", (long long)args.block_size,
                                 (long long)config.block_size));
+      if (!args.rope_scaling.empty() && gpt::RopeScaling::parse(args.rope_scaling) != config.rope_scaling)
+        throw UsageError("--rope-scaling " + args.rope_scaling + " differs from the resumed run's (" +
+                         config.rope_scaling.to_string() + "); leave it out");
       if (args.given.has("--dropout") && args.dropout != config.dropout)
         throw UsageError(format("--dropout differs from the resumed run's (%g); leave it out to keep it", config.dropout));
     } else if (!args.init_from.empty()) {
@@ -286,6 +290,12 @@ int main(int argc, char** argv) {
                                   "context can change", (long long)args.block_size, init_dir.c_str(), (long long)config.block_size));
         config.block_size = args.block_size;
       }
+      if (!args.rope_scaling.empty()) {
+        const gpt::RopeScaling scaling = gpt::RopeScaling::parse(args.rope_scaling);
+        if (scaling.enabled() && !config.rope)
+          throw UsageError("--rope-scaling: " + init_dir + " has learned positions; only rotary positions can be scaled");
+        config.rope_scaling = scaling;  // saved in the new run's config.json
+      }
       // The same weights in a model of the new settings (dropout, context): only the config differs.
       model = std::make_shared<gpt::GPT>(config);
       model->load_state_dict(loaded.model->state_dict());
@@ -297,6 +307,11 @@ int main(int argc, char** argv) {
       if (args.rope) config.rope = true;
       if (args.dropout >= 0) config.dropout = args.dropout;
       if (args.block_size > 0) config.block_size = args.block_size;
+      if (!args.rope_scaling.empty()) {
+        config.rope_scaling = gpt::RopeScaling::parse(args.rope_scaling);
+        if (config.rope_scaling.enabled() && !config.rope)
+          throw UsageError("--rope-scaling needs rotary positions: add --rope (or a rotary --preset or --config)");
+      }
     }
     complete_schedule(s, args.steps);  // done while parsing for a new run; a resumed one checks its state.json
 
@@ -353,7 +368,10 @@ int main(int argc, char** argv) {
     const nn::NamedTensors& named_params = trainable;
 
     std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
-                run_name.c_str(), format_count(model->num_parameters()).c_str(), config.rope ? "rotary" : "learned",
+                run_name.c_str(), format_count(model->num_parameters()).c_str(),
+                !config.rope ? "learned"
+                : config.rope_scaling.enabled() ? ("rotary " + config.rope_scaling.to_string()).c_str()
+                                                : "rotary",
                 (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
                 (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
     if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());

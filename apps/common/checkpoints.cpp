@@ -50,6 +50,26 @@ gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device,
   return loaded;
 }
 
+void apply_position_flags(gpt::GPT& model, const std::string& rope_scaling, int64_t block_size,
+                          const std::string& model_name) {
+  auto learned = [&](const char* flag) {
+    return AppError(std::string(flag) + ": " + model_name + " has a learned table of " +
+                    std::to_string(model.config().block_size) + " positions; only a rotary model's positions can change");
+  };
+  if (!rope_scaling.empty()) {
+    const gpt::RopeScaling s = gpt::RopeScaling::parse(rope_scaling);  // checked when parsing the flags
+    if (!model.config().rope) {
+      if (s.enabled()) throw learned("--rope-scaling");
+    } else {
+      model.set_rope_scaling(s);
+    }
+  }
+  if (block_size > 0 && block_size != model.config().block_size) {
+    if (!model.config().rope) throw learned("--block-size");
+    model.set_block_size(block_size);
+  }
+}
+
 void check_tokens_fit(const text::TokenFile& tokens, const gpt::GPTConfig& config, const std::string& model_name) {
   const int32_t max_id = tokens.max_token();
   if (max_id >= config.vocab_size)

@@ -23,6 +23,11 @@ std::string checkpoint_name(const std::string& given);
 // With `adapter` (a LoRA adapter file, --adapter), the adapter is put on the loaded model.
 gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device, const std::string& adapter = "");
 
+// Load-time changes to how a rotary model reads positions, no weight touched: --rope-scaling
+// (none, linear:F or ntk:F; "" keeps the checkpoint's) and --block-size (the window; <= 0 keeps it).
+// AppError naming the flag and the model when it has a learned table of positions.
+void apply_position_flags(gpt::GPT& model, const std::string& rope_scaling, int64_t block_size, const std::string& model_name);
+
 // AppError when the token file holds an id the model has no embedding for.
 void check_tokens_fit(const text::TokenFile& tokens, const gpt::GPTConfig& config, const std::string& model_name);
 

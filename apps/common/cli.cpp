@@ -28,6 +28,31 @@ void record_given(const CLI::App& app, GivenFlags& given) {
     if (opt->count() > 0) given.names.insert(opt->get_name());
 }
 
+// --rope-scaling none|linear:F|ntk:F, checked while parsing (RopeScaling::parse's message).
+CLI::Option* add_rope_scaling(CLI::App& app, std::string& spec, const std::string& what) {
+  return app
+      .add_option("--rope-scaling", spec,
+                  what + ": none, linear:F (position interpolation, positions / F) or ntk:F (NTK-aware, base grows with F); "
+                         "docs/rope.md")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            try {
+              (void)gpt::RopeScaling::parse(text);
+              return std::string();
+            } catch (const std::invalid_argument& e) {
+              return std::string(e.what());
+            }
+          },
+          "SPEC"));
+}
+
+// The load-time --rope-scaling and --block-size of evaluate, context and generate.
+void add_position_flags(CLI::App& app, std::string& rope_scaling, int64_t& block_size) {
+  add_rope_scaling(app, rope_scaling, "rotate a rotary model's positions this way instead of its config's (no retraining)");
+  app.add_option("--block-size", block_size, "run a rotary model with this context window instead of its config's")
+      ->check(CLI::PositiveNumber);
+}
+
 // --version and the examples every --help ends with.
 void add_version_and_examples(CLI::App& app, const std::string& examples) {
   app.set_version_flag("--version", std::string("mvgpt ") + MVGPT_VERSION, "print the version and exit");
@@ -169,6 +194,8 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
                        ->excludes(config_opt);
   app->add_option("--block-size", a.block_size, "context length (a new run; with --init-from, rotary models only)")
       ->check(CLI::PositiveNumber);
+  add_rope_scaling(*app, a.rope_scaling,
+                   "RoPE scaling saved in the run's config (a new run; with --init-from, e.g. linear:4 with --block-size 1024)");
   auto* rank_opt = app->add_option("--lora-rank", a.lora.rank,
                                    "with --init-from: train LoRA adapters of this rank instead of the weights (frozen)")
                        ->check(CLI::PositiveNumber)
@@ -235,7 +262,9 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       "  pretrain --rope --minutes 10              # rotary positions -> checkpoints/pretrain-rope\n"
       "  pretrain --rope --minutes 10 --resume     # continue a stopped run\n"
       "  pretrain --steps 2000 --batch-size 64 --grad-accum-steps 4 --dropout 0.1 --out checkpoints/big\n"
-      "  mpirun -np 2 pretrain --rope --minutes 10 # data-parallel over 2 processes\n");
+      "  mpirun -np 2 pretrain --rope --minutes 10 # data-parallel over 2 processes\n"
+      "  pretrain --init-from checkpoints/pretrain-rope --block-size 1024 --rope-scaling linear:4 --steps 10 \\\n"
+      "           --batch-size 2 --out checkpoints/rope-pi4  # a longer context, position interpolation\n");
   return app;
 }
 
@@ -245,6 +274,7 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
   app->add_option("--tokens", a.tokens_path, "llm.c token file")->capture_default_str();
   app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on every --ckpt");
   app->add_option("--batch-size", a.batch_size, "windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  add_position_flags(*app, a.rope_scaling, a.block_size);
   app->add_option("--max-windows", a.max_windows, "measure at most this many windows (default: the whole file)")
       ->check(CLI::PositiveNumber);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
@@ -270,6 +300,7 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
   app->add_option("--streams", a.streams, "streams, one after another from the start of the file")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  add_position_flags(*app, a.rope_scaling, a.block_size);
   app->add_option("--methods", a.method_names, "only these methods (window, cache, full); default: all a model supports")
       ->delimiter(',')
       ->check(CLI::IsMember({"window", "cache", "full"}));
@@ -285,7 +316,8 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
   });
   add_version_and_examples(*app,
       "  context --ckpt checkpoints/pretrain --ckpt checkpoints/pretrain-rope\n"
-      "  context --ckpt checkpoints/pretrain-rope --methods cache,full --length 1024 --streams 2 --json\n");
+      "  context --ckpt checkpoints/pretrain-rope --methods cache,full --length 1024 --streams 2 --json\n"
+      "  context --ckpt checkpoints/pretrain-rope --rope-scaling ntk:4 --methods full --length 1024\n");
   return app;
 }
 
@@ -312,6 +344,7 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
       ->check(CLI::PositiveNumber);
   app->add_option("--seed", a.seed, "seed of the draws")->capture_default_str();
   app->add_option("--tokenizer", a.tokenizer_path, "tokenizer.json (default: the checkpoint's, else data/tokenizer.json)");
+  add_position_flags(*app, a.rope_scaling, a.block_size);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
   app->add_flag("--no-cache", a.no_cache, "run the whole window again for each token");
   app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>)");
@@ -320,6 +353,7 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
       "  generate --ckpt checkpoints/pretrain-rope --prompt \"Once upon a time\"\n"
       "  generate --ckpt checkpoints/pretrain-rope --max-new-tokens 1000 --temperature 0.7 --top-k 50\n"
       "  generate --ckpt checkpoints/pretrain-rope --top-p 0.9 --num-samples 3 --stop-at-end\n"
+      "  generate --ckpt checkpoints/pretrain-rope --rope-scaling ntk:4 --block-size 1024 --max-new-tokens 1000\n"
       "  echo \"The dog\" | generate --ckpt checkpoints/pretrain-rope --prompt-file -\n");
   return app;
 }

@@ -68,6 +68,7 @@ struct PretrainArgs {
   double dropout = -1;            // -1: the config's
   int64_t block_size = -1;        // -1: the config's
   std::string init_from;          // start a new run from this checkpoint's weights
+  std::string rope_scaling;       // "": the config's (none for a preset); none, linear:F or ntk:F
   nn::LoRAOptions lora{.rank = 0};  // rank 0: no adapters (full training)
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
@@ -78,6 +79,8 @@ struct PretrainArgs {
 struct EvaluateArgs {
   std::vector<std::string> ckpts;
   std::string adapter;
+  std::string rope_scaling;  // load-time override of rotary models ("": the checkpoint's)
+  int64_t block_size = -1;   // load-time window of rotary models (-1: the checkpoint's)
   std::string tokens_path = "data/valid.bin", device_flag = "auto";
   int64_t batch_size = 8, max_windows = -1;
   bool as_json = false;
@@ -86,6 +89,8 @@ struct EvaluateArgs {
 struct ContextArgs {
   std::vector<std::string> ckpts, method_names;
   std::string adapter;
+  std::string rope_scaling;  // load-time override of rotary models ("": the checkpoint's)
+  int64_t block_size = -1;   // load-time window of rotary models (-1: the checkpoint's)
   std::string tokens_path = "data/valid.bin", device_flag = "auto", out_dir = "runs/context";
   int64_t length = 768, streams = 8;
   bool as_json = false, no_plot = false;
@@ -95,6 +100,8 @@ struct ContextArgs {
 
 struct GenerateArgs {
   std::string ckpt, prompt, prompt_file, tokenizer_path, device_flag = "auto", adapter;
+  std::string rope_scaling;  // load-time override ("": the checkpoint's)
+  int64_t block_size = -1;   // load-time window of a rotary model (-1: the checkpoint's)
   int64_t max_new_tokens = 200, num_samples = 1;
   double temperature = 0.8, top_p = 1.0;
   int64_t top_k = 200;

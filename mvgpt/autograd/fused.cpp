@@ -3,13 +3,13 @@
 
 namespace mvgpt {
 
-Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout) {
-  Tensor y = ops::rope(x, positions, base, layout, /*inverse=*/false);
+Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, double position_scale) {
+  Tensor y = ops::rope(x, positions, base, layout, /*inverse=*/false, position_scale);
   if (!needs_grad(x)) return y;
   // A rotation's transpose is the rotation by the opposite angle.
   return record("rope", std::move(y), {edge_to(x)},
-                [sp = SavedTensor(positions), base, layout](const Tensor& g) -> Grads {
-                  return {ops::rope(g, sp.unpack("rope"), base, layout, /*inverse=*/true)};
+                [sp = SavedTensor(positions), base, layout, position_scale](const Tensor& g) -> Grads {
+                  return {ops::rope(g, sp.unpack("rope"), base, layout, /*inverse=*/true, position_scale)};
                 });
 }
 
@@ -43,6 +43,11 @@ void register_fused_gradchecks(OpRegistry& r) {
                   [](const Inputs& x) { return rope(x[0], positions({0, 1, 5}), 10000, RopeLayout::split_half); }},
                  {"interleaved (H, T, D), weighted", {input({2, 3, 4})}, [](const Inputs& x) {
                     return rope(x[0], positions({2, 3, 4}), 100, RopeLayout::interleaved) * gc::fixed({2, 3, 4});
+                  }},
+                 {"position interpolation (scale 1/4), per-sequence positions", {input({2, 1, 3, 4})},
+                  [](const Inputs& x) {
+                    Tensor p = Tensor::from_vector(std::vector<int64_t>{0, 3, 9, 1, 2, 700}, Shape{2, 3});
+                    return rope(x[0], p, 10000, RopeLayout::split_half, 0.25) * gc::fixed({2, 1, 3, 4});
                   }}});
   r.add("dropout", {{"p = 0.4, fixed generator", {input({3, 4})}, [](const Inputs& x) {
                        Generator g(7);

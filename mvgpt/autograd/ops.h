@@ -131,8 +131,9 @@ std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 
 // --- fused ---
 // x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; backward is the inverse rotation.
+// position_scale multiplies the positions (1/f: position interpolation by a factor f).
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
-            RopeLayout layout = RopeLayout::split_half);
+            RopeLayout layout = RopeLayout::split_half, double position_scale = 1.0);
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training; x itself
 // otherwise. The mask is drawn from gen (default_generator() when null).
 Tensor dropout(const Tensor& x, double p, Generator* gen = nullptr, bool training = true);

@@ -93,10 +93,10 @@ class Backend {
   virtual void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) = 0;
 
   // --- fused kernels (each has a reference built from the ops above, tested against it) ---
-  // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * base^(-2i/D), or by its
-  // negative when inverse (the backward). Angles in float64 before the cast.
+  // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * position_scale * base^(-2i/D),
+  // or by its negative when inverse (the backward). Angles in float64 before the cast.
   virtual void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                    const Tensor& out) = 0;
+                    double position_scale, const Tensor& out) = 0;
 };
 
 // The backend of a device: the CPU always; CUDA when built and a GPU is present (otherwise a clear error).

@@ -31,7 +31,8 @@ using fused::rows_shape;
 
 // ---------------------------------------------------------------- rope
 
-Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse) {
+Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+            double position_scale) {
   const char* op = "rope";
   require_floating(x, op, "x");
   if (x.dim() != 3 && x.dim() != 4)
@@ -47,10 +48,12 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout la
                  (x.dim() == 4 ? " or [" + std::to_string(x.size(0)) + ", " + std::to_string(T) + "]" : std::string()) +
                  " for x of shape " + to_string(x.shape()) + ", found " + to_string(positions.shape()));
   if (!(base > 0)) fail(op, "base must be > 0, found " + std::to_string(base));
+  if (!(position_scale > 0) || !std::isfinite(position_scale))
+    fail(op, "position_scale must be finite and > 0, found " + std::to_string(position_scale));
   const DType cd = compute_dtype(x.dtype());
   Tensor xc = x.dtype() == cd && (D <= 1 || x.strides()[x.dim() - 1] == 1) ? x : contiguous(to(x, cd));
   Tensor out = Tensor::empty(x.shape(), cd, x.device());
-  backend_for(x.device()).rope(xc, contiguous(positions), base, layout, inverse, out);
+  backend_for(x.device()).rope(xc, contiguous(positions), base, layout, inverse, position_scale, out);
   return cast_back(out, x.dtype());
 }
 

@@ -8,12 +8,13 @@
 
 namespace mvgpt::reference {
 
-Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse) {
+Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+            double position_scale) {
   const int64_t D = x.size(-1), half = D / 2;
   if (D % 2) throw std::invalid_argument("reference::rope: head size " + std::to_string(D) + " is odd");
-  // angles (..., T, D/2) = positions * base^(-2i/D), in float64 (the basic ops have no sin/cos, so
-  // the cos/sin tables are filled elementwise from the angle tensor).
-  Tensor pos = ops::to(positions, DType::f64);
+  // angles (..., T, D/2) = positions * position_scale * base^(-2i/D), in float64 (the basic ops have
+  // no sin/cos, so the cos/sin tables are filled elementwise from the angle tensor).
+  Tensor pos = ops::mul(ops::to(positions, DType::f64), position_scale);
   Tensor inv_freq = ops::exp(ops::mul(ops::arange(0, double(half), 1, DType::f64), -2.0 * std::log(base) / double(D)));
   Tensor angles = ops::contiguous(ops::mul(ops::unsqueeze(pos, -1), inv_freq));
   if (inverse) angles = ops::neg(angles);

@@ -7,7 +7,7 @@
 
 namespace mvgpt::reference {
 
-// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int.
+// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int; angle position * position_scale * base^(-2i/D).
 Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
-            bool inverse = false);
+            bool inverse = false, double position_scale = 1.0);
 }  // namespace mvgpt::reference

@@ -1,5 +1,7 @@
 #include <mvgpt/gpt/config.h>
 
+#include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -11,6 +13,52 @@ using nlohmann::json;
 
 std::string to_string(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
 std::string to_string(MlpKind k) { return k == MlpKind::gelu ? "gelu" : "swiglu"; }
+
+namespace {
+const char* type_name(RopeScalingType t) {
+  return t == RopeScalingType::linear ? "linear" : t == RopeScalingType::ntk ? "ntk" : "none";
+}
+}  // namespace
+
+RopeScaling RopeScaling::parse(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("rope scaling '" + text + "': " + why);
+  };
+  if (text == "none") return {};
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) throw bad("expected none, linear:FACTOR or ntk:FACTOR");
+  RopeScaling r;
+  const std::string type = text.substr(0, colon), factor = text.substr(colon + 1);
+  if (type == "linear") r.type = RopeScalingType::linear;
+  else if (type == "ntk") r.type = RopeScalingType::ntk;
+  else throw bad("unknown type '" + type + "' (known: linear, ntk)");
+  size_t used = 0;
+  try {
+    r.factor = std::stod(factor, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != factor.size()) throw bad("the factor '" + factor + "' is not a number");
+  if (!std::isfinite(r.factor) || r.factor < 1) throw bad("the factor must be finite and at least 1");
+  return r;
+}
+
+std::string RopeScaling::to_string() const {
+  if (!enabled()) return "none";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s:%g", type_name(type), factor);
+  return buf;
+}
+
+double GPTConfig::rope_effective_base() const {
+  if (rope_scaling.type != RopeScalingType::ntk) return rope_base;
+  const double d = double(head_dim());
+  return rope_base * std::pow(rope_scaling.factor, d / (d - 2));
+}
+
+double GPTConfig::rope_position_scale() const {
+  return rope_scaling.type == RopeScalingType::linear ? 1.0 / rope_scaling.factor : 1.0;
+}
 
 int64_t GPTConfig::hidden_size() const {
   if (mlp_hidden > 0) return mlp_hidden;
@@ -39,6 +87,14 @@ void GPTConfig::validate() const {
   if (rope && head_dim() % 2 != 0)
     throw std::invalid_argument("GPTConfig: rotary embeddings need an even head size, found " + std::to_string(head_dim()));
   if (rope && rope_base <= 1) throw std::invalid_argument("GPTConfig: rope_base must be above 1");
+  if (rope_scaling.enabled() && !rope)
+    throw std::invalid_argument("GPTConfig: rope_scaling needs rotary positions (rope), this model has a learned table");
+  if (rope_scaling.enabled() && (!std::isfinite(rope_scaling.factor) || rope_scaling.factor < 1))
+    throw std::invalid_argument("GPTConfig: rope_scaling factor must be finite and at least 1, found " +
+                                std::to_string(rope_scaling.factor));
+  if (rope_scaling.type == RopeScalingType::ntk && head_dim() < 4)
+    throw std::invalid_argument("GPTConfig: ntk rope_scaling needs a head size of at least 4, found " +
+                                std::to_string(head_dim()));
   if (!(norm_eps > 0)) throw std::invalid_argument("GPTConfig: norm_eps must be positive");
   if (dropout < 0 || dropout >= 1) throw std::invalid_argument("GPTConfig: dropout must be in [0, 1)");
   if (vocab_size > 65536)
@@ -79,6 +135,8 @@ std::string GPTConfig::to_json() const {
       {"n_kv_head", kv_heads()},  {"mlp_hidden", hidden_size()}, {"bias", bias},
       {"tie_embeddings", tie_embeddings}, {"norm_eps", norm_eps}, {"dropout", dropout},
   };
+  // Written only when set: a model without scaling keeps the config.json it always had.
+  if (rope_scaling.enabled()) j["rope_scaling"] = {{"type", type_name(rope_scaling.type)}, {"factor", rope_scaling.factor}};
   return j.dump(2) + "\n";
 }
 
@@ -123,7 +181,33 @@ GPTConfig GPTConfig::from_json(const std::string& text, const std::string& sourc
     else if (key == "rope_base") get_double(c.rope_base);
     else if (key == "norm_eps") get_double(c.norm_eps);
     else if (key == "dropout") get_double(c.dropout);
-    else if (key == "norm") {
+    else if (key == "rope_scaling") {
+      // {"type": "linear" | "ntk", "factor": F >= 1}; null or {"type": "none"} mean none.
+      if (value.is_null()) continue;
+      if (!value.is_object()) fail(key, "must be an object {\"type\": \"linear\" or \"ntk\", \"factor\": F}");
+      RopeScaling r;
+      bool has_factor = false;
+      for (auto& field : value.items()) {
+        const std::string& k = field.key();
+        const json& v = field.value();
+        if (k == "type") {
+          if (v == "linear") r.type = RopeScalingType::linear;
+          else if (v == "ntk") r.type = RopeScalingType::ntk;
+          else if (v == "none") r.type = RopeScalingType::none;
+          else fail(key, "has type " + v.dump() + "; expected \"linear\" or \"ntk\"");
+        } else if (k == "factor") {
+          if (!v.is_number()) fail(key, "has factor " + v.dump() + "; expected a number");
+          r.factor = v.get<double>();
+          has_factor = true;
+          if (!std::isfinite(r.factor) || r.factor < 1) fail(key, "has factor " + v.dump() + "; expected a number >= 1");
+        } else {
+          fail(key, "has an unknown field \"" + k + "\" (known: type, factor)");
+        }
+      }
+      if (!value.contains("type")) fail(key, "has no \"type\"");
+      if (r.enabled() && !has_factor) fail(key, "has no \"factor\"");
+      c.rope_scaling = r.enabled() ? r : RopeScaling{};
+    } else if (key == "norm") {
       if (value == "layernorm") c.norm = NormKind::layernorm;
       else if (value == "rmsnorm") c.norm = NormKind::rmsnorm;
       else fail(key, "must be \"layernorm\" or \"rmsnorm\"");

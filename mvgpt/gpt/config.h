@@ -11,6 +11,26 @@ namespace mvgpt::gpt {
 enum class NormKind { layernorm, rmsnorm };
 enum class MlpKind { gelu, swiglu };
 
+// NOTE [ RoPE scaling ]
+// Two ways to stretch a rotary model's context past the positions it was trained on, chosen at load
+// time or for a fine-tune (config.json's "rope_scaling", Hugging Face's spelling):
+//   linear (position interpolation, Chen et al. 2023): positions are divided by the factor, so a
+//     stream of factor * block_size tokens spans the angles the model saw in training; it needs a
+//     short fine-tune, since neighbouring tokens now sit closer than ever trained.
+//   ntk (NTK-aware): the base grows to base * factor^(D / (D - 2)) (D the head size): the fastest
+//     pair keeps its angle, the slowest is interpolated by the factor. No retraining needed.
+// Factor 1 is the unscaled model bit for bit (scale 1, base unchanged). docs/rope.md measures both.
+enum class RopeScalingType { none, linear, ntk };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::none;
+  double factor = 1.0;
+  bool enabled() const { return type != RopeScalingType::none; }
+  // "none", "linear:4", "ntk:2.5" (the apps' --rope-scaling); std::invalid_argument naming the text.
+  static RopeScaling parse(const std::string& text);
+  std::string to_string() const;  // the same spelling
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct GPTConfig {
   int64_t vocab_size = 10000;
   int64_t block_size = 256;  // the context window
@@ -19,6 +39,7 @@ struct GPTConfig {
   int64_t n_embd = 384;
   bool rope = false;  // rotary position embeddings instead of a learned table
   double rope_base = 10000;
+  RopeScaling rope_scaling;  // none unless config.json has "rope_scaling": {"type": ..., "factor": ...}
   NormKind norm = NormKind::layernorm;
   MlpKind mlp = MlpKind::gelu;
   int64_t n_kv_head = 0;   // 0: n_head (plain multi-head attention)
@@ -31,8 +52,13 @@ struct GPTConfig {
   int64_t head_dim() const { return n_embd / n_head; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t hidden_size() const;
+  // What the rotations use, with rope_scaling applied: the base (ntk grows it) and the factor the
+  // positions are multiplied by (linear: 1 / factor).
+  double rope_effective_base() const;
+  double rope_position_scale() const;
   // Throws std::invalid_argument naming the field: sizes must be positive, n_embd a multiple of
-  // n_head, n_head a multiple of n_kv_head, the head size even with RoPE.
+  // n_head, n_head a multiple of n_kv_head, the head size even with RoPE, rope_scaling only with
+  // RoPE and a finite factor >= 1.
   void validate() const;
   // Parameters the model will have (the tied head counted once).
   int64_t num_parameters() const;

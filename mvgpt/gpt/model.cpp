@@ -35,7 +35,8 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   ac.n_head = config.n_head;
   ac.n_kv_head = config.kv_heads();
   ac.rope = config.rope;
-  ac.rope_base = config.rope_base;
+  ac.rope_base = config.rope_effective_base();  // with rope_scaling applied
+  ac.rope_position_scale = config.rope_position_scale();
   ac.bias = config.bias;
   ac.dropout = config.dropout;
   attn = register_module("attn", std::make_shared<nn::CausalSelfAttention>(ac, init));
@@ -73,6 +74,29 @@ GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
   ln_f = transformer->register_module("ln_f", make_norm(config, init));
   if (!config.tie_embeddings)
     lm_head = register_module("lm_head", std::make_shared<nn::Linear>(config.n_embd, config.vocab_size, false, init));
+}
+
+void GPT::set_rope_scaling(const RopeScaling& scaling) {
+  GPTConfig c = config_;
+  c.rope_scaling = scaling;
+  c.validate();
+  config_ = c;
+  for (size_t i = 0; i < h->size(); ++i) {
+    nn::AttentionConfig& ac = (*h)[i].attn->config;
+    ac.rope_base = c.rope_effective_base();
+    ac.rope_position_scale = c.rope_position_scale();
+  }
+}
+
+void GPT::set_block_size(int64_t block_size) {
+  if (block_size == config_.block_size) return;
+  if (!config_.rope)
+    throw std::invalid_argument("GPT::set_block_size: a learned-position model's block_size is the size of its table (" +
+                                std::to_string(config_.block_size) + ")");
+  GPTConfig c = config_;
+  c.block_size = block_size;
+  c.validate();
+  config_ = c;
 }
 
 Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {

@@ -39,6 +39,13 @@ class GPT : public nn::Module {
   explicit GPT(const GPTConfig& config, Generator* gen = nullptr);
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return config_; }
+  // Changes how positions rotate (config().rope_scaling and every block's attention) without
+  // touching a weight: NOTE [ RoPE scaling ] in config.h. std::invalid_argument on a learned-position
+  // model or a factor below 1. A KV cache filled before the change no longer fits: reset it.
+  void set_rope_scaling(const RopeScaling& scaling);
+  // The context window of a rotary model (no weight depends on it): std::invalid_argument for a
+  // learned table, whose size it is.
+  void set_block_size(int64_t block_size);
 
   // idx (B, T) int -> logits (B, T, V), or (B, 1, V) for the last position only when last_only.
   // With a cache, the tokens continue it (their first position is cache->position) and the cache's

@@ -22,6 +22,7 @@ struct AttentionConfig {
   int64_t n_kv_head = 0;  // 0 means n_head (plain multi-head attention)
   bool rope = false;
   double rope_base = 10000;
+  double rope_position_scale = 1.0;  // positions are multiplied by it (1/f: position interpolation)
   bool bias = true;
   // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's
   // attn_dropout and resid_dropout). Masks come from default_generator().

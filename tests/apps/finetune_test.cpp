@@ -89,5 +89,56 @@ TEST_F(FineTune, LoraTrainsAdaptersAloneThatEvaluateTakesAndMergeFolds) {
                         "evaluate", "has adapters of its own already");
 }
 
+// The context's loss past the window of the one model and method asked for.
+double context_loss(const std::string& args, const fs::path& cwd) {
+  RunResult r = run_app("context", args + " --length 40 --streams 1 --methods full --no-plot --device cpu --json", cwd);
+  EXPECT_EQ(r.code, 0) << r.err;
+  return r.code == 0 ? nlohmann::json::parse(r.out).at(0).at("loss").get<double>() : NAN;
+}
+
+TEST_F(FineTune, RopeScalingAtLoadTimeAndForALongerContext) {
+  trained(true);
+  const fs::path cwd = prepared();
+  // Load time, no retraining: factor 1 is the model itself, exactly; a factor above 1 changes it.
+  const double plain = evaluate_loss("--ckpt checkpoints/tiny-rope", cwd);
+  EXPECT_EQ(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling ntk:1", cwd), plain);
+  EXPECT_EQ(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling linear:1", cwd), plain);
+  EXPECT_NE(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling ntk:4", cwd), plain);
+  const double full = context_loss("--ckpt checkpoints/tiny-rope", cwd);
+  EXPECT_EQ(context_loss("--ckpt checkpoints/tiny-rope --rope-scaling linear:1", cwd), full);
+  EXPECT_NE(context_loss("--ckpt checkpoints/tiny-rope --rope-scaling ntk:2", cwd), full);
+  RunResult g = run_app("generate", "--ckpt checkpoints/tiny-rope --rope-scaling ntk:2 --block-size 32 --max-new-tokens 40 "
+                        "--device cpu", cwd);
+  EXPECT_EQ(g.code, 0) << g.err;
+
+  // A fine-tune at a longer block size with position interpolation: saved in the run's config.
+  RunResult r = run_app("pretrain", "--init-from checkpoints/tiny-rope --block-size 32 --rope-scaling linear:2 --steps 2 "
+                        "--batch-size 2 --eval-interval 2 --eval-windows 2 --device cpu --out ft/pi", cwd);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("rotary linear:2 positions"), std::string::npos) << r.out;
+  const auto config = nlohmann::json::parse(slurp(cwd / "ft" / "pi" / "last" / "config.json"));
+  EXPECT_EQ(config.at("block_size").get<int64_t>(), 32);
+  EXPECT_EQ(config.at("rope_scaling"), (nlohmann::json{{"type", "linear"}, {"factor", 2.0}}));
+  // Scored past 16 with --block-size 16, as the base model; and the scaling can be taken off again.
+  const double pi = context_loss("--ckpt ft/pi --block-size 16", cwd);
+  EXPECT_TRUE(std::isfinite(pi));
+  EXPECT_NE(context_loss("--ckpt ft/pi --block-size 16 --rope-scaling none", cwd), pi);
+  // A resumed run keeps its scaling.
+  expect_one_line_error(run_app("pretrain", "--resume --rope-scaling ntk:2 --steps 3 --device cpu --out ft/pi", cwd), "pretrain",
+                        "--rope-scaling ntk:2 differs from the resumed run's (linear:2)", 2);
+
+  // What cannot be done says so, in one line.
+  trained(false);
+  expect_one_line_error(run_app("evaluate", "--ckpt checkpoints/tiny --rope-scaling ntk:2 --device cpu", cwd), "evaluate",
+                        "--rope-scaling: tiny has a learned table of 16 positions");
+  expect_one_line_error(run_app("context", "--ckpt checkpoints/tiny --block-size 32 --length 40 --device cpu", cwd), "context",
+                        "--block-size: tiny has a learned table of 16 positions");
+  expect_one_line_error(run_app("pretrain", "--init-from checkpoints/tiny --rope-scaling linear:2 --steps 2 --device cpu --out ft/l",
+                                cwd), "pretrain", "has learned positions; only rotary positions can be scaled", 2);
+  for (const char* bad : {"yarn:2", "linear:0.5", "ntk", "linear:x"})
+    EXPECT_EQ(run_app("evaluate", std::string("--ckpt checkpoints/tiny-rope --device cpu --rope-scaling ") + bad, cwd).code, 2)
+        << bad;
+}
+
 }  // namespace
 }  // namespace mvgpt::apps::testing

@@ -276,6 +276,7 @@ std::vector<OpCase> op_cases() {
           r.push_back(ops::rope(xv, pos2, 500, layout, inverse));
         }
       r.push_back(ops::rope(input(d, {3, 5, 8}, dt, 71), pos));  // (H, T, D)
+      r.push_back(ops::rope(xv, pos2, 10000, RopeLayout::split_half, false, 0.25));  // position interpolation
     }
     return r;
   }, 1e-5);

@@ -31,6 +31,11 @@ TEST(FusedOps, RopeChecksAndPerSequencePositions) {
                "rope: positions must be int32 or int64, found float32");
   expect_error([&] { ops::rope(x, Tensor::from_vector(std::vector<int64_t>{0, 1})); },
                "positions must have shape [3] or [2, 3] for x of shape [2, 2, 3, 8], found [2]");
+  Tensor p012 = Tensor::from_vector(std::vector<int64_t>{0, 1, 2});
+  expect_error([&] { ops::rope(x, p012, 10000, RopeLayout::split_half, false, 0.0); },
+               "rope: position_scale must be finite and > 0");
+  expect_error([&] { ops::rope(x, p012, 10000, RopeLayout::split_half, false, std::nan("")); },
+               "position_scale must be finite");
   // Per-sequence positions (B, T) equal running each sequence with its own (T) positions.
   Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 10, 11, 12}, {2, 3});
   Vec both = values(ops::rope(x, pos));

@@ -31,6 +31,14 @@ TEST(FusedVsReference, Rope) {
       }
   Tensor x3 = random_tensor({3, 4, 6}, DType::f32, 5);
   EXPECT_TRUE(all_close(ops::rope(x3, shared), reference::rope(x3, shared), 3e-5));
+  // Position interpolation (positions times 1/f), forward and inverse, shared and per-sequence positions.
+  for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved}) {
+    Tensor x = random_tensor({2, 3, 4, 8}, DType::f64, 6);
+    EXPECT_TRUE(all_close(ops::rope(x, shared, 10000, layout, false, 1.0 / 3.0),
+                          reference::rope(x, shared, 10000, layout, false, 1.0 / 3.0), 1e-10));
+    EXPECT_TRUE(all_close(ops::rope(x, per_seq, 500, layout, true, 0.25),
+                          reference::rope(x, per_seq, 500, layout, true, 0.25), 1e-10));
+  }
 }
 
 }  // namespace

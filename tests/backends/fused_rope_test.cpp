@@ -15,9 +15,10 @@ using Vec = std::vector<double>;
 
 Backend& cpu() { return backend_for(Device::cpu()); }
 
-Tensor run_rope(const Tensor& x, const Tensor& pos, RopeLayout layout, bool inverse = false, double base = 10000) {
+Tensor run_rope(const Tensor& x, const Tensor& pos, RopeLayout layout, bool inverse = false, double base = 10000,
+                double position_scale = 1.0) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu().rope(x, pos, base, layout, inverse, out);
+  cpu().rope(x, pos, base, layout, inverse, position_scale, out);
   return out;
 }
 
@@ -140,6 +141,22 @@ TEST(RopeKernel, InverseUndoesForward) {
   Tensor pos = positions_of({0, 1, 2, 3, 4, 100, 200, 300, 400, 500}, {2, 5});
   for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved})
     EXPECT_TRUE(all_close(run_rope(run_rope(x, pos, layout), pos, layout, true), values(x), 1e-12));
+}
+
+TEST(RopeKernel, PositionScale) {
+  // Scale 1 is the unscaled rotation bit for bit; scale 1/4 at positions 4p is the rotation at p
+  // exactly (a power of two); scale 0.3 matches the naive loops at 0.3 p.
+  Tensor x = random_tensor({2, 2, 4, 8}, DType::f32, 11);
+  Tensor pos = positions_of({0, 9, 1000, 170000});
+  for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved}) {
+    EXPECT_EQ(values(run_rope(x, pos, layout, false, 10000, 1.0)), values(run_rope(x, pos, layout)));
+    EXPECT_EQ(values(run_rope(x, positions_of({0, 36, 4000, 680000}), layout, false, 10000, 0.25)),
+              values(run_rope(x, pos, layout)));
+    Tensor xd = random_tensor({2, 2, 4, 8}, DType::f64, 12);
+    const Vec naive = naive_rope(xd, Tensor::from_vector(std::vector<double>{0, 9 * 0.3, 1000 * 0.3, 170000 * 0.3}),
+                                 layout, true, 500);
+    EXPECT_TRUE(all_close(run_rope(xd, pos, layout, true, 500, 0.3), naive, 1e-10));
+  }
 }
 
 TEST(RopeKernel, ZeroSizeTensors) {

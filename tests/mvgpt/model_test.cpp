@@ -82,6 +82,150 @@ TEST(GPTConfig, JsonRoundTripAndErrors) {
   }
 }
 
+// The one-line error of from_json(text), or "" when it parses.
+std::string config_error(const std::string& text) {
+  try {
+    GPTConfig::from_json(text, "run/config.json");
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GPTConfig, RopeScalingJsonRoundTripAndRefusals) {
+  GPTConfig c = GPTConfig::preset("series-rope");
+  const std::string plain = c.to_json();
+  EXPECT_EQ(plain.find("rope_scaling"), std::string::npos);  // absent unless set: old configs are unchanged
+  for (auto [type, factor] : {std::pair{RopeScalingType::linear, 4.0}, {RopeScalingType::ntk, 2.5}}) {
+    c.rope_scaling = {type, factor};
+    GPTConfig d = GPTConfig::from_json(c.to_json());
+    EXPECT_EQ(d.rope_scaling, c.rope_scaling);
+    EXPECT_EQ(d.to_json(), c.to_json());
+  }
+  EXPECT_NE(c.to_json().find(R"("rope_scaling": {)"), std::string::npos) << c.to_json();
+  GPTConfig n = GPTConfig::from_json(R"({"rope": true, "rope_scaling": {"type": "ntk", "factor": 4}})");
+  EXPECT_EQ(n.rope_scaling, (RopeScaling{RopeScalingType::ntk, 4.0}));
+  EXPECT_FALSE(GPTConfig::from_json(R"({"rope": true, "rope_scaling": null})").rope_scaling.enabled());
+  EXPECT_FALSE(GPTConfig::from_json(R"({"rope": true, "rope_scaling": {"type": "none"}})").rope_scaling.enabled());
+
+  const std::string head = R"({"rope": true, "rope_scaling": )";
+  auto expect_refused = [&](const std::string& value, const std::string& says) {
+    const std::string e = config_error(head + value + "}");
+    EXPECT_NE(e.find("run/config.json: "), std::string::npos) << value << ": " << e;
+    EXPECT_NE(e.find(says), std::string::npos) << value << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  expect_refused(R"({"type": "yarn", "factor": 4})", R"(field "rope_scaling" has type "yarn"; expected "linear" or "ntk")");
+  expect_refused(R"({"type": "dynamic", "factor": 4})", R"(type "dynamic")");
+  expect_refused(R"({"type": "linear", "factor": 0.5})", "has factor 0.5; expected a number >= 1");
+  expect_refused(R"({"type": "linear", "factor": "4"})", "has factor \"4\"; expected a number");
+  expect_refused(R"({"type": "linear", "factor": 1e400})", "field \"factor\": number out of range");  // the strict parser
+  expect_refused(R"({"type": "linear"})", "has no \"factor\"");
+  expect_refused(R"({"factor": 2})", "has no \"type\"");
+  expect_refused(R"({"type": "linear", "factor": 2, "original_max_position_embeddings": 256})", "unknown field");
+  expect_refused(R"("linear")", "must be an object");
+  // Only a rotary model can be scaled.
+  EXPECT_NE(config_error(R"({"rope": false, "rope_scaling": {"type": "ntk", "factor": 2}})").find("needs rotary positions"),
+            std::string::npos);
+}
+
+TEST(GPTConfig, RopeScalingParseAndEffectiveRotation) {
+  EXPECT_EQ(RopeScaling::parse("none"), RopeScaling{});
+  EXPECT_EQ(RopeScaling::parse("linear:4"), (RopeScaling{RopeScalingType::linear, 4.0}));
+  EXPECT_EQ(RopeScaling::parse("ntk:2.5"), (RopeScaling{RopeScalingType::ntk, 2.5}));
+  EXPECT_EQ(RopeScaling::parse("ntk:2.5").to_string(), "ntk:2.5");
+  for (const char* bad : {"linear", "linear:", "linear:x", "linear:4x", "linear:0.5", "linear:inf", "linear:nan", "yarn:2", ""})
+    EXPECT_THROW(RopeScaling::parse(bad), std::invalid_argument) << bad;
+
+  GPTConfig c = GPTConfig::preset("series-rope");  // head size 64
+  EXPECT_EQ(c.rope_effective_base(), 10000);
+  EXPECT_EQ(c.rope_position_scale(), 1);
+  for (RopeScalingType t : {RopeScalingType::linear, RopeScalingType::ntk}) {
+    c.rope_scaling = {t, 1.0};  // factor 1: the plain rotation exactly
+    EXPECT_EQ(c.rope_effective_base(), 10000);
+    EXPECT_EQ(c.rope_position_scale(), 1);
+  }
+  c.rope_scaling = {RopeScalingType::linear, 4};
+  EXPECT_EQ(c.rope_effective_base(), 10000);
+  EXPECT_EQ(c.rope_position_scale(), 0.25);
+  c.rope_scaling = {RopeScalingType::ntk, 4};
+  EXPECT_DOUBLE_EQ(c.rope_effective_base(), 10000 * std::pow(4.0, 64.0 / 62.0));
+  EXPECT_EQ(c.rope_position_scale(), 1);
+}
+
+// Logits of the same weights under another rope_scaling (set at load time, no retraining).
+Tensor logits_with(GPT& model, const RopeScaling& s, const Tensor& ids) {
+  model.set_rope_scaling(s);
+  return model.forward(ids);
+}
+
+TEST(GPT, RopeScalingFactorOneIsTheIdentity) {
+  Generator g(3);
+  GPT model(tiny(true), &g);
+  NoGradGuard no_grad;
+  Tensor ids = random_ids(2, 40, 37, 5);  // past the window of 16
+  const auto plain = model.forward(ids).to_vector<float>();
+  EXPECT_EQ(logits_with(model, {RopeScalingType::linear, 1.0}, ids).to_vector<float>(), plain);
+  EXPECT_EQ(logits_with(model, {RopeScalingType::ntk, 1.0}, ids).to_vector<float>(), plain);
+  EXPECT_NE(logits_with(model, {RopeScalingType::linear, 4.0}, ids).to_vector<float>(), plain);
+  EXPECT_EQ(logits_with(model, {}, ids).to_vector<float>(), plain);
+}
+
+TEST(GPT, NtkScalingIsABaseChange) {
+  Generator g1(3), g2(3);
+  GPTConfig scaled = tiny(true), based = tiny(true);  // head size 8
+  scaled.rope_scaling = {RopeScalingType::ntk, 4.0};
+  based.rope_base = 10000 * std::pow(4.0, 8.0 / 6.0);
+  GPT a(scaled, &g1), b(based, &g2);
+  NoGradGuard no_grad;
+  Tensor ids = random_ids(1, 40, 37, 6);
+  EXPECT_EQ(a.forward(ids).to_vector<float>(), b.forward(ids).to_vector<float>());
+}
+
+TEST(GPT, LinearScalingSeesPositionsDividedByTheFactor) {
+  // Position interpolation by 4, on a block's attention: at positions 4p it computes exactly what
+  // the unscaled layer computes at p (a power of two: no rounding).
+  Generator g(4);
+  GPTConfig c = tiny(true, 1);
+  GPT model(c, &g);
+  NoGradGuard no_grad;
+  auto& attn = *(*model.h)[0].attn;
+  Tensor x = ops::randn({1, 6, 16}, DType::f32, Device::cpu(), &g);
+  Tensor p = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 5, 9, 30});
+  Tensor p4 = Tensor::from_vector(std::vector<int64_t>{0, 4, 8, 20, 36, 120});
+  const auto plain = attn.forward(x, p).to_vector<float>();
+  model.set_rope_scaling({RopeScalingType::linear, 4.0});
+  EXPECT_EQ(attn.config.rope_position_scale, 0.25);
+  EXPECT_EQ(attn.forward(x, p4).to_vector<float>(), plain);
+  EXPECT_NE(attn.forward(x, p).to_vector<float>(), plain);
+}
+
+TEST(GPT, SetRopeScalingRefusesALearnedTable) {
+  Generator g(3);
+  GPT model(tiny(false), &g);
+  EXPECT_THROW(model.set_rope_scaling({RopeScalingType::ntk, 2.0}), std::invalid_argument);
+  EXPECT_FALSE(model.config().rope_scaling.enabled());
+}
+
+class ScaledCacheMatchesFull : public ::testing::TestWithParam<RopeScalingType> {};
+
+TEST_P(ScaledCacheMatchesFull, PastTheWindowToo) {
+  Generator g(3);
+  GPTConfig c = tiny(true);
+  c.rope_scaling = {GetParam(), 3.0};
+  GPT model(c, &g);
+  NoGradGuard no_grad;
+  Tensor ids = random_ids(2, 40, 37, 11);
+  Tensor full = model.forward(ids);  // (2, 40, V): 40 tokens, a window of 16, nothing slides
+  KVCache cache(model.config(), 2, 40);
+  std::vector<Tensor> parts = {model.forward(ops::narrow(ids, 1, 0, 5), &cache)};
+  for (int64_t t = 5; t < 40; ++t) parts.push_back(model.forward(ops::narrow(ids, 1, t, 1), &cache));
+  EXPECT_LT(max_abs_diff(ops::cat(parts, 1), full), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(LinearAndNtk, ScaledCacheMatchesFull,
+                         ::testing::Values(RopeScalingType::linear, RopeScalingType::ntk));
+
 TEST(GPT, NanoGPTParameterNames) {
   Generator g(1);
   GPT model(tiny(false, 1), &g);

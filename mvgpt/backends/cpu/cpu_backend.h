@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
   void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-            const Tensor& out) override;
+            double position_scale, const Tensor& out) override;
 };
 
 }  // namespace mvgpt::cpu

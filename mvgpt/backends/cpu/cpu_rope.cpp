@@ -13,7 +13,7 @@ namespace {
 
 template <typename T>
 void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-               const Tensor& out) {
+               double position_scale, const Tensor& out) {
   const bool batched = x.dim() == 4;  // (B, H, T, D), else (H, T, D)
   const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), T_ = x.size(-2), D = x.size(-1), half = D / 2;
   const int64_t sb = batched ? x.strides()[0] : 0, sh = x.strides()[x.dim() - 3], st = x.strides()[x.dim() - 2];
@@ -30,7 +30,8 @@ void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout
   const int32_t* p32 = pos64 ? nullptr : positions.data<int32_t>();
   parallel_for(table_rows, std::max<int64_t>(1, 2048 / std::max<int64_t>(half, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const double pos = pos64 ? double(p64[r]) : double(p32[r]);
+      // Scaled before the product with the frequency: a scale of 1 leaves every angle bit for bit.
+      const double pos = (pos64 ? double(p64[r]) : double(p32[r])) * position_scale;
       for (int64_t i = 0; i < half; ++i) {
         const double angle = sign * pos * inv_freq[size_t(i)];
         cos_t[size_t(r * half + i)] = T(std::cos(angle));
@@ -71,7 +72,7 @@ void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout
 
 // x may be any view with a unit stride on D; positions and out are contiguous.
 void CpuBackend::rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                      const Tensor& out) {
+                      double position_scale, const Tensor& out) {
   const char* op = "CpuBackend::rope";
   fused::require_float(x, op, "x");
   fused::require_unit_last_stride(x, op, "x");
@@ -79,8 +80,8 @@ void CpuBackend::rope(const Tensor& x, const Tensor& positions, double base, Rop
   fused::require_contiguous(out, op, "out");
   if (positions.dtype() != DType::i32 && positions.dtype() != DType::i64)
     throw std::logic_error("CpuBackend::rope: positions must be int32 or int64");
-  if (x.dtype() == DType::f64) rope_impl<double>(x, positions, base, layout, inverse, out);
-  else rope_impl<float>(x, positions, base, layout, inverse, out);
+  if (x.dtype() == DType::f64) rope_impl<double>(x, positions, base, layout, inverse, position_scale, out);
+  else rope_impl<float>(x, positions, base, layout, inverse, position_scale, out);
 }
 
 }  // namespace mvgpt::cpu

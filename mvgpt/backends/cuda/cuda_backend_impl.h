@@ -45,7 +45,7 @@ class CudaBackend final : public Backend {
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
   void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-            const Tensor& out) override;
+            double position_scale, const Tensor& out) override;
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

@@ -16,13 +16,13 @@ namespace {
 // One thread per (row, pair). x rows at strides (sb, sh, st) with a unit stride on D; out contiguous.
 template <typename T, typename I>
 __global__ void rope_kernel(int64_t B, int64_t H, int64_t Tn, int64_t D, int64_t sb, int64_t sh, int64_t st,
-                            const T* x, const I* positions, bool per_sequence, double base, double sign,
-                            bool interleaved, T* out) {
+                            const T* x, const I* positions, bool per_sequence, double base, double position_scale,
+                            double sign, bool interleaved, T* out) {
   const int64_t half = D / 2;
   MVGPT_GRID_STRIDE(e, B * H * Tn * half) {
     const int64_t i = e % half, row = e / half;
     const int64_t t = row % Tn, h = (row / Tn) % H, b = row / (Tn * H);
-    const double pos = double(positions[(per_sequence ? b * Tn : 0) + t]);
+    const double pos = double(positions[(per_sequence ? b * Tn : 0) + t]) * position_scale;
     // The angle in double, as on the CPU: positions can exceed 100k, where a float angle is off by radians.
     const double angle = sign * pos * pow(base, -2.0 * double(i) / double(D));
     const T c = T(cos(angle)), s = T(sin(angle));
@@ -38,7 +38,7 @@ __global__ void rope_kernel(int64_t B, int64_t H, int64_t Tn, int64_t D, int64_t
 }  // namespace
 
 void CudaBackend::rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                       const Tensor& out) {
+                       double position_scale, const Tensor& out) {
   const char* op = "CudaBackend::rope";
   check_float(x, op);
   for (const Tensor* t : {&x, &positions, &out}) require_on(*t, device(), op);
@@ -60,7 +60,8 @@ void CudaBackend::rope(const Tensor& x, const Tensor& positions, double base, Ro
     auto launch = [&](auto itag) {
       using I = decltype(itag);
       rope_kernel<T, I><<<blocks_for(n), kThreads, 0, stream>>>(B, H, Tn, D, sb, sh, st, ptr<T>(x), ptr<I>(positions),
-                                                                per_sequence, base, sign, interleaved, mut<T>(out));
+                                                                per_sequence, base, position_scale, sign, interleaved,
+                                                                mut<T>(out));
     };
     if (positions.dtype() == DType::i64) launch(int64_t{});
     else if (positions.dtype() == DType::i32) launch(int32_t{});
