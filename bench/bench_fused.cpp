@@ -12,6 +12,7 @@
 #include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/fused/norms.h>
+#include <mvgpt/fused/rope.h>
 
 namespace {
 
@@ -78,7 +79,8 @@ Tensor positions(int64_t T) {
 void BM_Rope(benchmark::State& state) {
   const int64_t B = 16, H = 6, T = 256, D = 64;
   Tensor x = filled({B, H, T, D}), out = Tensor::empty({B, H, T, D}, DType::f32), pos = positions(T);
-  for (auto _ : state) cpu().rope(x, pos, 10000, RopeLayout::split_half, false, 1.0, out);
+  const fused::RopeKernels rope_cpu = fused::rope_cpu_kernels();
+  for (auto _ : state) rope_cpu.rotate(x, pos, 10000, RopeLayout::split_half, false, 1.0, out);
   set_bytes(state, 2.0 * B * H * T * D * 4);
 }
 BENCHMARK(BM_Rope)->Unit(benchmark::kMicrosecond)->UseRealTime();

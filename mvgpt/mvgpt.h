@@ -11,6 +11,7 @@
 #include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/fused/norms.h>
+#include <mvgpt/fused/rope.h>
 
 #include <mvgpt/nn/module.h>         // Module, Sequential, ModuleList
 #include <mvgpt/nn/linear.h>

@@ -26,7 +26,7 @@ const OpRegistry& op_registry() {
     register_linalg_gradchecks(r);
     register_index_gradchecks(r);
     register_join_gradchecks(r);
-    register_fused_gradchecks(r);
+    register_dropout_gradchecks(r);
     return r;
   }();
   return registry;

@@ -34,13 +34,14 @@ class OpRegistry {
 // Every differentiable op with its cases (built on first use).
 const OpRegistry& op_registry();
 
-// One per file of ops (views.cpp, elementwise.cpp, reduce.cpp, linalg.cpp, index.cpp, join.cpp, fused.cpp).
+// One per file of ops (views.cpp, elementwise.cpp, reduce.cpp, linalg.cpp, index.cpp, join.cpp, dropout.cpp); the fused ops
+// register theirs with their units (mvgpt/fused/unit.h).
 void register_view_gradchecks(OpRegistry& r);
 void register_elementwise_gradchecks(OpRegistry& r);
 void register_reduce_gradchecks(OpRegistry& r);
 void register_linalg_gradchecks(OpRegistry& r);
 void register_index_gradchecks(OpRegistry& r);
 void register_join_gradchecks(OpRegistry& r);
-void register_fused_gradchecks(OpRegistry& r);
+void register_dropout_gradchecks(OpRegistry& r);
 
 }  // namespace mvgpt::autograd

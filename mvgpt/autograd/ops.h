@@ -15,7 +15,6 @@
 
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/grad_mode.h>
-#include <mvgpt/backends/backend.h>  // RopeLayout
 #include <mvgpt/tensor/generator.h>
 
 namespace mvgpt {
@@ -129,11 +128,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int axis);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int axis);
 std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 
-// --- fused ---
-// x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; backward is the inverse rotation.
-// position_scale multiplies the positions (1/f: position interpolation by a factor f).
-Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
-            RopeLayout layout = RopeLayout::split_half, double position_scale = 1.0);
+// --- dropout ---
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training; x itself
 // otherwise. The mask is drawn from gen (default_generator() when null).
 Tensor dropout(const Tensor& x, double p, Generator* gen = nullptr, bool training = true);

@@ -35,9 +35,6 @@ enum class ReduceOp : uint8_t { sum, max, min, argmax };
 
 enum class RandomKind : uint8_t { uniform, normal };
 
-// Rotary embedding pairs: channel i with i + d/2 (Llama, GPT-NeoX, our model), or 2i with 2i + 1 (RoFormer).
-enum class RopeLayout : uint8_t { split_half, interleaved };
-
 const char* unary_op_name(UnaryOp op);
 const char* binary_op_name(BinaryOp op);
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::eq && op <= BinaryOp::ge; }
@@ -93,10 +90,6 @@ class Backend {
   virtual void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) = 0;
 
   // --- fused kernels (each has a reference built from the ops above, tested against it) ---
-  // x (B, H, T, D), positions (B, T) int64 or (T); rotates by position * position_scale * base^(-2i/D),
-  // or by its negative when inverse (the backward). Angles in float64 before the cast.
-  virtual void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                    double position_scale, const Tensor& out) = 0;
 };
 
 // The backend of a device: the CPU always; CUDA when built and a GPU is present (otherwise a clear error).

@@ -1,6 +1,6 @@
 #pragma once
-// Argument checks and input preparation shared by the fused ops (mvgpt/fused/ and the fused ops
-// still in ops_fused.cpp). Each error names the op: "rms_norm: weight must have shape [4], found [5]".
+// Argument checks and input preparation shared by the fused ops (mvgpt/fused/), below them so that
+// any layer may use them. Each error names the op: "rms_norm: weight must have shape [4], found [5]".
 #include <string>
 
 #include <mvgpt/tensor/tensor.h>

@@ -121,10 +121,6 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis);
 
 // --- fused kernels ---
-// x (B, H, T, D) or (H, T, D); positions (T) or (B, T) int. The angle of pair i is
-// position * position_scale * base^(-2i/D): a scale of 1/f is position interpolation by f.
-Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
-            bool inverse = false, double position_scale = 1.0);
 
 // --- checks shared by the ops and the layers above ---
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);

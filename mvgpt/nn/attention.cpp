@@ -5,6 +5,7 @@
 
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/fused/attention.h>
+#include <mvgpt/fused/rope.h>
 
 namespace mvgpt::nn {
 

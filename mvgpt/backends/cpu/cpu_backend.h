@@ -1,8 +1,7 @@
 #pragma once
 // The CPU backend: OpenBLAS for GEMM, oneTBB for parallel loops. Each group of entry points lives in
 // a file of its own (cpu_copy.cpp, cpu_elementwise.cpp, cpu_reduce.cpp, cpu_matmul.cpp,
-// cpu_index.cpp, cpu_rope.cpp, cpu_attention.cpp, cpu_cross_entropy.cpp; the fused units' kernels are in
-// mvgpt/fused/).
+// cpu_index.cpp; the fused ops' kernels are in mvgpt/fused/).
 #include <mvgpt/backends/backend.h>
 
 namespace mvgpt::cpu {
@@ -35,8 +34,6 @@ class CpuBackend final : public Backend {
   void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
-  void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-            double position_scale, const Tensor& out) override;
 };
 
 }  // namespace mvgpt::cpu

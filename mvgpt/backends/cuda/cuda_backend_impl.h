@@ -1,7 +1,8 @@
 #pragma once
 // The CUDA backend of one device: its stream, cuBLAS handle, caching allocator and pinned staging
 // buffer. The entry points live by group in cuda_backend.cpp (devices, transfers), cuda_matmul.cpp
-// (cuBLAS), cuda_elementwise.cu, cuda_reduce.cu, cuda_index.cu and cuda_fused.cu; host-only code
+// (cuBLAS), cuda_elementwise.cu, cuda_reduce.cu and cuda_index.cu (the fused ops' kernels are in
+// mvgpt/fused/*.cu, which use this class for the stream); host-only code
 // stays in .cpp files so that nvcc compiles only what runs on the device.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -44,8 +45,6 @@ class CudaBackend final : public Backend {
   void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
-  void rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-            double position_scale, const Tensor& out) override;
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

@@ -1,5 +1,5 @@
-// Fused kernels: rotary embedding. The CPU kernel's math in the simplest parallel shape that needs
-// no atomics, so results are deterministic.
+// The CUDA kernel of rotary embedding (mvgpt/fused/rope.h): one thread per (row, pair), angles in
+// double as on the CPU.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -7,9 +7,12 @@
 #include <mvgpt/backends/cuda/cuda_backend_impl.h>
 #include <mvgpt/backends/cuda/cuda_kernels.cuh>
 #include <mvgpt/backends/cuda/fused_host.h>
+#include <mvgpt/fused/rope.h>
 
-namespace mvgpt::cuda {
+namespace mvgpt::fused {
 namespace {
+
+using namespace mvgpt::cuda;
 
 // ------------------------------------------------------------------------------------------- rope
 
@@ -35,23 +38,21 @@ __global__ void rope_kernel(int64_t B, int64_t H, int64_t Tn, int64_t D, int64_t
   }
 }
 
-}  // namespace
-
-void CudaBackend::rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                       double position_scale, const Tensor& out) {
-  const char* op = "CudaBackend::rope";
+void rotate(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+            double position_scale, const Tensor& out) {
+  const char* op = "rope (cuda)";
   check_float(x, op);
-  for (const Tensor* t : {&x, &positions, &out}) require_on(*t, device(), op);
+  for (const Tensor* t : {&x, &positions, &out}) require_on(*t, x.device(), op);
   if (x.dim() > 0 && x.size(-1) > 1 && x.strides()[x.dim() - 1] != 1)
-    throw std::logic_error("CudaBackend::rope: x must have a unit stride on its last axis");
+    throw std::logic_error("rope (cuda): x must have a unit stride on its last axis");
   if (!positions.is_contiguous() || !out.is_contiguous())
-    throw std::logic_error("CudaBackend::rope: positions and out must be contiguous");
+    throw std::logic_error("rope (cuda): positions and out must be contiguous");
   const bool batched = x.dim() == 4;  // (B, H, T, D), else (H, T, D)
   const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), Tn = x.size(-2), D = x.size(-1);
   const int64_t sb = batched ? x.strides()[0] : 0, sh = x.strides()[x.dim() - 3], st = x.strides()[x.dim() - 2];
   const int64_t n = B * H * Tn * (D / 2);
   if (n == 0) return;
-  cudaStream_t stream = activate();
+  cudaStream_t stream = static_cast<CudaBackend&>(backend_for(x.device())).activate();
   const bool per_sequence = positions.dim() == 2;
   const bool interleaved = layout == RopeLayout::interleaved;
   const double sign = inverse ? -1.0 : 1.0;
@@ -65,9 +66,13 @@ void CudaBackend::rope(const Tensor& x, const Tensor& positions, double base, Ro
     };
     if (positions.dtype() == DType::i64) launch(int64_t{});
     else if (positions.dtype() == DType::i32) launch(int32_t{});
-    else throw std::logic_error("CudaBackend::rope: positions must be int32 or int64");
+    else throw std::logic_error("rope (cuda): positions must be int32 or int64");
   });
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace mvgpt::cuda
+}  // namespace
+
+RopeKernels rope_cuda_kernels() { return {rotate}; }
+
+}  // namespace mvgpt::fused

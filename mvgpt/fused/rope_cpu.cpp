@@ -1,15 +1,18 @@
-// Rotary position embedding. The cos/sin of every (position, pair) are computed once per call, in
+// The CPU kernel of rotary embedding (mvgpt/fused/rope.h). The cos/sin of every (position, pair) are computed once per call, in
 // double (positions can exceed 100k, where a float angle would be off by radians), into a table
 // shared by all heads; the rotation itself is a vectorizable loop over each row of D channels.
 #include <cmath>
 #include <vector>
 
-#include <mvgpt/backends/cpu/cpu_backend.h>
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/fused/rope.h>
 
-namespace mvgpt::cpu {
+namespace mvgpt::fused {
 namespace {
+
+using cpu::parallel_for;
+namespace vec = cpu::fused;
 
 template <typename T>
 void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
@@ -68,20 +71,22 @@ void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout
   });
 }
 
-}  // namespace
-
 // x may be any view with a unit stride on D; positions and out are contiguous.
-void CpuBackend::rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-                      double position_scale, const Tensor& out) {
-  const char* op = "CpuBackend::rope";
-  fused::require_float(x, op, "x");
-  fused::require_unit_last_stride(x, op, "x");
-  fused::require_contiguous(positions, op, "positions");
-  fused::require_contiguous(out, op, "out");
+void rotate(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+            double position_scale, const Tensor& out) {
+  const char* op = "rope (cpu)";
+  vec::require_float(x, op, "x");
+  vec::require_unit_last_stride(x, op, "x");
+  vec::require_contiguous(positions, op, "positions");
+  vec::require_contiguous(out, op, "out");
   if (positions.dtype() != DType::i32 && positions.dtype() != DType::i64)
-    throw std::logic_error("CpuBackend::rope: positions must be int32 or int64");
+    throw std::logic_error("rope (cpu): positions must be int32 or int64");
   if (x.dtype() == DType::f64) rope_impl<double>(x, positions, base, layout, inverse, position_scale, out);
   else rope_impl<float>(x, positions, base, layout, inverse, position_scale, out);
 }
 
-}  // namespace mvgpt::cpu
+}  // namespace
+
+RopeKernels rope_cpu_kernels() { return {rotate}; }
+
+}  // namespace mvgpt::fused

@@ -1,11 +1,13 @@
-// Rotary embedding kernel: naive double loops and the rotation's algebraic properties.
+// Rotary embedding (mvgpt/fused/rope.h): the CPU kernel against naive double loops and the
+// rotation's algebraic properties; the op's checks and dtypes; the kernel against the slow reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include <mvgpt/backends/backend.h>
-#include "fused_test_util.h"
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/rope.h>
+#include "backends/fused_test_util.h"
 
 namespace mvgpt {
 namespace {
@@ -13,12 +15,16 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-Backend& cpu() { return backend_for(Device::cpu()); }
+// The CPU kernel itself (no argument checks).
+const fused::RopeKernels& cpu() {
+  static const fused::RopeKernels k = fused::rope_cpu_kernels();
+  return k;
+}
 
 Tensor run_rope(const Tensor& x, const Tensor& pos, RopeLayout layout, bool inverse = false, double base = 10000,
                 double position_scale = 1.0) {
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  cpu().rope(x, pos, base, layout, inverse, position_scale, out);
+  cpu().rotate(x, pos, base, layout, inverse, position_scale, out);
   return out;
 }
 
@@ -162,6 +168,70 @@ TEST(RopeKernel, PositionScale) {
 TEST(RopeKernel, ZeroSizeTensors) {
   Tensor x = Tensor::empty({2, 3, 0, 8}, DType::f32);
   EXPECT_EQ(run_rope(x, positions_of(std::vector<int64_t>{}, {0}), RopeLayout::split_half).numel(), 0);
+}
+
+// ---- the op: checks, layouts, dtypes, reference
+
+TEST(RopeOp, Bfloat16IsWidenedAndCastBack) {
+  Tensor q = packed(random_tensor({1, 2, 3, 4}, DType::f32, 6), DType::bf16);
+  Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2});
+  Tensor rq = fused::rope_rotate(q, pos);
+  EXPECT_EQ(rq.dtype(), DType::bf16);
+  EXPECT_TRUE(all_close(rq, fused::rope_rotate(packed(q, DType::f32), pos), 2e-2, 1e-2));
+}
+
+TEST(RopeOp, RopeChecksAndPerSequencePositions) {
+  Tensor x = random_tensor({2, 2, 3, 8}, DType::f32, 9);
+  expect_error([&] { fused::rope_rotate(random_tensor({2, 3, 7}, DType::f32, 1), Tensor::from_vector(std::vector<int64_t>{0, 1, 2})); },
+               "rope: head size 7 is odd");
+  expect_error([&] { fused::rope_rotate(x, Tensor::from_vector(std::vector<float>{0, 1, 2})); },
+               "rope: positions must be int32 or int64, found float32");
+  expect_error([&] { fused::rope_rotate(x, Tensor::from_vector(std::vector<int64_t>{0, 1})); },
+               "positions must have shape [3] or [2, 3] for x of shape [2, 2, 3, 8], found [2]");
+  Tensor p012 = Tensor::from_vector(std::vector<int64_t>{0, 1, 2});
+  expect_error([&] { fused::rope_rotate(x, p012, 10000, RopeLayout::split_half, false, 0.0); },
+               "rope: position_scale must be finite and > 0");
+  expect_error([&] { fused::rope_rotate(x, p012, 10000, RopeLayout::split_half, false, std::nan("")); },
+               "position_scale must be finite");
+  // Per-sequence positions (B, T) equal running each sequence with its own (T) positions.
+  Tensor pos = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 10, 11, 12}, {2, 3});
+  Vec both = values(fused::rope_rotate(x, pos));
+  for (int64_t b = 0; b < 2; ++b) {
+    Tensor xb = x.as_strided({1, 2, 3, 8}, {48, 24, 8, 1}, b * 48);
+    Vec one = values(fused::rope_rotate(xb, Tensor::from_vector(std::vector<int64_t>{10 * b, 10 * b + 1, 10 * b + 2})));
+    EXPECT_EQ(Vec(both.begin() + b * 48, both.begin() + (b + 1) * 48), one);
+  }
+  // A transposed x (stride on D not 1) is copied first and gives the same result.
+  Tensor buf = random_tensor({1, 2, 8, 3}, DType::f32, 10);
+  Tensor xt = buf.as_strided({1, 2, 3, 8}, {48, 24, 1, 3}, 0);
+  Tensor p3 = Tensor::from_vector(std::vector<int32_t>{4, 5, 6});
+  EXPECT_EQ(values(fused::rope_rotate(xt, p3)), values(fused::rope_rotate(packed(xt, DType::f32), p3)));
+}
+
+TEST(RopeOp, KernelMatchesTheSlowReference) {
+  Tensor shared = Tensor::from_vector(std::vector<int64_t>{0, 3, 7, 120000});
+  Tensor per_seq = Tensor::from_vector(std::vector<int32_t>{5, 6, 7, 8, 0, 1, 2, 3}, {2, 4});
+  for (DType dt : {DType::f64, DType::f32})
+    for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved})
+      for (bool inverse : {false, true}) {
+        Tensor x = random_tensor({2, 3, 4, 8}, dt, 4);
+        // The reference forms base^(-2i/D) as exp(-2i ln(base) / D): one ulp apart, which position
+        // 120000 turns into angles ~1e-11 apart.
+        EXPECT_TRUE(all_close(fused::rope_rotate(x, shared, 10000, layout, inverse),
+                              fused::reference::rope(x, shared, 10000, layout, inverse), dt == DType::f64 ? 1e-10 : 3e-5));
+        EXPECT_TRUE(all_close(fused::rope_rotate(x, per_seq, 500, layout, inverse),
+                              fused::reference::rope(x, per_seq, 500, layout, inverse), (dt == DType::f64 ? 1e-12 : 3e-5)));
+      }
+  Tensor x3 = random_tensor({3, 4, 6}, DType::f32, 5);
+  EXPECT_TRUE(all_close(fused::rope_rotate(x3, shared), fused::reference::rope(x3, shared), 3e-5));
+  // Position interpolation (positions times 1/f), forward and inverse, shared and per-sequence positions.
+  for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved}) {
+    Tensor x = random_tensor({2, 3, 4, 8}, DType::f64, 6);
+    EXPECT_TRUE(all_close(fused::rope_rotate(x, shared, 10000, layout, false, 1.0 / 3.0),
+                          fused::reference::rope(x, shared, 10000, layout, false, 1.0 / 3.0), 1e-10));
+    EXPECT_TRUE(all_close(fused::rope_rotate(x, per_seq, 500, layout, true, 0.25),
+                          fused::reference::rope(x, per_seq, 500, layout, true, 0.25), 1e-10));
+  }
 }
 
 }  // namespace

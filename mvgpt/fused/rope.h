@@ -1,0 +1,42 @@
+#pragma once
+// Rotary position embedding, as one fused unit (NOTE [ A fused op is one unit ] in unit.h): each
+// pair of channels rotated by position * position_scale * base^(-2i/D), angles in float64.
+#include <cstdint>
+
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt {
+
+// Rotary embedding pairs: channel i with i + d/2 (Llama, GPT-NeoX, our model), or 2i with 2i + 1
+// (RoFormer, llama2.c).
+enum class RopeLayout : uint8_t { split_half, interleaved };
+
+// Differentiable (in x). x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; the backward is
+// the inverse rotation. A position_scale of 1/f is position interpolation by f.
+Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000,
+            RopeLayout layout = RopeLayout::split_half, double position_scale = 1.0);
+
+namespace fused {
+
+// The raw rotation (no gradient history), by the opposite angle when inverse; any floating dtype,
+// x may be a view with a unit stride on D. The result has x's dtype and shape.
+Tensor rope_rotate(const Tensor& x, const Tensor& positions, double base = 10000,
+                   RopeLayout layout = RopeLayout::split_half, bool inverse = false, double position_scale = 1.0);
+
+namespace reference {
+// From elementwise ops on cos/sin tables (computed in float64), narrow/cat or stack.
+Tensor rope(const Tensor& x, const Tensor& positions, double base = 10000, RopeLayout layout = RopeLayout::split_half,
+            bool inverse = false, double position_scale = 1.0);
+}  // namespace reference
+
+// The kernel of one device: x float32/float64 with a unit stride on D, positions contiguous int32
+// or int64, out contiguous, allocated by the caller.
+struct RopeKernels {
+  void (*rotate)(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+                 double position_scale, const Tensor& out);
+};
+RopeKernels rope_cpu_kernels();   // rope_cpu.cpp
+RopeKernels rope_cuda_kernels();  // rope.cu (only with the CUDA backend)
+
+}  // namespace fused
+}  // namespace mvgpt
