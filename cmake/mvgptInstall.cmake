@@ -15,7 +15,9 @@ install(TARGETS ${modules} EXPORT mvgptTargets
 # The headers keep their repository paths: <mvgpt/tensor/tensor.h>, and the umbrella <mvgpt/mvgpt.h>.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt
   FILES_MATCHING PATTERN "*.h"
-  PATTERN "op_impl.h" EXCLUDE)  # autograd's internal prelude for its op files, not an API
+  PATTERN "op_impl.h" EXCLUDE  # autograd's internal prelude for its op files, not an API
+  PATTERN "pre_tokenizer.h" EXCLUDE  # the tokenizer's internal headers, shared by its job files
+  PATTERN "tokenizer_impl.h" EXCLUDE)
 install(EXPORT mvgptTargets NAMESPACE mvgpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mvgptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mvgptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
