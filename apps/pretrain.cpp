@@ -51,6 +51,151 @@ using namespace mvgpt::apps;
 
 namespace {
 
+// The files a run reads and writes.
+struct RunPaths {
+  std::string last_dir, best_dir, state_path;  // the run folder's
+  std::string train, valid, tokenizer;         // prepare's
+  explicit RunPaths(const PretrainArgs& args)
+      : last_dir((fs::path(args.out_dir) / "last").string()),
+        best_dir((fs::path(args.out_dir) / "best").string()),
+        state_path((fs::path(last_dir) / "state.json").string()),
+        train((fs::path(args.data_dir) / "train.bin").string()),
+        valid((fs::path(args.data_dir) / "valid.bin").string()),
+        tokenizer((fs::path(args.data_dir) / "tokenizer.json").string()) {}
+};
+
+// Where a run starts: its state, its model's shape and, unless the run is new, the weights.
+struct RunStart {
+  TrainState state;
+  gpt::GPTConfig config;
+  std::shared_ptr<gpt::GPT> model;  // null for a new run: built from the seed once the data is checked
+};
+
+// The model the flags describe: --preset or --config, with --rope, --block-size and --dropout.
+gpt::GPTConfig config_from_flags(const PretrainArgs& args) {
+  gpt::GPTConfig config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
+                                                   : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
+  if (args.rope) config.rope = true;
+  if (args.dropout >= 0) config.dropout = args.dropout;
+  if (args.block_size > 0) config.block_size = args.block_size;
+  return config;
+}
+
+// --resume: the run in last/, checked whole before any of it is believed; the settings become the
+// run's (flags that define the run must agree with it, or be left out).
+RunStart resume_run(PretrainArgs& args, const RunPaths& paths, Device device) {
+  const std::string& last_dir = paths.last_dir;
+  if (!fs::exists(paths.state_path))
+    throw AppError("nothing to resume: " + paths.state_path + " does not exist; " +
+                   (fs::exists(paths.best_dir) ? "the run's best/ can be evaluated, or start over with --overwrite (best/ is kept until "
+                                                 "the new run's first checkpoint)"
+                                               : "start the run without --resume"));
+  // Every file of last/ is the one the run wrote (checksums.json), before any of it is believed.
+  try {
+    gpt::verify_checkpoint_files(last_dir);
+  } catch (const std::exception& e) {
+    throw AppError(std::string(e.what()) + "; the checkpoint is damaged: start over with --overwrite (best/ is kept until the new run saves)");
+  }
+  RunStart run;
+  PretrainSettings saved;
+  run.state = read_state(paths.state_path, saved);
+  if (const std::string why = settings_problem(saved); !why.empty())
+    throw AppError(paths.state_path + ": settings." + why + "; the file was edited or damaged: start over with --overwrite");
+  check_resume_flags(args.given, args.settings, saved);
+  args.settings = saved;
+  if (!same_tokenizer(paths.tokenizer, (fs::path(last_dir) / "tokenizer.json").string()))
+    throw AppError(paths.tokenizer + " is not the tokenizer this run was trained with (" + last_dir +
+                   "/tokenizer.json); re-run prepare with --tokenizer " + last_dir + "/tokenizer.json, or start over with --overwrite");
+  run.model = load_model(last_dir, device).model;
+  const gpt::GPTConfig& config = run.config = run.model->config();
+  if (args.rope != config.rope && args.given.has("--rope"))
+    throw UsageError(std::string("--rope: the resumed run has ") + (config.rope ? "rotary" : "learned") + " positions");
+  if (args.given.has("--preset") || args.given.has("--config")) {  // the same command again: the same model
+    gpt::GPTConfig given = config_from_flags(args);
+    given.dropout = config.dropout;  // --dropout is checked on its own below
+    if (args.config_path.empty()) given.vocab_size = config.vocab_size;  // presets follow the (same) tokenizer
+    if (given.to_json() != config.to_json())
+      throw UsageError((args.config_path.empty() ? "--preset " + args.preset : "--config " + args.config_path) +
+                       " describes another model than the resumed run's (" + last_dir + "/config.json); leave it out");
+  }
+  if (args.block_size > 0 && args.block_size != config.block_size)
+    throw UsageError(format("--block-size %lld differs from the resumed run's (%lld); leave it out", (long long)args.block_size,
+                            (long long)config.block_size));
+  if (args.given.has("--dropout") && args.dropout != config.dropout)
+    throw UsageError(format("--dropout differs from the resumed run's (%g); leave it out to keep it", config.dropout));
+  return run;
+}
+
+// --init-from: a new run from another run's weights (fine-tuning): its own folder, step 0, a fresh
+// optimizer, the same weights in a model of the new settings (dropout, context).
+RunStart init_from_run(const PretrainArgs& args, const RunPaths& paths, Device device) {
+  RunStart run;
+  const std::string init_dir = run.state.init_from = resolve_checkpoint(args.init_from);
+  const std::string own_tok = checkpoint_tokenizer(init_dir);
+  if (!own_tok.empty() && !same_tokenizer(paths.tokenizer, own_tok))
+    throw AppError(paths.tokenizer + " is not the tokenizer " + init_dir + " was trained with; encode the new text with it: "
+                   "prepare --tokenizer " + own_tok + " --train FILE --valid FILE --out DIR, then --data DIR");
+  auto loaded = load_model(init_dir, device);
+  run.state.init_step = loaded.metadata.count("step") ? loaded.metadata.at("step") : "";
+  nn::merge_lora(*loaded.model);  // a fine-tuned checkpoint's adapters become part of the weights
+  gpt::GPTConfig& config = run.config = loaded.model->config();
+  if (args.given.has("--rope") && !config.rope)
+    throw UsageError("--rope: " + init_dir + " has learned positions, which cannot become rotary");
+  if (args.dropout >= 0) config.dropout = args.dropout;
+  if (args.block_size > 0 && args.block_size != config.block_size) {
+    if (!config.rope)
+      throw UsageError(format("--block-size %lld: %s has a learned table of %lld positions; only a rotary model's "
+                              "context can change", (long long)args.block_size, init_dir.c_str(), (long long)config.block_size));
+    config.block_size = args.block_size;
+  }
+  // Only the config differs.
+  run.model = std::make_shared<gpt::GPT>(config);
+  run.model->load_state_dict(loaded.model->state_dict());
+  run.model->to(device);
+  return run;
+}
+
+// The lines that describe the run before it starts.
+void print_run(const PretrainArgs& args, const std::string& run_name, const gpt::GPT& model, Device device,
+               const Trainer& trainer, const text::TokenFile& train, const text::TokenFile& valid) {
+  const gpt::GPTConfig& config = model.config();
+  const PretrainSettings& s = trainer.settings();
+  const TrainState& st = trainer.state();
+  std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
+              run_name.c_str(), format_count(model.num_parameters()).c_str(), config.rope ? "rotary" : "learned",
+              (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
+              (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
+  if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());
+  std::printf("%s\n", cpu::openblas_core_report().c_str());
+  if (!st.init_from.empty())
+    std::printf("initialised from %s%s\n", st.init_from.c_str(), st.init_step.empty() ? "" : (" (step " + st.init_step + ")").c_str());
+  if (const nn::LoRAOptions lora = nn::lora_options(model); lora.rank > 0) {
+    int64_t trained = 0;
+    for (const auto& [name, p] : trainer.trainable()) trained += p.numel();
+    std::printf("LoRA: rank %lld, alpha %g%s on %zu layers; %s parameters trained (%.2f%% of %s), the rest frozen\n",
+                (long long)lora.rank, lora.alpha, lora.dropout > 0 ? format(", dropout %g", lora.dropout).c_str() : "",
+                lora.targets.size(), format_count(trained).c_str(), 100.0 * double(trained) / double(model.num_parameters()),
+                format_count(model.num_parameters()).c_str());
+  }
+  if (dist::size() > 1)
+    std::printf("data parallel: %d ranks over %s, %lld sequences each; %s bytes of gradients all-reduced a step\n",
+                dist::size(), dist::transport().c_str(), (long long)(s.batch_size / dist::size()),
+                format_count(dist::gradient_bytes(trainer.parameters())).c_str());
+  std::printf("data: %s tokens to train on, %s held out; batch %lld x %lld = %s tokens a step\n",
+              format_count(int64_t(train.size())).c_str(), format_count(int64_t(valid.size())).c_str(),
+              (long long)s.batch_size, (long long)config.block_size,
+              format_count(s.batch_size * config.block_size).c_str());
+  if (s.grad_accum_steps > 1)
+    std::printf("gradient accumulation: %lld micro-batches of %lld sequences a step\n", (long long)s.grad_accum_steps,
+                (long long)(s.batch_size / dist::size() / s.grad_accum_steps));
+  std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %s), betas %.3g %.3g, weight decay %.3g, clip %.3g, seed %llu%s\n",
+              s.lr, s.min_lr, (long long)s.warmup_steps,
+              s.fit_schedule ? format("the steps --minutes allows, fitted to the clock from %lld", (long long)s.schedule_steps).c_str()
+                             : format("%lld steps", (long long)s.schedule_steps).c_str(),
+              s.beta1, s.beta2, s.weight_decay, s.grad_clip, (unsigned long long)s.seed,
+              config.dropout > 0 ? format(", dropout %.3g", config.dropout).c_str() : "");
+}
+
 // The command line that continues this run: this one, --overwrite left out, --resume added.
 std::string resume_command(int argc, char** argv) {
   std::string cmd = fs::path(argv[0]).filename().string();
@@ -76,100 +221,22 @@ int main(int argc, char** argv) {
       throw AppError("cannot silence the output of rank " + std::to_string(dist::rank()));
     const Device device = dist::local_device(resolve_device(args.device_flag));  // cuda:<local rank> under mpirun
     const std::string run_name = checkpoint_name(args.out_dir);
-    const std::string last_dir = (fs::path(args.out_dir) / "last").string();
-    const std::string best_dir = (fs::path(args.out_dir) / "best").string();
-    const std::string state_path = (fs::path(last_dir) / "state.json").string();
-
+    const RunPaths paths(args);
     const std::string prep_hint = "run prepare first, or pass --data DIR";
-    const std::string train_path = (fs::path(args.data_dir) / "train.bin").string();
-    const std::string valid_path = (fs::path(args.data_dir) / "valid.bin").string();
-    const std::string tok_path = (fs::path(args.data_dir) / "tokenizer.json").string();
-    require_file(train_path, "training tokens", prep_hint);
-    require_file(valid_path, "held-out tokens", prep_hint);
-    require_file(tok_path, "tokenizer", prep_hint);
-    for (const std::string& path : {train_path, valid_path, tok_path}) verify_prepared_file(path);  // one prepare's three files
+    require_file(paths.train, "training tokens", prep_hint);
+    require_file(paths.valid, "held-out tokens", prep_hint);
+    require_file(paths.tokenizer, "tokenizer", prep_hint);
+    for (const std::string& path : {paths.train, paths.valid, paths.tokenizer}) verify_prepared_file(path);  // one prepare's three files
     std::optional<RunFolder> folder;  // rank 0 alone writes files
     if (dist::is_root()) folder.emplace(args.out_dir);
 
     // --- the run: new, resumed from last/, or new from another run's weights (--init-from) ---
-    std::string init_dir, init_step;
-    TrainState st;
-    gpt::GPTConfig config;
-    std::shared_ptr<gpt::GPT> model;
-    if (args.resume) {
-      if (!fs::exists(state_path))
-        throw AppError("nothing to resume: " + state_path + " does not exist; " +
-                       (fs::exists(best_dir) ? "the run's best/ can be evaluated, or start over with --overwrite (best/ is kept until "
-                                               "the new run's first checkpoint)"
-                                             : "start the run without --resume"));
-      // Every file of last/ is the one the run wrote (checksums.json), before any of it is believed.
-      try {
-        gpt::verify_checkpoint_files(last_dir);
-      } catch (const std::exception& e) {
-        throw AppError(std::string(e.what()) + "; the checkpoint is damaged: start over with --overwrite (best/ is kept until the new run saves)");
-      }
-      PretrainSettings saved;
-      st = read_state(state_path, saved);
-      if (const std::string why = settings_problem(saved); !why.empty())
-        throw AppError(state_path + ": settings." + why + "; the file was edited or damaged: start over with --overwrite");
-      check_resume_flags(args.given, s, saved);  // flags that define the run agree with it (or are left out)
-      s = saved;
-      if (!same_tokenizer(tok_path, (fs::path(last_dir) / "tokenizer.json").string()))
-        throw AppError(tok_path + " is not the tokenizer this run was trained with (" + last_dir +
-                       "/tokenizer.json); re-run prepare with --tokenizer " + last_dir + "/tokenizer.json, or start over with --overwrite");
-      model = load_model(last_dir, device).model;
-      config = model->config();
-      if (args.rope != config.rope && args.given.has("--rope"))
-        throw UsageError(std::string("--rope: the resumed run has ") + (config.rope ? "rotary" : "learned") + " positions");
-      if (args.given.has("--preset") || args.given.has("--config")) {  // the same command again: the same model
-        gpt::GPTConfig given = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
-                                                        : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
-        if (args.rope) given.rope = true;
-        if (args.block_size > 0) given.block_size = args.block_size;
-        given.dropout = config.dropout;  // --dropout is checked on its own below
-        if (args.config_path.empty()) given.vocab_size = config.vocab_size;  // presets follow the (same) tokenizer
-        if (given.to_json() != config.to_json())
-          throw UsageError((args.config_path.empty() ? "--preset " + args.preset : "--config " + args.config_path) +
-                           " describes another model than the resumed run's (" + last_dir + "/config.json); leave it out");
-      }
-      if (args.block_size > 0 && args.block_size != config.block_size)
-        throw UsageError(format("--block-size %lld differs from the resumed run's (%lld); leave it out", (long long)args.block_size,
-                                (long long)config.block_size));
-      if (args.given.has("--dropout") && args.dropout != config.dropout)
-        throw UsageError(format("--dropout differs from the resumed run's (%g); leave it out to keep it", config.dropout));
-    } else if (!args.init_from.empty()) {
-      // A new run from another run's weights (fine-tuning): its own folder, step 0, a fresh optimizer.
-      if (folder) folder->check_fresh(args.overwrite);
-      init_dir = resolve_checkpoint(args.init_from);
-      const std::string own_tok = checkpoint_tokenizer(init_dir);
-      if (!own_tok.empty() && !same_tokenizer(tok_path, own_tok))
-        throw AppError(tok_path + " is not the tokenizer " + init_dir + " was trained with; encode the new text with it: "
-                       "prepare --tokenizer " + own_tok + " --train FILE --valid FILE --out DIR, then --data DIR");
-      auto loaded = load_model(init_dir, device);
-      init_step = loaded.metadata.count("step") ? loaded.metadata.at("step") : "";
-      nn::merge_lora(*loaded.model);  // a fine-tuned checkpoint's adapters become part of the weights
-      config = loaded.model->config();
-      if (args.given.has("--rope") && !config.rope)
-        throw UsageError("--rope: " + init_dir + " has learned positions, which cannot become rotary");
-      if (args.dropout >= 0) config.dropout = args.dropout;
-      if (args.block_size > 0 && args.block_size != config.block_size) {
-        if (!config.rope)
-          throw UsageError(format("--block-size %lld: %s has a learned table of %lld positions; only a rotary model's "
-                                  "context can change", (long long)args.block_size, init_dir.c_str(), (long long)config.block_size));
-        config.block_size = args.block_size;
-      }
-      // The same weights in a model of the new settings (dropout, context): only the config differs.
-      model = std::make_shared<gpt::GPT>(config);
-      model->load_state_dict(loaded.model->state_dict());
-      model->to(device);
-    } else {
-      if (folder) folder->check_fresh(args.overwrite);
-      config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
-                                   : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
-      if (args.rope) config.rope = true;
-      if (args.dropout >= 0) config.dropout = args.dropout;
-      if (args.block_size > 0) config.block_size = args.block_size;
-    }
+    if (!args.resume && folder) folder->check_fresh(args.overwrite);
+    RunStart run;
+    if (args.resume) run = resume_run(args, paths, device);
+    else if (!args.init_from.empty()) run = init_from_run(args, paths, device);
+    else run.config = config_from_flags(args);
+    gpt::GPTConfig& config = run.config;
     complete_schedule(s, args.steps);  // done while parsing for a new run; a resumed one checks its state.json
 
     if (s.batch_size % (dist::size() * s.grad_accum_steps) != 0)
@@ -180,41 +247,37 @@ int main(int argc, char** argv) {
     const int64_t micro_batch = s.batch_size / dist::size() / s.grad_accum_steps;  // sequences a forward pass holds
 
     // --- data and tokenizer ---
-    text::Tokenizer tok = text::Tokenizer::load(tok_path);
+    text::Tokenizer tok = text::Tokenizer::load(paths.tokenizer);
     if (!args.resume && args.init_from.empty() && args.config_path.empty())
       config.vocab_size = int64_t(tok.vocab_size());  // presets follow the tokenizer
-    check_tokenizer_fits(tok, tok_path, config, run_name);
+    check_tokenizer_fits(tok, paths.tokenizer, config, run_name);
     config.validate();
     check_training_fits(config, micro_batch, device);  // before anything big is allocated
-    text::TokenFile train(train_path), valid(valid_path);
+    text::TokenFile train(paths.train), valid(paths.valid);
     check_tokens_fit(train, config, run_name);
     check_tokens_fit(valid, config, run_name);
     if (int64_t(valid.size()) < config.block_size + 1)
-      throw AppError(valid_path + ": " + std::to_string(valid.size()) + " tokens, too few for one held-out window of " +
+      throw AppError(paths.valid + ": " + std::to_string(valid.size()) + " tokens, too few for one held-out window of " +
                      std::to_string(config.block_size + 1) + "; prepare more held-out text");
     gpt::RandomBatches batches(train, s.batch_size, config.block_size, s.seed);
     const std::vector<int32_t> byte_lengths = token_byte_lengths(tok);  // for bits per byte
 
-    if (!model) {
+    if (!run.model) {
       Generator init_gen(s.seed);
-      model = std::make_shared<gpt::GPT>(config, &init_gen);
-      model->to(device);
+      run.model = std::make_shared<gpt::GPT>(config, &init_gen);
+      run.model->to(device);
     }
+    gpt::GPT& model = *run.model;
     if (args.lora.rank > 0) {
       if (args.resume) throw UsageError("--lora-rank: a resumed run keeps its adapters (from last/); leave it out");
       Generator lora_gen(s.seed);
-      nn::add_lora(*model, args.lora, {.gen = &lora_gen});
+      nn::add_lora(model, args.lora, {.gen = &lora_gen});
     }
-    model->train();  // a loaded checkpoint comes in eval mode; dropout (when configured) must apply
-    if (!init_dir.empty()) {
-      st.init_from = init_dir;
-      st.init_step = init_step;
-    }
-    // Copies the tokenizer beside the checkpoints, so generate and evaluate find it there.
-    Trainer trainer(*model, s, st, batches, valid, byte_lengths,
+    model.train();  // a loaded checkpoint comes in eval mode; dropout (when configured) must apply
+    Trainer trainer(model, s, run.state, batches, valid, byte_lengths,
                     {.out_dir = args.out_dir,
                      .run_name = run_name,
-                     .tokenizer_json = util::read_file(tok_path),
+                     .tokenizer_json = util::read_file(paths.tokenizer),  // beside each checkpoint, for generate and evaluate
                      .device = device,
                      .steps = args.steps,
                      .minutes = args.minutes,
@@ -224,39 +287,8 @@ int main(int argc, char** argv) {
                      .debug_step_seconds = args.debug_step_seconds});
     if (args.resume) trainer.resume();
 
-    std::printf("%s: %s parameters (%s positions, %lld layers, %lld heads, width %lld, context %lld, vocabulary %lld) on %s\n",
-                run_name.c_str(), format_count(model->num_parameters()).c_str(), config.rope ? "rotary" : "learned",
-                (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
-                (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
-    if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());
-    std::printf("%s\n", cpu::openblas_core_report().c_str());
-    if (!st.init_from.empty())
-      std::printf("initialised from %s%s\n", st.init_from.c_str(), st.init_step.empty() ? "" : (" (step " + st.init_step + ")").c_str());
-    if (const nn::LoRAOptions lora = nn::lora_options(*model); lora.rank > 0) {
-      int64_t trained = 0;
-      for (const auto& [name, p] : trainer.trainable()) trained += p.numel();
-      std::printf("LoRA: rank %lld, alpha %g%s on %zu layers; %s parameters trained (%.2f%% of %s), the rest frozen\n",
-                  (long long)lora.rank, lora.alpha, lora.dropout > 0 ? format(", dropout %g", lora.dropout).c_str() : "",
-                  lora.targets.size(), format_count(trained).c_str(), 100.0 * double(trained) / double(model->num_parameters()),
-                  format_count(model->num_parameters()).c_str());
-    }
-    if (dist::size() > 1)
-      std::printf("data parallel: %d ranks over %s, %lld sequences each; %s bytes of gradients all-reduced a step\n",
-                  dist::size(), dist::transport().c_str(), (long long)(s.batch_size / dist::size()),
-                  format_count(dist::gradient_bytes(trainer.parameters())).c_str());
-    std::printf("data: %s tokens to train on, %s held out; batch %lld x %lld = %s tokens a step\n",
-                format_count(int64_t(train.size())).c_str(), format_count(int64_t(valid.size())).c_str(),
-                (long long)s.batch_size, (long long)config.block_size,
-                format_count(s.batch_size * config.block_size).c_str());
-    if (s.grad_accum_steps > 1)
-      std::printf("gradient accumulation: %lld micro-batches of %lld sequences a step\n", (long long)s.grad_accum_steps,
-                  (long long)micro_batch);
-    std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %s), betas %.3g %.3g, weight decay %.3g, clip %.3g, seed %llu%s\n",
-                s.lr, s.min_lr, (long long)s.warmup_steps,
-                s.fit_schedule ? format("the steps --minutes allows, fitted to the clock from %lld", (long long)s.schedule_steps).c_str()
-                               : format("%lld steps", (long long)s.schedule_steps).c_str(),
-                s.beta1, s.beta2, s.weight_decay, s.grad_clip, (unsigned long long)s.seed,
-                config.dropout > 0 ? format(", dropout %.3g", config.dropout).c_str() : "");
+    print_run(args, run_name, model, device, trainer, train, valid);
+    const TrainState& st = trainer.state();
     const double budget_s = args.minutes * 60;
     if (args.resume) {
       std::printf("resuming %s at step %lld (%s used)\n", args.out_dir.c_str(), (long long)st.step,
