@@ -2,6 +2,10 @@
 // INTERNAL: not part of the public API. The keys the tokenizer's files share: a merge's pair as one
 // integer (the vocabulary's table, encoding and training look merges up by it) and string maps that
 // find a chunk by its string_view (encoding's cache, training's counts).
+//
+// They have internal linkage (an unnamed namespace, a copy per file), as they had when the tokenizer
+// was one file: with external linkage GCC inlines the cache's lookups less, and encoding measured 6%
+// slower (40.0 against 37.7 ms for the 4 MB of stories on one thread); with it, within 2%.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -11,6 +15,7 @@
 #include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::text::detail {
+namespace {
 
 constexpr uint64_t pair_key(TokenId a, TokenId b) { return (uint64_t(a) << 32) | b; }
 
@@ -22,4 +27,5 @@ struct StringHash {
 template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
+}  // namespace
 }  // namespace mvgpt::text::detail
