@@ -22,7 +22,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLU
   REGEX "/backends/reference\\.h$" EXCLUDE
   REGEX "/backends/fused_checks\\.h$" EXCLUDE
   REGEX "/autograd/op_impl\\.h$" EXCLUDE
-  REGEX "/fused/unit\\.h$" EXCLUDE)
+  REGEX "/fused/unit\\.h$" EXCLUDE
+  REGEX "/text/pre_tokenizer\\.h$" EXCLUDE  # the tokenizer's internal headers, shared by its job files
+  REGEX "/text/tokenizer_impl\\.h$" EXCLUDE)
 install(EXPORT mvgptTargets NAMESPACE mvgpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mvgptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mvgptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)

@@ -1,0 +1,139 @@
+#pragma once
+// The training loop of a run folder, for a new run, a resumed one and fine-tuning (pretrain
+// --init-from, --lora-rank) alike. Its pieces:
+// - step(): one optimizer step of the global batch: the rate from the schedule (fitted to the clock
+//   with --minutes), gradient accumulation, the gradients averaged over the ranks, clipping, and the
+//   numerical guards (a step whose loss or gradient is not finite stops the run or is skipped);
+// - evaluate(): the held-out loss, measured on rank 0 and known on every rank;
+// - save(): a checkpoint folder with the tokenizer, state.json and (in last/) the optimizer;
+// - resume(): the optimizer and the random stream back from last/ (state.json: read_state);
+// - run(): steps until --steps, --minutes or a stop signal, with the progress lines, log.csv and
+//   TensorBoard, an evaluation and checkpoints (last/, and best/ when the loss improved) every
+//   eval_interval steps and at the end.
+// Under mpirun every rank runs it; rank 0 alone writes files (pretrain silences the others' output).
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/common/app.h"
+#include "apps/common/cli.h"
+#include "apps/common/csv_log.h"
+#include "apps/common/evaluation.h"
+#include "apps/common/run_folder.h"
+#include "apps/common/tensorboard.h"
+#include <mvgpt/gpt/batches.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/lr_schedule.h>
+#include <mvgpt/nn/optim.h>
+
+namespace mvgpt::apps {
+
+// Where a run stands: state.json in last/, with the run's settings.
+struct TrainState {
+  int64_t step = 0;  // steps done
+  double elapsed_s = 0;
+  int64_t tokens_seen = 0;
+  double best_val_loss = INFINITY;
+  int64_t best_step = -1;
+  uint64_t rng_seed = 0, rng_offset = 0;
+  std::string init_from, init_step;  // the checkpoint a fine-tuning run started from ("" for none)
+};
+
+// Reads last/state.json: the run's progress, and its settings into `settings`. AppError naming the
+// file when it is not a state file or says something no run can have reached.
+TrainState read_state(const std::string& path, PretrainSettings& settings);
+
+// --resume: UsageError for the first run-defining flag in `given` whose value (in `flags`) differs
+// from the resumed run's `saved` settings.
+void check_resume_flags(const GivenFlags& given, const PretrainSettings& flags, const PretrainSettings& saved);
+
+// What the loop needs besides the model, the data and the run's settings.
+struct TrainerOptions {
+  std::string out_dir;         // the run folder: last/, best/, log.csv, tensorboard/
+  std::string run_name;        // in the checkpoints' metadata and state.json
+  std::string tokenizer_json;  // the tokenizer file's text, saved beside each checkpoint
+  Device device = Device::cpu();
+  int64_t steps = 0;        // stop after this step; 0: when the run has used `minutes`
+  double minutes = 10;      // the run's total, sessions before this one included
+  int64_t log_interval = 1;  // a progress line every this many steps
+  bool skip_nonfinite = false;    // skip a step whose loss or gradient is not finite, instead of stopping
+  int64_t inject_nan_step = -1;   // testing aid: NaN in a gradient at this step
+  double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
+};
+
+class Trainer {
+ public:
+  // Trains `model`'s parameters that require a gradient (with LoRA, the adapters alone) with AdamW,
+  // from `state` (a new run's, or read_state's), on `batches`; evaluates on `valid`, with
+  // `byte_lengths` (token_byte_lengths) for bits per byte. Seeds the random stream (dropout's) and
+  // gives every rank rank 0's weights. The model, batches and token file must outlive the trainer.
+  Trainer(gpt::GPT& model, const PretrainSettings& settings, const TrainState& state, const gpt::RandomBatches& batches,
+          const text::TokenFile& valid, std::vector<int32_t> byte_lengths, TrainerOptions options);
+
+  // Continues the run in last/: the optimizer's state and the random stream's position.
+  void resume();
+
+  struct StepResult {
+    double loss = 0;   // the global batch's mean (NaN or infinite when the step was skipped for it)
+    double lr = 0;
+    double grad_norm = NAN;  // before clipping (NaN without clipping)
+    double seconds = 0;      // the step's time (the testing clock's with debug_step_seconds)
+  };
+  // One optimizer step; state().step counts it. AppError when the loss or a gradient is not finite
+  // (unless skip_nonfinite, and then after 10 such steps in a row).
+  StepResult step();
+  // The held-out loss of the current weights on settings().eval_windows windows, measured by rank 0.
+  EvalResult evaluate();
+  // A checkpoint of the current step in `dir` (rank 0 only): the weights, the tokenizer, state.json,
+  // and with `with_optimizer` the optimizer's state.
+  void save(const std::string& dir, bool with_optimizer);
+  // Trains until the step count or the time runs out or a stop signal (SIGINT, SIGTERM, SIGHUP)
+  // comes, then prints a summary. `folder` (rank 0's) is told of each checkpoint. Returns the signal
+  // that stopped the run, 0 for none.
+  int run(RunFolder* folder);
+
+  const TrainState& state() const { return st_; }
+  const PretrainSettings& settings() const { return s_; }
+  const nn::NamedTensors& trainable() const { return trainable_; }
+  const std::vector<Tensor>& parameters() const { return params_; }
+  const std::string& last_dir() const { return last_dir_; }
+  const std::string& best_dir() const { return best_dir_; }
+
+ private:
+  void begin_session();
+  void fit_schedule();
+  double session_seconds() const;
+  void record_evaluation(const EvalResult& r, RunFolder* folder);
+
+  gpt::GPT& model_;
+  PretrainSettings s_;
+  TrainState st_;
+  const gpt::RandomBatches& batches_;
+  const text::TokenFile& valid_;
+  std::vector<int32_t> byte_lengths_;
+  TrainerOptions opts_;
+  std::string last_dir_, best_dir_;
+
+  nn::NamedTensors trainable_;
+  std::vector<Tensor> params_;
+  nn::AdamW opt_;
+  nn::WarmupCosineSchedule schedule_;
+  int64_t tokens_per_step_;
+  bool resumed_ = false;
+  int64_t saved_step_ = -1;  // the step last/ holds (-1: none yet)
+  int64_t skipped_in_a_row_ = 0;
+
+  // This session: since the trainer was built, or since run() began.
+  Clock::time_point t_session_;
+  int64_t first_step_ = 0;
+  double elapsed_before_ = 0;
+  int64_t fit_from_step_ = -1, printed_fit_ = -1;  // the rate is measured from the end of start-up
+  double fit_from_s_ = 0;
+
+  std::optional<CsvLog> csv_;  // rank 0's logs, opened by run()
+  std::optional<TensorBoardWriter> tb_;
+};
+
+}  // namespace mvgpt::apps

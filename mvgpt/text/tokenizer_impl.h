@@ -1,0 +1,31 @@
+#pragma once
+// INTERNAL: not part of the public API. The keys the tokenizer's files share: a merge's pair as one
+// integer (the vocabulary's table, encoding and training look merges up by it) and string maps that
+// find a chunk by its string_view (encoding's cache, training's counts).
+//
+// They have internal linkage (an unnamed namespace, a copy per file), as they had when the tokenizer
+// was one file: with external linkage GCC inlines the cache's lookups less, and encoding measured 6%
+// slower (40.0 against 37.7 ms for the 4 MB of stories on one thread); with it, within 2%.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <mvgpt/text/tokenizer.h>
+
+namespace mvgpt::text::detail {
+namespace {
+
+constexpr uint64_t pair_key(TokenId a, TokenId b) { return (uint64_t(a) << 32) | b; }
+
+// Heterogeneous lookup: find a std::string key by std::string_view without allocating.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+}  // namespace
+}  // namespace mvgpt::text::detail

@@ -1,0 +1,115 @@
+// The tokenizer's file: to and from JSON, every field of a loaded file validated.
+#include <mvgpt/text/tokenizer.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include <mvgpt/util/atomic_file.h>
+#include <mvgpt/util/json.h>
+
+namespace mvgpt::text {
+
+std::string Tokenizer::to_json() const {
+  nlohmann::ordered_json j;
+  j["type"] = "byte-bpe";
+  j["version"] = 1;
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  for (const auto& [a, b] : merges_) merges.push_back({a, b});
+  j["merges"] = std::move(merges);
+  j["special_tokens"] = {{std::string(kEndOfText), eot_id()}};
+  j["vocab_size"] = vocab_size();
+  return j.dump() + "\n";
+}
+
+void Tokenizer::save(const std::string& path) const { util::write_file_atomic(path, to_json()); }
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  std::string text;
+  try {
+    text = util::read_file(path);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("Tokenizer::load: ") + e.what());
+  }
+  return from_json(text, path);
+}
+
+Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source) {
+  auto fail = [&](const std::string& what) -> std::runtime_error {
+    return std::runtime_error("Tokenizer::load: " + source + ": " + what);
+  };
+  using Json = nlohmann::json;
+
+  Json j;
+  try {
+    j = util::parse_json_strict(json);  // refuses a key given twice; names the key of a 1e400
+  } catch (const util::JsonError& e) {
+    throw fail(e.what());
+  }
+  if (!j.is_object()) throw fail(std::string("expected a JSON object, found ") + j.type_name());
+
+  for (const auto& [key, value] : j.items()) {
+    if (key != "type" && key != "version" && key != "merges" && key != "special_tokens" && key != "vocab_size") {
+      throw fail("unexpected field \"" + key + "\"");
+    }
+  }
+  auto field = [&](const char* name) -> const Json& {
+    const auto it = j.find(name);
+    if (it == j.end()) throw fail(std::string("missing field \"") + name + "\"");
+    return *it;
+  };
+  auto as_id = [&](const Json& v, const std::string& what) -> uint64_t {
+    if (!v.is_number_unsigned()) {
+      throw fail(what + " must be a non-negative integer, found " + (v.is_number() ? v.dump() : v.type_name()));
+    }
+    return v.get<uint64_t>();
+  };
+
+  const Json& type = field("type");
+  if (!type.is_string()) throw fail(std::string("\"type\" must be a string, found ") + type.type_name());
+  if (type.get<std::string>() != "byte-bpe") throw fail("\"type\" is \"" + type.get<std::string>() + "\", expected \"byte-bpe\"");
+  const Json& version = field("version");
+  if (as_id(version, "\"version\"") != 1) throw fail("unsupported \"version\" " + version.dump() + " (expected 1)");
+
+  const Json& merges_json = field("merges");
+  if (!merges_json.is_array()) throw fail(std::string("\"merges\" must be an array, found ") + merges_json.type_name());
+  std::vector<Merge> merges;
+  merges.reserve(merges_json.size());
+  for (size_t i = 0; i < merges_json.size(); ++i) {
+    const Json& m = merges_json[i];
+    const std::string name = "merge " + std::to_string(i);
+    if (!m.is_array() || m.size() != 2) throw fail(name + " must be an array of two token ids, found " + m.dump());
+    const uint64_t a = as_id(m[0], name + "'s first id"), b = as_id(m[1], name + "'s second id");
+    const uint64_t defined = kNumByteTokens + i;
+    if (a >= defined || b >= defined) {
+      throw fail(name + " " + m.dump() + " references token " + std::to_string(std::max(a, b)) +
+                 ", not defined yet (this merge defines token " + std::to_string(defined) + ")");
+    }
+    merges.emplace_back(TokenId(a), TokenId(b));
+  }
+  const uint64_t eot = kNumByteTokens + merges.size();
+
+  const Json& special = field("special_tokens");
+  if (!special.is_object()) throw fail(std::string("\"special_tokens\" must be an object, found ") + special.type_name());
+  for (const auto& [name, id] : special.items()) {
+    if (name != kEndOfText) throw fail("unknown special token \"" + name + "\" (only <|endoftext|> is supported)");
+    if (as_id(id, "the id of <|endoftext|>") != eot) {
+      throw fail("<|endoftext|> has id " + id.dump() + ", expected " + std::to_string(eot) + " (right after the " +
+                 std::to_string(merges.size()) + " merges)");
+    }
+  }
+  if (!special.contains(std::string(kEndOfText))) throw fail("\"special_tokens\" lacks <|endoftext|>");
+
+  const Json& vocab = field("vocab_size");
+  if (as_id(vocab, "\"vocab_size\"") != eot + 1) {
+    throw fail("\"vocab_size\" is " + vocab.dump() + " but 256 bytes + " + std::to_string(merges.size()) +
+               " merges + <|endoftext|> make " + std::to_string(eot + 1));
+  }
+  try {
+    return from_merges(std::move(merges));
+  } catch (const std::invalid_argument& e) {
+    throw fail(e.what());
+  }
+}
+
+}  // namespace mvgpt::text
