@@ -27,7 +27,7 @@ std::vector<int32_t> token_byte_lengths(const text::Tokenizer& tok) {
   return lengths;
 }
 
-double host_scalar(const Tensor& t) { return ops::to(t, Device::cpu()).item<double>(); }
+double host_scalar(const Tensor& t) { return ops::to(t.detach(), Device::cpu()).item<double>(); }
 
 EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
                             int64_t max_windows, Device device, const std::vector<int32_t>* byte_lengths) {

@@ -3,6 +3,7 @@
 #include <mvgpt/autograd/ops.h>
 
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 
@@ -23,12 +24,33 @@ Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
   return ops::randn(shape, dtype, device, gen);
 }
 
-Tensor eq(const Tensor& a, const Tensor& b) { return ops::eq(a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return ops::ne(a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return ops::lt(a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return ops::le(a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return ops::gt(a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return ops::ge(a, b); }
-Tensor argmax(const Tensor& x, int axis, bool keepdim) { return ops::argmax(x, axis, keepdim); }
+Tensor eq(const Tensor& a, const Tensor& b) {
+  const autograd::InternalOps internal;  // no gradient to lose: the result is bool
+  return ops::eq(a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  const autograd::InternalOps internal;  // no gradient to lose: the result is bool
+  return ops::ne(a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  const autograd::InternalOps internal;  // no gradient to lose: the result is bool
+  return ops::lt(a, b);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  const autograd::InternalOps internal;  // no gradient to lose: the result is bool
+  return ops::le(a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  const autograd::InternalOps internal;  // no gradient to lose: the result is bool
+  return ops::gt(a, b);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  const autograd::InternalOps internal;  // no gradient to lose: the result is bool
+  return ops::ge(a, b);
+}
+Tensor argmax(const Tensor& x, int axis, bool keepdim) {
+  const autograd::InternalOps internal;  // an index: no gradient to lose
+  return ops::argmax(x, axis, keepdim);
+}
 
 }  // namespace mvgpt

@@ -4,6 +4,7 @@
 namespace mvgpt {
 
 Tensor dropout(const Tensor& x, double p, Generator* gen, bool training) {
+  const InternalOps internal;
   if (!(p >= 0 && p <= 1)) throw std::invalid_argument("dropout: p must be in [0, 1], found " + std::to_string(p));
   if (!training || p == 0) return x;
   ops::check_floating(x, "dropout");

@@ -23,12 +23,14 @@ Tensor unary_saving(const char* op, Tensor y, const Tensor& x, const Tensor& sav
 // --- unary ---
 
 Tensor neg(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::neg(x);
   if (!needs_grad(x)) return y;
   return record("neg", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {ops::neg(g)}; });
 }
 
 Tensor exp(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::exp(x);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -36,12 +38,14 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::log(x);
   if (!needs_grad(x)) return y;
   return unary_saving("log", std::move(y), x, x, [](const Tensor& g, const Tensor& x) { return ops::div(g, x); });
 }
 
 Tensor sqrt(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::sqrt(x);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -51,6 +55,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 Tensor rsqrt(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::rsqrt(x);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -60,6 +65,7 @@ Tensor rsqrt(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::tanh(x);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -68,6 +74,7 @@ Tensor tanh(const Tensor& x) {
 }
 
 Tensor sigmoid(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::sigmoid(x);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -76,6 +83,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::relu(x);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -86,6 +94,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::gelu(x);
   if (!needs_grad(x)) return y;
   // y = x/2 (1 + tanh(u)), u = c (x + a x^3): dy/dx = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 a x^2), t = tanh(u),
@@ -95,6 +104,7 @@ Tensor gelu(const Tensor& x) {
 }
 
 Tensor silu(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::silu(x);
   if (!needs_grad(x)) return y;
   // y = x s(x): dy/dx = s (1 + x (1 - s)), fused.
@@ -103,12 +113,14 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor abs(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::abs(x);
   if (!needs_grad(x)) return y;
   return unary_saving("abs", std::move(y), x, x, [](const Tensor& g, const Tensor& x) { return ops::mul(g, sign(x)); });
 }
 
 Tensor square(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::square(x);
   if (!needs_grad(x)) return y;
   return unary_saving("square", std::move(y), x, x,
@@ -116,6 +128,7 @@ Tensor square(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, double exponent) {
+  const InternalOps internal;
   Tensor y = ops::pow(x, exponent);
   if (!needs_grad(x)) return y;
   return unary_saving("pow", std::move(y), x, x, [exponent](const Tensor& g, const Tensor& x) {
@@ -124,24 +137,28 @@ Tensor pow(const Tensor& x, double exponent) {
 }
 
 Tensor add(const Tensor& x, double s) {
+  const InternalOps internal;
   Tensor y = ops::add(x, s);
   if (!needs_grad(x)) return y;
   return record("add", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {g}; });
 }
 
 Tensor mul(const Tensor& x, double s) {
+  const InternalOps internal;
   Tensor y = ops::mul(x, s);
   if (!needs_grad(x)) return y;
   return record("mul", std::move(y), {edge_to(x)}, [s](const Tensor& g) -> Grads { return {ops::mul(g, s)}; });
 }
 
 Tensor rsub(const Tensor& x, double s) {
+  const InternalOps internal;
   Tensor y = ops::unary(UnaryOp::rsub_scalar, x, s);
   if (!needs_grad(x)) return y;
   return record("rsub", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {ops::neg(g)}; });
 }
 
 Tensor rdiv(const Tensor& x, double s) {
+  const InternalOps internal;
   Tensor y = ops::unary(UnaryOp::rdiv_scalar, x, s);
   if (!needs_grad(x)) return y;
   // d (s / x) = -s / x^2
@@ -153,6 +170,7 @@ Tensor rdiv(const Tensor& x, double s) {
 // --- binary: gradients are computed at the broadcast shape and summed back to each input's ---
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::add(a, b);
   if (!needs_grad(a, b)) return y;
   return record("add", std::move(y), {edge_to(a), edge_to(b)},
@@ -162,6 +180,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::sub(a, b);
   if (!needs_grad(a, b)) return y;
   bool need_b = b.requires_grad();
@@ -172,6 +191,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::mul(a, b);
   if (!needs_grad(a, b)) return y;
   // Each input's gradient needs the other input; save only what will be used.
@@ -186,6 +206,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::div(a, b);
   if (!needs_grad(a, b)) return y;
   bool need_a = a.requires_grad();
@@ -215,16 +236,19 @@ static Tensor extremum(const char* op, Tensor y, const Tensor& a, const Tensor& 
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::maximum(a, b);
   return needs_grad(a, b) ? extremum("maximum", std::move(y), a, b, true) : y;
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::minimum(a, b);
   return needs_grad(a, b) ? extremum("minimum", std::move(y), a, b, false) : y;
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::where(cond, a, b);
   if (!needs_grad(a, b)) return y;
   return record("where", std::move(y), {edge_to(a), edge_to(b)},
@@ -235,6 +259,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  const InternalOps internal;
   Tensor y = ops::masked_fill(x, mask, value);
   if (!needs_grad(x)) return y;
   return record("masked_fill", std::move(y), {edge_to(x)},

@@ -20,6 +20,7 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/node.h>
 #include <mvgpt/autograd/saved_tensor.h>
+#include <mvgpt/tensor/grad_state.h>  // InternalOps: NOTE [ Raw ops and gradients ]
 
 namespace mvgpt::autograd {
 

@@ -1,12 +1,10 @@
 #include <mvgpt/autograd/grad_mode.h>
 
+#include <mvgpt/tensor/grad_state.h>
+
 namespace mvgpt::autograd {
 
-namespace {
-thread_local bool t_grad_enabled = true;
-}
-
-bool grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool enabled) { t_grad_enabled = enabled; }
+bool grad_enabled() { return detail::grad_mode_flag(); }
+void set_grad_enabled(bool enabled) { detail::grad_mode_flag() = enabled; }
 
 }  // namespace mvgpt::autograd

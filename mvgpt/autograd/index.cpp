@@ -5,6 +5,7 @@
 namespace mvgpt {
 
 Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
+  const InternalOps internal;
   Tensor y = ops::index_select(x, axis, index);
   if (!needs_grad(x)) return y;
   return record("index_select", std::move(y), {edge_to(x)},
@@ -15,6 +16,7 @@ Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int axis, const Tensor& index) {
+  const InternalOps internal;
   Tensor y = ops::gather(x, axis, index);
   if (!needs_grad(x)) return y;
   return record("gather", std::move(y), {edge_to(x)},
@@ -25,6 +27,7 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  const InternalOps internal;
   Tensor y = ops::embedding(weight, ids);  // (..., C)
   if (!needs_grad(weight)) return y;
   return record("embedding", std::move(y), {edge_to(weight)},
@@ -37,6 +40,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
 }
 
 Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  const InternalOps internal;
   Tensor y = ops::index_add(x, axis, index, src);
   if (!needs_grad(x, src)) return y;
   bool need_src = src.requires_grad();
@@ -47,6 +51,7 @@ Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& s
 }
 
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  const InternalOps internal;
   Tensor y = ops::scatter_add(x, axis, index, src);
   if (!needs_grad(x, src)) return y;
   bool need_src = src.requires_grad();

@@ -16,6 +16,7 @@ std::vector<autograd::Edge> edges_to(const std::vector<Tensor>& tensors) {
 }  // namespace
 
 Tensor cat(const std::vector<Tensor>& tensors, int axis) {
+  const InternalOps internal;
   Tensor y = ops::cat(tensors, axis);
   if (!needs_grad(tensors)) return y;
   const int ax = normalize_axis(axis, y.dim(), "cat");
@@ -38,6 +39,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int axis) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int axis) {
+  const InternalOps internal;
   Tensor y = ops::stack(tensors, axis);
   if (!needs_grad(tensors)) return y;
   const int ax = normalize_axis(axis, y.dim(), "stack");
@@ -52,6 +54,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int axis) {
 }
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int axis) {
+  const InternalOps internal;
   const int ax = normalize_axis(axis, x.dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
@@ -72,6 +75,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int chunks, int axis) {
+  const InternalOps internal;
   if (chunks <= 0) throw std::invalid_argument("chunk: chunks must be positive, found " + std::to_string(chunks));
   const int ax = normalize_axis(axis, x.dim(), "chunk");
   // As PyTorch: pieces of ceil(n / chunks), the last one smaller (fewer pieces when n is small).

@@ -4,6 +4,7 @@
 namespace mvgpt {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  const InternalOps internal;
   Tensor y = ops::matmul(a, b);
   if (!needs_grad(a, b)) return y;
   // Each input's gradient needs the other input.
@@ -35,6 +36,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const InternalOps internal;
   Tensor y = ops::linear(x, weight, bias);
   if (!needs_grad(x, weight, bias)) return y;
   SavedTensor saved_x(weight.requires_grad() ? x : Tensor()), saved_w(x.requires_grad() ? weight : Tensor());

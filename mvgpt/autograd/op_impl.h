@@ -7,11 +7,13 @@
 #include <mvgpt/autograd/op_registry.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/ops.h>  // the raw ops the differentiable ones are made of
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 
 using autograd::edge_to;
 using autograd::Grads;
+using autograd::InternalOps;  // first line of every differentiable op: NOTE [ Raw ops and gradients ]
 using autograd::needs_grad;
 using autograd::record;
 using autograd::SavedTensor;

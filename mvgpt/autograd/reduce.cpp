@@ -37,6 +37,7 @@ Tensor record_extremum(const char* op, Tensor y, const Tensor& x, const Axes& ax
 }  // namespace
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdim) {
+  const InternalOps internal;
   Tensor y = ops::sum(x, axes, keepdim);
   if (!needs_grad(x)) return y;
   Shape in = x.shape(), kept = keepdim_shape(in, axes, "sum");
@@ -45,6 +46,7 @@ Tensor sum(const Tensor& x, const Axes& axes, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
+  const InternalOps internal;
   Tensor y = ops::mean(x, axes, keepdim);
   if (!needs_grad(x)) return y;
   Shape in = x.shape(), kept = keepdim_shape(in, axes, "mean");
@@ -56,16 +58,19 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdim) {
 }
 
 Tensor max(const Tensor& x, const Axes& axes, bool keepdim) {
+  const InternalOps internal;
   Tensor y = ops::max(x, axes, keepdim);
   return needs_grad(x) ? record_extremum("max", std::move(y), x, axes) : y;
 }
 
 Tensor min(const Tensor& x, const Axes& axes, bool keepdim) {
+  const InternalOps internal;
   Tensor y = ops::min(x, axes, keepdim);
   return needs_grad(x) ? record_extremum("min", std::move(y), x, axes) : y;
 }
 
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
+  const InternalOps internal;
   Tensor y = ops::logsumexp(x, axes, keepdim);
   if (!needs_grad(x)) return y;
   Shape in = x.shape(), kept = keepdim_shape(in, axes, "logsumexp");
@@ -79,6 +84,7 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x, int axis) {
+  const InternalOps internal;
   Tensor y = ops::softmax(x, axis);
   if (!needs_grad(x)) return y;
   Tensor out = y;
@@ -91,6 +97,7 @@ Tensor softmax(const Tensor& x, int axis) {
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {
+  const InternalOps internal;
   Tensor y = ops::log_softmax(x, axis);
   if (!needs_grad(x)) return y;
   Tensor out = y;

@@ -6,6 +6,7 @@
 namespace mvgpt {
 
 Tensor parameter(const Tensor& t) {
+  const InternalOps internal;
   Tensor p = t.detach();
   p.requires_grad_(true);
   return p;
@@ -14,6 +15,7 @@ Tensor parameter(const Tensor& t) {
 Tensor detach(const Tensor& t) { return t.detach(); }
 
 Tensor contiguous(const Tensor& x) {
+  const InternalOps internal;
   if (x.is_contiguous()) return x;  // the same tensor, with its own history
   Tensor y = ops::contiguous(x);
   if (!needs_grad(x)) return y;
@@ -21,12 +23,14 @@ Tensor contiguous(const Tensor& x) {
 }
 
 Tensor clone(const Tensor& x) {
+  const InternalOps internal;
   Tensor y = ops::clone(x);
   if (!needs_grad(x)) return y;
   return record("clone", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {g}; });
 }
 
 Tensor to(const Tensor& x, DType dtype) {
+  const InternalOps internal;
   if (x.dtype() == dtype) return x;
   Tensor y = ops::to(x, dtype);
   // A cast to an integer type ends the gradient.
@@ -36,6 +40,7 @@ Tensor to(const Tensor& x, DType dtype) {
 }
 
 Tensor to(const Tensor& x, Device device) {
+  const InternalOps internal;
   if (x.device() == device) return x;
   Tensor y = ops::to(x, device);
   if (!needs_grad(x)) return y;
@@ -51,26 +56,31 @@ static Tensor record_reshape_like(const char* op, Tensor y, const Tensor& x) {
 }
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
+  const InternalOps internal;
   Tensor y = ops::reshape(x, shape);
   return needs_grad(x) ? record_reshape_like("reshape", std::move(y), x) : y;
 }
 
 Tensor flatten(const Tensor& x, int start_axis, int end_axis) {
+  const InternalOps internal;
   Tensor y = ops::flatten(x, start_axis, end_axis);
   return needs_grad(x) ? record_reshape_like("flatten", std::move(y), x) : y;
 }
 
 Tensor squeeze(const Tensor& x, int axis) {
+  const InternalOps internal;
   Tensor y = ops::squeeze(x, axis);
   return needs_grad(x) ? record_reshape_like("squeeze", std::move(y), x) : y;
 }
 
 Tensor unsqueeze(const Tensor& x, int axis) {
+  const InternalOps internal;
   Tensor y = ops::unsqueeze(x, axis);
   return needs_grad(x) ? record_reshape_like("unsqueeze", std::move(y), x) : y;
 }
 
 Tensor permute(const Tensor& x, const std::vector<int>& axes) {
+  const InternalOps internal;
   Tensor y = ops::permute(x, axes);
   if (!needs_grad(x)) return y;
   // y's axis i is x's axis axes[i], so x's axis axes[i] is y's axis i.
@@ -81,6 +91,7 @@ Tensor permute(const Tensor& x, const std::vector<int>& axes) {
 }
 
 Tensor transpose(const Tensor& x, int axis0, int axis1) {
+  const InternalOps internal;
   Tensor y = ops::transpose(x, axis0, axis1);
   if (!needs_grad(x)) return y;
   return record("transpose", std::move(y), {edge_to(x)},
@@ -88,6 +99,7 @@ Tensor transpose(const Tensor& x, int axis0, int axis1) {
 }
 
 Tensor narrow(const Tensor& x, int axis, int64_t start, int64_t length) {
+  const InternalOps internal;
   Tensor y = ops::narrow(x, axis, start, length);
   if (!needs_grad(x)) return y;
   Shape in = x.shape();
@@ -100,6 +112,7 @@ Tensor narrow(const Tensor& x, int axis, int64_t start, int64_t length) {
 }
 
 Tensor select(const Tensor& x, int axis, int64_t index) {
+  const InternalOps internal;
   Tensor y = ops::select(x, axis, index);
   if (!needs_grad(x)) return y;
   Shape in = x.shape();
@@ -111,6 +124,7 @@ Tensor select(const Tensor& x, int axis, int64_t index) {
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {
+  const InternalOps internal;
   Tensor y = ops::expand(x, shape);
   if (!needs_grad(x)) return y;
   Shape in = x.shape();

@@ -5,10 +5,27 @@
 
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/backends/ops_internal.h>
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt::ops {
 
 namespace detail {
+
+bool raw_op_checks_enabled() {
+#if MVGPT_CHECK_RAW_OPS
+  return true;
+#else
+  return false;
+#endif
+}
+
+void refuse_grad_inputs(const char* op, std::initializer_list<const Tensor*> inputs) {
+  if (!autograd::detail::grad_mode_flag() || autograd::detail::internal_ops_depth() > 0) return;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad())
+      throw std::logic_error(std::string("ops::") + op + ": a raw op (no gradient) was given a tensor that requires grad "
+                             "while grad mode is on; call mvgpt::" + op + " (autograd/ops.h) or run it under NoGradGuard");
+}
 
 void check_defined(const Tensor& t, const char* op, const char* what) {
   if (!t.defined()) throw std::invalid_argument(std::string(op) + ": " + what + " is undefined");

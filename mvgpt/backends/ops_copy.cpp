@@ -10,6 +10,7 @@
 namespace mvgpt::ops {
 
 Tensor clone(const Tensor& t) {
+  detail::check_no_grad("clone", {&t});
   detail::check_defined(t, "clone");
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
   detail::backend_of(t).copy(t, out);
@@ -17,11 +18,13 @@ Tensor clone(const Tensor& t) {
 }
 
 Tensor contiguous(const Tensor& t) {
+  detail::check_no_grad("contiguous", {&t});
   detail::check_defined(t, "contiguous");
   return t.is_contiguous() ? t : clone(t);
 }
 
 Tensor to(const Tensor& t, DType dtype) {
+  detail::check_no_grad("to", {&t});
   detail::check_defined(t, "to");
   if (t.dtype() == dtype) return t;
   Tensor out = Tensor::empty(t.shape(), dtype, t.device());
@@ -30,6 +33,7 @@ Tensor to(const Tensor& t, DType dtype) {
 }
 
 Tensor to(const Tensor& t, Device device) {
+  detail::check_no_grad("to", {&t});
   detail::check_defined(t, "to");
   if (t.device() == device) return t;
   // Nothing computed past an out-of-range index reaches the host (NOTE [ Deferred range checks ]).

@@ -29,6 +29,7 @@ bool int_binary(BinaryOp op) {
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
+  detail::check_no_grad(unary_op_name(op), {&x});
   const char* name = unary_op_name(op);
   detail::check_defined(x, name);
   if (is_integral(x.dtype())) {
@@ -64,6 +65,7 @@ Tensor add(const Tensor& x, double s) { return unary(UnaryOp::add_scalar, x, s);
 Tensor mul(const Tensor& x, double s) { return unary(UnaryOp::mul_scalar, x, s); }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  detail::check_no_grad(binary_op_name(op), {&a, &b});
   const char* name = binary_op_name(op);
   check_same_device(a, b, name);
   check_same_dtype(a, b, name);
@@ -98,6 +100,7 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad) { return binary(Binary
 Tensor silu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::silu_backward, x, grad); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_no_grad("where", {&a, &b});
   detail::check_defined(cond, "where", "cond");
   check_same_device(cond, a, "where");
   check_same_device(a, b, "where");

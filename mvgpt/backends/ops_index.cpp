@@ -40,6 +40,7 @@ void check_index_fits(const Tensor& index, const Tensor& other, int axis, bool i
 }  // namespace
 
 Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
+  detail::check_no_grad("index_select", {&x});
   int ax = check_axis_input(x, index, axis, "index_select");
   check_vector_index(index, "index_select");
   const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "index_select", ax);
@@ -51,6 +52,7 @@ Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int axis, const Tensor& index) {
+  detail::check_no_grad("gather", {&x});
   int ax = check_axis_input(x, index, axis, "gather");
   check_index_fits(index, x, ax, false, "gather", "the input");
   const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "gather", ax);
@@ -60,6 +62,7 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  detail::check_no_grad("index_add", {&x, &src});
   int ax = check_axis_input(x, index, axis, "index_add");
   check_same_device(x, src, "index_add");
   check_same_dtype(x, src, "index_add");
@@ -77,6 +80,7 @@ Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& s
 }
 
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  detail::check_no_grad("scatter_add", {&x, &src});
   int ax = check_axis_input(x, index, axis, "scatter_add");
   check_same_device(x, src, "scatter_add");
   check_same_dtype(x, src, "scatter_add");

@@ -1,11 +1,33 @@
 #pragma once
 // Helpers shared by the ops_*.cpp files (not part of the public API).
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include <mvgpt/backends/ops.h>
 
+// NOTE [ Raw ops and gradients ]
+// The raw ops record nothing: a model that called them on its parameters would train nothing through
+// them, silently. So in debug builds (no NDEBUG, or MVGPT_CHECK_RAW_OPS=1) a raw op refuses an input
+// that requires grad while grad mode is on, unless it runs inside a differentiable op's forward
+// (autograd::InternalOps, tensor/grad_state.h), which records the node itself. Under NoGradGuard
+// (inference, optimizer steps, the backward pass, initialisation) raw ops take anything.
+#if !defined(MVGPT_CHECK_RAW_OPS) && !defined(NDEBUG)
+#define MVGPT_CHECK_RAW_OPS 1
+#endif
+
 namespace mvgpt::ops::detail {
+
+// Whether this build checks raw ops' inputs (debug builds).
+bool raw_op_checks_enabled();
+// Throws std::logic_error naming op when an input requires grad, grad mode is on and no
+// differentiable op is running: the caller meant the op of autograd/ops.h.
+void refuse_grad_inputs(const char* op, std::initializer_list<const Tensor*> inputs);
+#if MVGPT_CHECK_RAW_OPS
+inline void check_no_grad(const char* op, std::initializer_list<const Tensor*> inputs) { refuse_grad_inputs(op, inputs); }
+#else
+inline void check_no_grad(const char*, std::initializer_list<const Tensor*>) {}
+#endif
 
 // Throws std::invalid_argument "op: <what> is undefined" for an empty handle.
 void check_defined(const Tensor& t, const char* op, const char* what = "input");

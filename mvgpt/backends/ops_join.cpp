@@ -11,6 +11,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int axis) {
   if (tensors.empty()) throw std::invalid_argument("cat: expected at least one tensor, found none");
   const Tensor& first = tensors[0];
   detail::check_defined(first, "cat");
+  for (const Tensor& t : tensors) detail::check_no_grad("cat", {&t});
   if (first.dim() == 0) throw std::invalid_argument("cat: cannot concatenate scalars (use stack)");
   const int ax = normalize_axis(axis, first.dim(), "cat");
   Shape shape = first.shape();

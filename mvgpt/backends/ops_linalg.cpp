@@ -9,6 +9,7 @@
 namespace mvgpt::ops {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  detail::check_no_grad("matmul", {&a, &b});
   check_same_device(a, b, "matmul");
   check_same_dtype(a, b, "matmul");
   check_floating(a, "matmul");
@@ -39,6 +40,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  detail::check_no_grad("linear", {&x, &weight, &bias});
   const char* op = "linear";
   check_same_device(x, weight, op);
   check_same_dtype(x, weight, op);

@@ -36,6 +36,7 @@ Shape kept_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
 // Runs `op` over the masked axes of x (already in a dtype the backend reduces) into `out_dtype`.
 Tensor reduce_impl(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, bool keepdim, DType out_dtype,
                    const char* name) {
+  detail::check_no_grad(name, {&x});
   std::vector<int> perm;
   int64_t reduced = 1;
   for (int d = 0; d < x.dim(); ++d)
@@ -122,6 +123,7 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdim) {
 }
 
 static Tensor softmax_impl(const Tensor& x, int axis, bool log, const char* name) {
+  detail::check_no_grad(name, {&x});
   check_floating(x, name);
   if (x.dim() == 0) return log ? zeros_like(x) : ones_like(x);
   int ax = normalize_axis(axis, x.dim(), name);

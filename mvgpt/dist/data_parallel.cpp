@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/cuda/cuda_backend.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/dist/nccl.h>
@@ -33,6 +34,7 @@ void write_back(const Tensor& t, const Tensor& s) {
 
 void broadcast_tensors(const std::vector<Tensor>& tensors, int root) {
   if (size() == 1) return;
+  NoGradGuard no_grad;  // values copied between ranks (parameters among them): nothing to differentiate
   // Shapes, dtypes and routes first: a mismatch would otherwise corrupt memory or hang (one rank in
   // NCCL, another in MPI).
   std::vector<int64_t> layout;

@@ -9,6 +9,7 @@
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/unit.h>
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
@@ -125,6 +126,7 @@ using autograd::record;
 using autograd::SavedTensor;
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+  const autograd::InternalOps internal;
   fused::AttentionResult r = fused::attention_forward(q, k, v, scale, causal);
   if (!needs_grad(q, k, v)) return r.out;
   Tensor out = r.out;

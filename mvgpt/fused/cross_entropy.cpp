@@ -11,6 +11,7 @@
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/backends/ops_internal.h>
 #include <mvgpt/fused/unit.h>
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
@@ -126,6 +127,7 @@ using autograd::record;
 using autograd::SavedTensor;
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
+  const autograd::InternalOps internal;
   Shape want = logits.dim() >= 1 ? logits.shape() : Shape{};
   if (logits.dim() >= 1) want.erase(want.size() - 1);
   if (logits.dim() < 1 || !(targets.shape() == want))

@@ -8,6 +8,7 @@
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/fused/unit.h>
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
@@ -139,6 +140,7 @@ using autograd::record;
 using autograd::SavedTensor;
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const autograd::InternalOps internal;
   Tensor x2 = fused::as_rows(x, "layer_norm");  // (N, C)
   fused::NormResult r = fused::layer_norm_forward(x2, weight, bias, eps);
   Tensor y = ops::reshape(r.y, x.shape());
@@ -155,6 +157,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const autograd::InternalOps internal;
   Tensor x2 = fused::as_rows(x, "rms_norm");  // (N, C)
   fused::NormResult r = fused::rms_norm_forward(x2, weight, eps);
   Tensor y = ops::reshape(r.y, x.shape());

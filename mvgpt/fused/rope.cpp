@@ -10,6 +10,7 @@
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/unit.h>
+#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
@@ -114,6 +115,7 @@ using autograd::record;
 using autograd::SavedTensor;
 
 Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, double position_scale) {
+  const autograd::InternalOps internal;
   Tensor y = fused::rope_rotate(x, positions, base, layout, /*inverse=*/false, position_scale);
   if (!needs_grad(x)) return y;
   // A rotation's transpose is the rotation by the opposite angle.

@@ -46,7 +46,7 @@ TEST_F(LyingInputs, NonFiniteWeightsAreRefusedNotEvaluatedOrSampled) {
   auto loaded = gpt::load_checkpoint(dir.string());
   const auto named = loaded.model->named_parameters();
   const std::string name = named[3].first;
-  Tensor poisoned = ops::clone(named[3].second);
+  Tensor poisoned = ops::clone(named[3].second.detach());
   poisoned.data<float>()[1] = NAN;
   ops::copy_(named[3].second, poisoned);
   gpt::save_checkpoint(dir.string(), *loaded.model, loaded.metadata);

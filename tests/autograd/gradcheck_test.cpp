@@ -14,6 +14,7 @@ using autograd::Inputs;
 
 // x^3 with a deliberately wrong backward (2x instead of 3x^2) at one element.
 Tensor broken_cube(const Tensor& x) {
+  const autograd::InternalOps internal;  // a differentiable op of its own: it records the node
   Tensor y = ops::pow(x, 3);
   if (!autograd::needs_grad(x)) return y;
   return autograd::record("broken_cube", std::move(y), {autograd::edge_to(x)},

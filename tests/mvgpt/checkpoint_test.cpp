@@ -56,7 +56,7 @@ std::shared_ptr<GPT> make_model(const GPTConfig& c, uint64_t seed) {
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) return false;
-  Tensor x = ops::contiguous(a), y = ops::contiguous(b);
+  Tensor x = ops::contiguous(a.detach()), y = ops::contiguous(b.detach());
   return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 

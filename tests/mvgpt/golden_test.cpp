@@ -41,7 +41,7 @@ Golden load_golden(const std::string& variant) {
   return {load_checkpoint(dir + "/checkpoint"), safetensors::load(dir + "/expected.safetensors")};
 }
 
-std::vector<double> values(const Tensor& t) { return ops::to(ops::contiguous(t), DType::f64).to_vector<double>(); }
+std::vector<double> values(const Tensor& t) { return ops::to(ops::contiguous(t.detach()), DType::f64).to_vector<double>(); }
 
 // Checks |a - b| <= abs_tol + rel_tol |b| elementwise; reports the worst element.
 ::testing::AssertionResult close(const Tensor& actual, const Tensor& expected, double abs_tol, double rel_tol) {

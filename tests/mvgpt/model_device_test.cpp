@@ -83,7 +83,9 @@ Tensor ids_on(const std::vector<int32_t>& v, int64_t B, Device dev) {
   return ops::to(Tensor::from_vector(v, Shape{B, int64_t(v.size()) / B}), dev);
 }
 
-std::vector<double> host(const Tensor& t) { return ops::to(ops::to(t, Device::cpu()), DType::f64).to_vector<double>(); }
+std::vector<double> host(const Tensor& t) {
+  return ops::to(ops::to(t.detach(), Device::cpu()), DType::f64).to_vector<double>();
+}
 
 // |got - want| <= tol (1 + |want|) element by element, naming the first few that differ.
 void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
