@@ -18,6 +18,17 @@ Tensor unary_saving(const char* op, Tensor y, const Tensor& x, const Tensor& sav
   });
 }
 
+// y = raw(x), recorded with a backward that needs the output y or the input x.
+enum class Saves : bool { input, output };
+template <class F>
+Tensor unary(const char* op, const Tensor& x, Tensor (*raw)(const Tensor&), Saves saves, F grad_of) {
+  const InternalOps internal;
+  Tensor y = raw(x);
+  if (!needs_grad(x)) return y;
+  const Tensor saved = saves == Saves::output ? y : x;
+  return unary_saving(op, std::move(y), x, saved, grad_of);
+}
+
 }  // namespace
 
 // --- unary ---
@@ -30,101 +41,62 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::exp(x);
-  if (!needs_grad(x)) return y;
-  Tensor out = y;
-  return unary_saving("exp", std::move(y), x, out, [](const Tensor& g, const Tensor& y) { return ops::mul(g, y); });
+  return unary("exp", x, ops::exp, Saves::output, [](const Tensor& g, const Tensor& y) { return ops::mul(g, y); });
 }
 
 Tensor log(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::log(x);
-  if (!needs_grad(x)) return y;
-  return unary_saving("log", std::move(y), x, x, [](const Tensor& g, const Tensor& x) { return ops::div(g, x); });
+  return unary("log", x, ops::log, Saves::input, [](const Tensor& g, const Tensor& x) { return ops::div(g, x); });
 }
 
 Tensor sqrt(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::sqrt(x);
-  if (!needs_grad(x)) return y;
-  Tensor out = y;
   // d sqrt(x) = 1 / (2 sqrt(x))
-  return unary_saving("sqrt", std::move(y), x, out,
-                      [](const Tensor& g, const Tensor& y) { return ops::div(ops::mul(g, 0.5), y); });
+  return unary("sqrt", x, ops::sqrt, Saves::output,
+               [](const Tensor& g, const Tensor& y) { return ops::div(ops::mul(g, 0.5), y); });
 }
 
 Tensor rsqrt(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::rsqrt(x);
-  if (!needs_grad(x)) return y;
-  Tensor out = y;
   // d x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
-  return unary_saving("rsqrt", std::move(y), x, out,
-                      [](const Tensor& g, const Tensor& y) { return ops::mul(ops::mul(g, ops::pow(y, 3)), -0.5); });
+  return unary("rsqrt", x, ops::rsqrt, Saves::output,
+               [](const Tensor& g, const Tensor& y) { return ops::mul(ops::mul(g, ops::pow(y, 3)), -0.5); });
 }
 
 Tensor tanh(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::tanh(x);
-  if (!needs_grad(x)) return y;
-  Tensor out = y;
-  return unary_saving("tanh", std::move(y), x, out,
-                      [](const Tensor& g, const Tensor& y) { return ops::mul(g, one_minus(ops::square(y))); });
+  return unary("tanh", x, ops::tanh, Saves::output,
+               [](const Tensor& g, const Tensor& y) { return ops::mul(g, one_minus(ops::square(y))); });
 }
 
 Tensor sigmoid(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::sigmoid(x);
-  if (!needs_grad(x)) return y;
-  Tensor out = y;
-  return unary_saving("sigmoid", std::move(y), x, out,
-                      [](const Tensor& g, const Tensor& y) { return ops::mul(g, ops::mul(y, one_minus(y))); });
+  return unary("sigmoid", x, ops::sigmoid, Saves::output,
+               [](const Tensor& g, const Tensor& y) { return ops::mul(g, ops::mul(y, one_minus(y))); });
 }
 
 Tensor relu(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::relu(x);
-  if (!needs_grad(x)) return y;
-  Tensor out = y;
   // y > 0 exactly where x > 0, so the output serves; at x = 0 the gradient is 0.
-  return unary_saving("relu", std::move(y), x, out, [](const Tensor& g, const Tensor& y) {
+  return unary("relu", x, ops::relu, Saves::output, [](const Tensor& g, const Tensor& y) {
     return ops::masked_fill(g, ops::le(y, autograd::scalar_like(y, 0)), 0.0);
   });
 }
 
 Tensor gelu(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::gelu(x);
-  if (!needs_grad(x)) return y;
   // y = x/2 (1 + tanh(u)), u = c (x + a x^3): dy/dx = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 a x^2), t = tanh(u),
   // in one fused pass (the composed form is the test's reference).
-  return unary_saving("gelu", std::move(y), x, x,
-                      [](const Tensor& g, const Tensor& x) { return ops::gelu_backward(x, g); });
+  return unary("gelu", x, ops::gelu, Saves::input,
+               [](const Tensor& g, const Tensor& x) { return ops::gelu_backward(x, g); });
 }
 
 Tensor silu(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::silu(x);
-  if (!needs_grad(x)) return y;
   // y = x s(x): dy/dx = s (1 + x (1 - s)), fused.
-  return unary_saving("silu", std::move(y), x, x,
-                      [](const Tensor& g, const Tensor& x) { return ops::silu_backward(x, g); });
+  return unary("silu", x, ops::silu, Saves::input,
+               [](const Tensor& g, const Tensor& x) { return ops::silu_backward(x, g); });
 }
 
 Tensor abs(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::abs(x);
-  if (!needs_grad(x)) return y;
-  return unary_saving("abs", std::move(y), x, x, [](const Tensor& g, const Tensor& x) { return ops::mul(g, sign(x)); });
+  return unary("abs", x, ops::abs, Saves::input, [](const Tensor& g, const Tensor& x) { return ops::mul(g, sign(x)); });
 }
 
 Tensor square(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::square(x);
-  if (!needs_grad(x)) return y;
-  return unary_saving("square", std::move(y), x, x,
-                      [](const Tensor& g, const Tensor& x) { return ops::mul(ops::mul(g, x), 2.0); });
+  return unary("square", x, ops::square, Saves::input,
+               [](const Tensor& g, const Tensor& x) { return ops::mul(ops::mul(g, x), 2.0); });
 }
 
 Tensor pow(const Tensor& x, double exponent) {

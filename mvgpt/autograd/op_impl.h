@@ -1,8 +1,9 @@
 #pragma once
-// INTERNAL: not part of the public API. What the autograd/*.cpp files that define differentiable
-// ops share: the recording machinery (autograd/function.h), the op registry and the op
-// declarations, and the names they use unqualified. Include it only from those .cpp files: the
-// using-declarations below put autograd names into namespace mvgpt.
+// INTERNAL: not part of the public API. What the .cpp files that define differentiable ops share
+// (autograd/*.cpp and the fused units, mvgpt/fused/*.cpp): the recording machinery
+// (autograd/function.h), the op registry, the op declarations and the raw ops, and the names they
+// use unqualified. Include it only from those .cpp files: the using-declarations below put autograd
+// names into namespace mvgpt.
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/autograd/op_registry.h>
 #include <mvgpt/autograd/ops.h>

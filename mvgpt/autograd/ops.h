@@ -15,39 +15,19 @@
 
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/backends/no_grad_ops.h>
 #include <mvgpt/tensor/generator.h>
 
 namespace mvgpt {
 
 using Axes = std::vector<int>;
 
-// --- creation: plain data, no gradient history ---
-Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor zeros_like(const Tensor& t);
-Tensor ones_like(const Tensor& t);
-Tensor full_like(const Tensor& t, double value);
-// start, start + step, ... below end.
-Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64, Device device = Device::cpu());
-// Uniform in [0, 1) and standard normal, from gen (default_generator() when null).
-Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
-Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
+// Creation, comparisons and argmax, which have no gradient: <mvgpt/backends/no_grad_ops.h>.
 
 // A leaf sharing t's storage that requires grad (t must be floating point): a trainable parameter.
 Tensor parameter(const Tensor& t);
 // The same data with no gradient history (as Tensor::detach).
 Tensor detach(const Tensor& t);
-
-// --- not differentiable: comparisons (bool results, broadcasting) and argmax (int64) ---
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor argmax(const Tensor& x, int axis, bool keepdim = false);
 
 // differentiable ops: begin
 

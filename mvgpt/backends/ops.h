@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/no_grad_ops.h>
 #include <mvgpt/tensor/generator.h>
 #include <mvgpt/tensor/tensor.h>
 #include <mvgpt/tensor/views.h>
@@ -15,19 +16,24 @@ namespace mvgpt::ops {
 
 using Axes = std::vector<int>;
 
-// --- creation ---
-Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
-Tensor zeros_like(const Tensor& t);
-Tensor ones_like(const Tensor& t);
-Tensor full_like(const Tensor& t, double value);
-// [start, end) in steps of step.
-Tensor arange(double start, double end, double step = 1, DType dtype = DType::i64, Device device = Device::cpu());
-// Uniform [0, 1) and standard normal from a Philox stream (default_generator() when none given).
-Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
-Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(), Generator* gen = nullptr);
+// --- creation, comparisons and argmax: public (no_grad_ops.h), the same functions here ---
+using mvgpt::arange;
+using mvgpt::argmax;
+using mvgpt::empty;
+using mvgpt::eq;
+using mvgpt::full;
+using mvgpt::full_like;
+using mvgpt::ge;
+using mvgpt::gt;
+using mvgpt::le;
+using mvgpt::lt;
+using mvgpt::ne;
+using mvgpt::ones;
+using mvgpt::ones_like;
+using mvgpt::rand;
+using mvgpt::randn;
+using mvgpt::zeros;
+using mvgpt::zeros_like;
 
 // --- copies and conversions ---
 Tensor contiguous(const Tensor& t);  // t itself when already contiguous
@@ -74,12 +80,6 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
 // Fused backward passes: grad * f'(x) in one pass over x and grad (broadcast), for f = GELU (tanh
 // approximation) and SiLU.
 Tensor gelu_backward(const Tensor& x, const Tensor& grad);
@@ -92,7 +92,6 @@ Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
 Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
 Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
-Tensor argmax(const Tensor& x, int axis, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int axis = -1);
 Tensor log_softmax(const Tensor& x, int axis = -1);

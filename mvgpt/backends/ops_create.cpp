@@ -1,4 +1,4 @@
-// Creation: filled tensors, ranges and Philox random tensors.
+// Creation: filled tensors, ranges and Philox random tensors (public: no_grad_ops.h).
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -6,7 +6,9 @@
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/backends/ops_internal.h>
 
-namespace mvgpt::ops {
+namespace mvgpt {
+
+namespace detail = ops::detail;
 
 // The backend is created first: creating it registers the device's allocator (CUDA).
 Tensor empty(const Shape& shape, DType dtype, Device device) {
@@ -69,4 +71,4 @@ Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
   return random_tensor(shape, dtype, device, gen, RandomKind::normal, "randn");
 }
 
-}  // namespace mvgpt::ops
+}  // namespace mvgpt

@@ -65,7 +65,7 @@ Tensor add(const Tensor& x, double s) { return unary(UnaryOp::add_scalar, x, s);
 Tensor mul(const Tensor& x, double s) { return unary(UnaryOp::mul_scalar, x, s); }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  detail::check_no_grad(binary_op_name(op), {&a, &b});
+  if (!is_comparison(op)) detail::check_no_grad(binary_op_name(op), {&a, &b});  // bool results lose nothing
   const char* name = binary_op_name(op);
   check_same_device(a, b, name);
   check_same_dtype(a, b, name);
@@ -90,12 +90,6 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b
 Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
-Tensor eq(const Tensor& a, const Tensor& b) { return binary(BinaryOp::eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary(BinaryOp::le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary(BinaryOp::gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary(BinaryOp::ge, a, b); }
 Tensor gelu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_backward, x, grad); }
 Tensor silu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::silu_backward, x, grad); }
 
@@ -128,3 +122,15 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 }
 
 }  // namespace mvgpt::ops
+
+namespace mvgpt {
+
+// The comparisons (public: no_grad_ops.h).
+Tensor eq(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return ops::binary(BinaryOp::ge, a, b); }
+
+}  // namespace mvgpt

@@ -36,7 +36,7 @@ Shape kept_shape(const Shape& s, const std::vector<bool>& mask, bool keepdim) {
 // Runs `op` over the masked axes of x (already in a dtype the backend reduces) into `out_dtype`.
 Tensor reduce_impl(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, bool keepdim, DType out_dtype,
                    const char* name) {
-  detail::check_no_grad(name, {&x});
+  if (op != ReduceOp::argmax) detail::check_no_grad(name, {&x});  // indices lose nothing
   std::vector<int> perm;
   int64_t reduced = 1;
   for (int d = 0; d < x.dim(); ++d)
@@ -95,7 +95,7 @@ static Tensor extreme(ReduceOp op, const Tensor& x, const Axes& axes, bool keepd
 Tensor max(const Tensor& x, const Axes& axes, bool keepdim) { return extreme(ReduceOp::max, x, axes, keepdim, "max"); }
 Tensor min(const Tensor& x, const Axes& axes, bool keepdim) { return extreme(ReduceOp::min, x, axes, keepdim, "min"); }
 
-Tensor argmax(const Tensor& x, int axis, bool keepdim) {
+Tensor argmax_impl(const Tensor& x, int axis, bool keepdim) {
   check_reducible(x, "argmax");
   int ax = normalize_axis(axis, std::max(x.dim(), 1), "argmax");
   if (x.dim() == 0) return zeros({}, DType::i64, x.device());
@@ -159,3 +159,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
 }
 
 }  // namespace mvgpt::ops
+
+namespace mvgpt {
+
+Tensor argmax(const Tensor& x, int axis, bool keepdim) { return ops::argmax_impl(x, axis, keepdim); }
+
+}  // namespace mvgpt

@@ -12,13 +12,7 @@ namespace mvgpt::fused {
 namespace {
 
 const AdamWKernels& kernels(Device d) {
-  static const KernelsByDevice<AdamWKernels> table{"adamw", adamw_cpu_kernels(),
-#ifdef MVGPT_FUSED_CUDA
-                                                   adamw_cuda_kernels()
-#else
-                                                   std::nullopt
-#endif
-  };
+  static const KernelsByDevice<AdamWKernels> table{"adamw", adamw_cpu_kernels(), MVGPT_FUSED_CUDA_KERNELS(adamw)};
   return table.on(d);
 }
 

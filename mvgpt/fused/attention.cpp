@@ -6,23 +6,15 @@
 #include <limits>
 #include <string>
 
-#include <mvgpt/autograd/function.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
 #include <mvgpt/fused/unit.h>
-#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
 namespace {
 
 const AttentionKernels& kernels(Device d) {
-  static const KernelsByDevice<AttentionKernels> table{"attention", attention_cpu_kernels(),
-#ifdef MVGPT_FUSED_CUDA
-                                                       attention_cuda_kernels()
-#else
-                                                       std::nullopt
-#endif
-  };
+  static const KernelsByDevice<AttentionKernels> table{"attention", attention_cpu_kernels(), MVGPT_FUSED_CUDA_KERNELS(attention)};
   return table.on(d);
 }
 
@@ -118,12 +110,6 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 }  // namespace fused
 
 // ---------------------------------------------------------------- the differentiable op
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   const autograd::InternalOps internal;

@@ -6,25 +6,17 @@
 #include <cmath>
 #include <string>
 
-#include <mvgpt/autograd/function.h>
+#include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
 #include <mvgpt/backends/deferred_checks.h>
-#include <mvgpt/backends/ops.h>
 #include <mvgpt/backends/ops_internal.h>
 #include <mvgpt/fused/unit.h>
-#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
 namespace {
 
 const CrossEntropyKernels& kernels(Device d) {
-  static const KernelsByDevice<CrossEntropyKernels> table{"cross_entropy", cross_entropy_cpu_kernels(),
-#ifdef MVGPT_FUSED_CUDA
-                                                          cross_entropy_cuda_kernels()
-#else
-                                                          std::nullopt
-#endif
-  };
+  static const KernelsByDevice<CrossEntropyKernels> table{"cross_entropy", cross_entropy_cpu_kernels(), MVGPT_FUSED_CUDA_KERNELS(cross_entropy)};
   return table.on(d);
 }
 
@@ -120,12 +112,6 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 
 // ---------------------------------------------------------------- the differentiable op
 
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
-
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction) {
   const autograd::InternalOps internal;
   Shape want = logits.dim() >= 1 ? logits.shape() : Shape{};
@@ -206,13 +192,12 @@ std::vector<DeviceCase> device_cases() {
   }, {"forward", "backward"}, 2e-5});
   // Rows of -inf (a fully masked row), with a NaN, or with +inf: the same NaN/inf pattern as the CPU.
   cases.push_back({"cross_entropy_nonfinite_rows", [](Device d) {
-    std::vector<float> v(4 * 6);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 7) - 3.0f;
-    for (int j = 0; j < 6; ++j) v[size_t(j)] = -INFINITY;  // row 0: all -inf
-    v[6 + 2] = NAN;                                        // row 1: a NaN
-    v[12 + 4] = INFINITY;                                  // row 2: +inf
-    v[18 + 1] = -INFINITY;                                 // row 3: one masked entry
-    CrossEntropyResult c = cross_entropy_forward(ops::to(Tensor::from_vector(v, Shape{4, 6}), d), ids(d, {0, 2, 4, 1}));
+    const float inf = INFINITY;
+    // Rows: all -inf (fully masked), a NaN, a +inf, one masked entry.
+    Tensor x = Tensor::from_vector(std::vector<float>{-inf, -inf, -inf, -inf, 1, NAN,  2, 0, inf, -1,
+                                                      0,    -inf, 3,    1,    2, -2},
+                                   Shape{4, 4});
+    CrossEntropyResult c = cross_entropy_forward(ops::to(x, d), ids(d, {0, 2, 1, 3}));
     return std::vector<Tensor>{c.losses, c.lse};
   }, {"forward"}});
   // More rows than a CUDA grid holds (65535 * 4 blocks): the kernel strides over rows.

@@ -1,27 +1,18 @@
 // Layer norm and RMS norm: checks and dispatch, the slow reference, the backward, and the cases
 // that test them (NOTE [ A fused op is one unit ] in unit.h). Kernels: norms_cpu.cpp, norms.cu.
-#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/norms.h>
 
 #include <string>
 
-#include <mvgpt/autograd/function.h>
-#include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
 #include <mvgpt/fused/unit.h>
-#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
 namespace {
 
 const NormKernels& kernels(Device d) {
-  static const KernelsByDevice<NormKernels> table{"norms", norms_cpu_kernels(),
-#ifdef MVGPT_FUSED_CUDA
-                                                  norms_cuda_kernels()
-#else
-                                                  std::nullopt
-#endif
-  };
+  static const KernelsByDevice<NormKernels> table{"norms", norms_cpu_kernels(), MVGPT_FUSED_CUDA_KERNELS(norms)};
   return table.on(d);
 }
 
@@ -132,12 +123,6 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 }  // namespace fused
 
 // ---------------------------------------------------------------- the differentiable ops
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   const autograd::InternalOps internal;

@@ -6,24 +6,15 @@
 #include <stdexcept>
 #include <string>
 
-#include <mvgpt/autograd/function.h>
-#include <mvgpt/autograd/ops.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
 #include <mvgpt/fused/unit.h>
-#include <mvgpt/tensor/grad_state.h>
 
 namespace mvgpt {
 namespace fused {
 namespace {
 
 const RopeKernels& kernels(Device d) {
-  static const KernelsByDevice<RopeKernels> table{"rope", rope_cpu_kernels(),
-#ifdef MVGPT_FUSED_CUDA
-                                                  rope_cuda_kernels()
-#else
-                                                  std::nullopt
-#endif
-  };
+  static const KernelsByDevice<RopeKernels> table{"rope", rope_cpu_kernels(), MVGPT_FUSED_CUDA_KERNELS(rope)};
   return table.on(d);
 }
 
@@ -107,12 +98,6 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout la
 }  // namespace fused
 
 // ---------------------------------------------------------------- the differentiable op
-
-using autograd::edge_to;
-using autograd::Grads;
-using autograd::needs_grad;
-using autograd::record;
-using autograd::SavedTensor;
 
 Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, double position_scale) {
   const autograd::InternalOps internal;

@@ -43,6 +43,14 @@ struct Unit {
   std::function<std::vector<DeviceCase>()> device_cases;
 };
 
+// A unit's CUDA kernels where this build has them (the CUDA .cu files are compiled then), else none:
+//   static const KernelsByDevice<NormKernels> table{"norms", norms_cpu_kernels(), MVGPT_FUSED_CUDA_KERNELS(norms)};
+#ifdef MVGPT_FUSED_CUDA
+#define MVGPT_FUSED_CUDA_KERNELS(unit) unit##_cuda_kernels()
+#else
+#define MVGPT_FUSED_CUDA_KERNELS(unit) std::nullopt
+#endif
+
 // For device cases: seeded uniform values in [lo, hi), drawn on the CPU and moved to d, so that
 // every device sees the same inputs.
 Tensor uniform_on(Device d, const Shape& shape, DType dtype, uint64_t seed, double lo = -2, double hi = 2);

@@ -29,6 +29,13 @@ Tensor tensor_of(const std::vector<T>& values, const Shape& shape) {
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype()); }
 inline Tensor empty_of(const Shape& s, DType d) { return Tensor::empty(s, d); }
 
+// A fused unit's CPU kernels, made once: cpu_kernels<fused::norms_cpu_kernels>().
+template <auto make>
+const auto& cpu_kernels() {
+  static const auto kernels = make();
+  return kernels;
+}
+
 inline std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
 // |a - b| <= atol + rtol |b| everywhere; reports the first offender.

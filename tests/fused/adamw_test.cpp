@@ -17,11 +17,8 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-// The CPU kernel itself (no argument checks).
-const fused::AdamWKernels& cpu() {
-  static const fused::AdamWKernels k = fused::adamw_cpu_kernels();
-  return k;
-}
+// The CPU kernels themselves, without the op's checks and preparation.
+const fused::AdamWKernels& cpu() { return cpu_kernels<fused::adamw_cpu_kernels>(); }
 
 // AdamW by hand in double (torch.optim.AdamW's formula).
 struct HandAdamW {

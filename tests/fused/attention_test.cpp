@@ -16,11 +16,8 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-// The CPU kernels themselves (no argument preparation).
-const fused::AttentionKernels& cpu() {
-  static const fused::AttentionKernels k = fused::attention_cpu_kernels();
-  return k;
-}
+// The CPU kernels themselves, without the op's checks and preparation.
+const fused::AttentionKernels& cpu() { return cpu_kernels<fused::attention_cpu_kernels>(); }
 
 struct Naive {
   Vec out, lse, dq, dk, dv;

@@ -17,11 +17,8 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-// The CPU kernels themselves (no argument checks).
-const fused::CrossEntropyKernels& cpu() {
-  static const fused::CrossEntropyKernels k = fused::cross_entropy_cpu_kernels();
-  return k;
-}
+// The CPU kernels themselves, without the op's checks and preparation.
+const fused::CrossEntropyKernels& cpu() { return cpu_kernels<fused::cross_entropy_cpu_kernels>(); }
 
 TEST(CrossEntropyKernel, MatchesNaiveLoopsWithIgnoredRows) {
   const int64_t N = 6, V = 37, ignore = -100;

@@ -17,11 +17,8 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-// The CPU kernels themselves (no argument preparation).
-const fused::NormKernels& cpu() {
-  static const fused::NormKernels k = fused::norms_cpu_kernels();
-  return k;
-}
+// The CPU kernels themselves, without the op's checks and preparation.
+const fused::NormKernels& cpu() { return cpu_kernels<fused::norms_cpu_kernels>(); }
 
 // Naive layer norm / RMS norm in double over rows of length C; w/b empty = absent.
 Vec naive_layer_norm(const Vec& x, const Vec& w, const Vec& b, int64_t C, double eps, Vec* mean = nullptr,

@@ -15,11 +15,8 @@ namespace {
 using namespace fused_test;
 using Vec = std::vector<double>;
 
-// The CPU kernel itself (no argument checks).
-const fused::RopeKernels& cpu() {
-  static const fused::RopeKernels k = fused::rope_cpu_kernels();
-  return k;
-}
+// The CPU kernels themselves, without the op's checks and preparation.
+const fused::RopeKernels& cpu() { return cpu_kernels<fused::rope_cpu_kernels>(); }
 
 Tensor run_rope(const Tensor& x, const Tensor& pos, RopeLayout layout, bool inverse = false, double base = 10000,
                 double position_scale = 1.0) {
