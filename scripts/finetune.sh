@@ -11,11 +11,7 @@
 # (default ../shared/data/tinyshakespeare/input.txt), MVGPT_EPISODE_DIR (where the episode ran).
 # Writes data-shakespeare/, checkpoints/shakespeare-{full,lora}/ and runs/finetune.{txt,png}.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
-build=${MVGPT_BUILD_DIR:-build}
-[[ "$build" = /* ]] || build="$repo/$build"
-bin="$build/apps"
+source "$(dirname "$0")/apps_paths.sh"  # repo, build, bin
 steps=${MVGPT_FINETUNE_STEPS:-60}
 text=${MVGPT_SHAKESPEARE:-$repo/../shared/data/tinyshakespeare/input.txt}
 cd "${MVGPT_EPISODE_DIR:-$repo}"

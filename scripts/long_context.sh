@@ -13,11 +13,7 @@
 # steps, default 10 of 2 x 1,024 tokens), MVGPT_LONG_STREAMS (default 8). Writes
 # checkpoints/rope-pi4/ and runs/long-context/ in the clone.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
-build=${MVGPT_BUILD_DIR:-build}
-[[ "$build" = /* ]] || build="$repo/$build"
-bin="$build/apps"
+source "$(dirname "$0")/apps_paths.sh"  # repo, build, bin
 steps=${MVGPT_LONG_STEPS:-10}
 streams=${MVGPT_LONG_STREAMS:-8}
 episode=${MVGPT_EPISODE_DIR:-$repo}
