@@ -181,8 +181,12 @@ Header parse_header(std::string_view header_json, uint64_t data_size, const std:
 
     auto dt = entry.find("dtype");
     if (dt == entry.end() || !dt->is_string()) fail_tensor(path, name, "missing or non-string \"dtype\"");
-    if (!dtype_from_string(dt->get<std::string>(), info.dtype))
-      fail_tensor(path, name, "unsupported dtype '" + dt->get<std::string>() + "' (supported: F32, F64, BF16, I32, I64, BOOL)");
+    info.f16 = dt->get<std::string>() == "F16";
+    if (info.f16) info.dtype = DType::f32;  // converted on load
+    else if (!dtype_from_string(dt->get<std::string>(), info.dtype))
+      fail_tensor(path, name,
+                  "unsupported dtype '" + dt->get<std::string>() + "' (supported: F32, F64, F16, BF16, I32, I64, BOOL)");
+    const uint64_t file_item = info.f16 ? 2 : uint64_t(dtype_size(info.dtype));
 
     auto sh = entry.find("shape");
     if (sh == entry.end() || !sh->is_array()) fail_tensor(path, name, "missing or non-array \"shape\"");
@@ -209,9 +213,10 @@ Header parse_header(std::string_view header_json, uint64_t data_size, const std:
       fail_tensor(path, name, "data_offsets [" + std::to_string(info.begin) + ", " + std::to_string(info.end) +
                                   "] end before they begin");
     uint64_t nbytes = 0;
-    overflow |= __builtin_mul_overflow(numel, uint64_t(dtype_size(info.dtype)), &nbytes);
+    overflow |= __builtin_mul_overflow(numel, file_item, &nbytes);
     if (overflow || nbytes != info.end - info.begin)
-      fail_tensor(path, name, "shape " + to_string(info.shape) + " of " + std::string(dtype_to_string(info.dtype)) +
+      fail_tensor(path, name, "shape " + to_string(info.shape) + " of " +
+                                  (info.f16 ? std::string("F16") : std::string(dtype_to_string(info.dtype))) +
                                   " needs " + (overflow ? std::string("more than 2^64") : std::to_string(nbytes)) +
                                   " bytes, but data_offsets [" + std::to_string(info.begin) + ", " +
                                   std::to_string(info.end) + "] hold " + std::to_string(info.end - info.begin));
@@ -315,7 +320,16 @@ File load(const std::string& path, const LoadOptions& options) {
     const size_t nbytes = size_t(info.end - info.begin);
     const size_t item = dtype_size(info.dtype);
     Tensor t;
-    if (mapping && nbytes > 0 && start % item == 0) {
+    if (info.f16) {  // half -> float32: a fresh tensor whatever the mapping
+      std::vector<uint16_t> halves(nbytes / 2);
+      if (nbytes > 0) {
+        if (mapping) std::memcpy(halves.data(), static_cast<char*>(mapping->addr) + start, nbytes);
+        else pread_all(fd.fd, halves.data(), nbytes, start, path);
+      }
+      t = Tensor::empty(info.shape, DType::f32);
+      float* out = t.numel() > 0 ? t.data<float>() : nullptr;
+      for (size_t i = 0; i < halves.size(); ++i) out[i] = half_to_float(halves[i]);
+    } else if (mapping && nbytes > 0 && start % item == 0) {
       char* p = static_cast<char*>(mapping->addr) + start;
       // The release callback only holds the mapping; it unmaps when the last storage goes.
       auto storage = std::make_shared<Storage>(p, nbytes, Device::cpu(), [keep = mapping] {});
@@ -333,7 +347,8 @@ File load(const std::string& path, const LoadOptions& options) {
   return file;
 }
 
-void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata, const SaveOptions& options) {
+  auto as_f16 = [&](const Tensor& t) { return options.f16 && (t.dtype() == DType::f32 || t.dtype() == DType::f64); };
   // Check everything and build the header before creating any file.
   json header = json::object();
   if (!metadata.empty()) {
@@ -350,8 +365,8 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
     if (!t.defined()) fail_tensor(path, name, "tensor is undefined");
     json shape = json::array();
     for (int64_t d : t.shape()) shape.push_back(d);
-    const uint64_t nbytes = t.nbytes();
-    header[name] = json{{"dtype", std::string(dtype_to_string(t.dtype()))},
+    const uint64_t nbytes = as_f16(t) ? uint64_t(t.numel()) * 2 : t.nbytes();
+    header[name] = json{{"dtype", as_f16(t) ? std::string("F16") : std::string(dtype_to_string(t.dtype()))},
                         {"shape", std::move(shape)},
                         {"data_offsets", json::array({offset, offset + nbytes})}};
     offset += nbytes;
@@ -366,9 +381,66 @@ void save(const std::string& path, const NamedTensors& tensors, const Metadata& 
   out.write(text);
   for (const auto& [name, t] : tensors) {
     Tensor scratch;
-    out.write(host_bytes(t, scratch), t.nbytes());
+    const char* bytes = host_bytes(t, scratch);
+    if (!as_f16(t)) {
+      out.write(bytes, t.nbytes());
+      continue;
+    }
+    std::vector<uint16_t> halves(size_t(t.numel()));
+    for (size_t i = 0; i < halves.size(); ++i) {
+      const double v = t.dtype() == DType::f64 ? reinterpret_cast<const double*>(bytes)[i]
+                                                 : double(reinterpret_cast<const float*>(bytes)[i]);
+      halves[i] = float_to_half(float(v));
+    }
+    out.write(halves.data(), halves.size() * 2);
   }
   out.commit();
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0);  // infinity, or a quiet NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);  // rebias 15 -> 127
+  } else if (mant == 0) {
+    bits = sign;  // +-0
+  } else {  // subnormal: mant * 2^-24, normal in float
+    int e = -1;
+    uint32_t m = mant;
+    do {
+      m <<= 1;
+      ++e;
+    } while (!(m & 0x400u));
+    bits = sign | uint32_t(112 - e) << 23 | ((m & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));  // inf, NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds past 65504: infinity
+  if (abs >= 0x38800000u) {  // a normal half: drop 13 mantissa bits, nearest even
+    const uint32_t rebased = abs - (uint32_t(112) << 23);
+    const uint32_t round = 0xfffu + ((rebased >> 13) & 1u);
+    return uint16_t(sign | ((rebased + round) >> 13));
+  }
+  if (abs < 0x33000000u) return sign;  // below half of the smallest subnormal (2^-25): zero
+  // A subnormal half: the value in units of 2^-24, nearest even.
+  const uint32_t e = abs >> 23, m = (abs & 0x7fffffu) | 0x800000u;
+  const uint32_t shift = 126 - e;  // m * 2^(e - 150) / 2^-24 = m >> (126 - e)
+  uint32_t q = m >> shift;
+  const uint32_t rest = m & ((1u << shift) - 1), half_ulp = 1u << (shift - 1);
+  if (rest > half_ulp || (rest == half_ulp && (q & 1u))) ++q;
+  return uint16_t(sign | q);
 }
 
 int64_t first_non_finite(const Tensor& t) {

@@ -29,7 +29,8 @@ using Metadata = std::map<std::string, std::string>;
 // One header entry, as validated by read_header.
 struct TensorInfo {
   std::string name;
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // what load() returns (float32 for the file's F16)
+  bool f16 = false;          // the file holds IEEE half precision (F16), 2 bytes an element
   Shape shape;
   uint64_t begin = 0, end = 0;  // byte offsets into the data section
 };
@@ -41,7 +42,9 @@ struct Header {
   uint64_t data_size = 0;
 };
 
-// "F32" <-> DType::f32 etc.; parse returns false on names we do not support.
+// "F32" <-> DType::f32 etc.; parse returns false on names we do not support. The file dtype "F16"
+// (IEEE half, the dtype most published checkpoints use) has no DType: parse_header records it in
+// TensorInfo::f16 and load() converts it to float32 (exactly: every half is a float).
 std::string_view dtype_to_string(DType dtype);
 bool dtype_from_string(std::string_view name, DType& dtype);
 
@@ -74,7 +77,17 @@ File load(const std::string& path, const LoadOptions& options = {});
 // with `metadata` first in the header. The header is compact JSON padded with spaces to a
 // multiple of 8 bytes, like the reference implementation. Atomic (util::AtomicFileWriter): writes a
 // temporary file, fsyncs it, renames it over `path`; on any error the old file is untouched.
-void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+struct SaveOptions {
+  // Floating-point tensors (F32, F64) stored as F16, rounded to nearest even (overflow to infinity,
+  // small values to half's subnormals): half the bytes of float32, as most published checkpoints.
+  bool f16 = false;
+};
+void save(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {},
+          const SaveOptions& options = {});
+
+// IEEE half <-> float, round to nearest even (NaN stays a quiet NaN).
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
 
 // The flat index of the first NaN or infinity in a floating-point tensor, or -1 when all are finite
 // (and for integer tensors). Loaders call it: a flipped exponent byte or a diverged run's weights

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -230,8 +231,8 @@ TEST(Safetensors, RejectsBrokenHeadersBeforeReadingData) {
   check(file_bytes(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                    eight),
         {path, "duplicate field \"w\""});
-  check(file_bytes(R"({"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
-        {path, "'w'", "unsupported dtype 'F16'"});
+  check(file_bytes(R"({"w":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "xx"),
+        {path, "'w'", "unsupported dtype 'F8_E4M3' (supported: F32, F64, F16"});
   check(file_bytes(R"({"w":{"shape":[2],"data_offsets":[0,8]}})", eight), {path, "'w'", "dtype"});
   check(file_bytes(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight), {path, "'w'", "shape"});
   check(file_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", eight), {path, "'w'", "data_offsets"});
@@ -254,6 +255,87 @@ TEST(Safetensors, RejectsBrokenHeadersBeforeReadingData) {
   std::string good = read_bytes(kFixture);
   check(good.substr(0, good.size() - 2), {path, "'mask_bool'", "past the data section"});
   expect_error([&] { load(dir.file("missing.safetensors")); }, {"missing.safetensors", "cannot open"});
+}
+
+// ---- F16 (IEEE half), the dtype of most published checkpoints
+
+TEST(SafetensorsF16, HalfConversionsAreExactAndRoundToNearestEven) {
+  using safetensors::float_to_half;
+  using safetensors::half_to_float;
+  EXPECT_EQ(half_to_float(0x3C00), 1.0f);
+  EXPECT_EQ(half_to_float(0xC000), -2.0f);
+  EXPECT_EQ(half_to_float(0x7BFF), 65504.0f);            // the largest half
+  EXPECT_EQ(half_to_float(0x0400), std::ldexp(1.0f, -14));  // the smallest normal
+  EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));  // the smallest subnormal
+  EXPECT_EQ(half_to_float(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_TRUE(std::signbit(half_to_float(0x8000)) && half_to_float(0x8000) == 0.0f);
+  EXPECT_EQ(half_to_float(0x7C00), INFINITY);
+  EXPECT_EQ(half_to_float(0xFC00), -INFINITY);
+  EXPECT_TRUE(std::isnan(half_to_float(0x7E00)) && std::isnan(half_to_float(0x7C01)));
+  // Every half survives float and back (NaNs stay NaNs).
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = half_to_float(uint16_t(h));
+    if (std::isnan(f)) EXPECT_TRUE(std::isnan(half_to_float(float_to_half(f)))) << h;
+    else ASSERT_EQ(float_to_half(f), h) << h;
+  }
+  // Ties go to the even neighbour; past 65504 + half an ulp is infinity; below 2^-25 is zero.
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // halfway between 0x3C00 and 0x3C01
+  EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // halfway between 0x3C01 and 0x3C02
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3C01);
+  EXPECT_EQ(float_to_half(65519.0f), 0x7BFF);
+  EXPECT_EQ(float_to_half(65520.0f), 0x7C00);
+  EXPECT_EQ(float_to_half(-1e6f), 0xFC00);
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);           // a tie with 0: even
+  EXPECT_EQ(float_to_half(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(float_to_half(std::ldexp(3.0f, -25)), 0x0002);           // 1.5 subnormal ulps: a tie, to even
+  EXPECT_EQ(float_to_half(-std::ldexp(1.0f, -30)), 0x8000);
+}
+
+TEST(SafetensorsF16, AFileWrittenElsewhereLoadsAsFloat32) {
+  TempDir dir;
+  const std::string path = dir.file("half.safetensors");
+  // Built by hand: [1, -2, 65504, 2^-24] as F16 little-endian, then an I64 that must stay as it is.
+  const std::string header = R"({"h":{"dtype":"F16","shape":[2,2],"data_offsets":[0,8]},)"
+                             R"("i":{"dtype":"I64","shape":[1],"data_offsets":[8,16]}})";
+  std::string data = std::string("\x00\x3C\x00\xC0\xFF\x7B\x01\x00", 8) + std::string("\x07\x00\x00\x00\x00\x00\x00\x00", 8);
+  write_bytes(path, file_bytes(header, data));
+  for (bool mmap : {true, false}) {
+    safetensors::File f = load(path, {.mmap = mmap});
+    const Tensor& h = f.at("h");
+    EXPECT_EQ(h.dtype(), DType::f32);
+    EXPECT_EQ(h.shape(), (Shape{2, 2}));
+    EXPECT_EQ(values(h), (std::vector<double>{1, -2, 65504, std::ldexp(1.0, -24)}));
+    EXPECT_EQ(values(f.at("i")), (std::vector<double>{7}));
+  }
+  // The size check counts 2 bytes an element.
+  write_bytes(path, file_bytes(R"({"h":{"dtype":"F16","shape":[3],"data_offsets":[0,4]}})", std::string(4, '\0')));
+  expect_error([&] { load(path); }, {"half.safetensors", "'h'", "F16", "needs 6 bytes"});
+}
+
+TEST(SafetensorsF16, SavingAsF16HalvesTheFloatsAndKeepsTheRest) {
+  TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  Tensor w = Tensor::from_vector<float>({0.1f, -3.5f, 1e-6f, 70000.f}, {2, 2});
+  Tensor d = Tensor::from_vector<double>({1.0 / 3.0});
+  Tensor ids = Tensor::from_vector<int64_t>({1, 2, 3});
+  Tensor b = Tensor::from_vector<bfloat16>({bfloat16(1.5f)});
+  save(path, {{"w", w}, {"d", d}, {"ids", ids}, {"b", b}}, {{"format", "pt"}}, {.f16 = true});
+  safetensors::Header h = safetensors::read_header(path);
+  ASSERT_EQ(h.tensors.size(), 4u);
+  EXPECT_TRUE(h.tensors[0].f16 && h.tensors[1].f16);  // w and d
+  EXPECT_EQ(h.tensors[0].end - h.tensors[0].begin, 8u);
+  EXPECT_FALSE(h.tensors[2].f16 || h.tensors[3].f16);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  safetensors::File f = load(path);
+  const std::vector<double> got = values(f.at("w"));
+  for (size_t i = 0; i < 4; ++i) {
+    const float want = safetensors::half_to_float(safetensors::float_to_half(w.to_vector<float>()[i]));
+    EXPECT_EQ(got[i], double(want)) << i;
+  }
+  EXPECT_EQ(got[3], double(INFINITY));  // past half's range
+  EXPECT_NEAR(values(f.at("d"))[0], 1.0 / 3.0, 1e-3);
+  EXPECT_EQ(values(f.at("ids")), (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(f.at("b").dtype(), DType::bf16);
 }
 
 }  // namespace
