@@ -172,10 +172,6 @@ void add_gradchecks(autograd::OpRegistry& r) {
           [](const Inputs& x) { return mvgpt::cross_entropy(x[0], x[1], 0, Reduction::none); }}});
 }
 
-Tensor ids(Device d, const std::vector<int64_t>& v, DType dt = DType::i64) {
-  return ops::to(ops::to(Tensor::from_vector(v), dt), d);
-}
-
 std::vector<DeviceCase> device_cases() {
   std::vector<DeviceCase> cases;
   cases.push_back({"cross_entropy", [](Device d) {
@@ -183,7 +179,7 @@ std::vector<DeviceCase> device_cases() {
     for (DType dt : {DType::f32, DType::f64})
       for (DType idt : {DType::i64, DType::i32}) {
         Tensor logits = uniform_on(d, {6, 700}, dt, 75, -8, 8);
-        Tensor targets = ids(d, {3, 699, -100, 0, 350, 12}, idt);
+        Tensor targets = ids_on(d, {3, 699, -100, 0, 350, 12}, idt);
         CrossEntropyResult c = cross_entropy_forward(logits, targets, -100);
         r.insert(r.end(), {c.losses, c.lse});
         r.push_back(cross_entropy_backward(uniform_on(d, {6}, dt, 76, -2, 2), logits, targets, c, -100));
@@ -197,7 +193,7 @@ std::vector<DeviceCase> device_cases() {
     Tensor x = Tensor::from_vector(std::vector<float>{-inf, -inf, -inf, -inf, 1, NAN,  2, 0, inf, -1,
                                                       0,    -inf, 3,    1,    2, -2},
                                    Shape{4, 4});
-    CrossEntropyResult c = cross_entropy_forward(ops::to(x, d), ids(d, {0, 2, 1, 3}));
+    CrossEntropyResult c = cross_entropy_forward(ops::to(x, d), ids_on(d, {0, 2, 1, 3}));
     return std::vector<Tensor>{c.losses, c.lse};
   }, {"forward"}});
   // More rows than a CUDA grid holds (65535 * 4 blocks): the kernel strides over rows.

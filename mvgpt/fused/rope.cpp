@@ -115,10 +115,6 @@ Tensor rope(const Tensor& x, const Tensor& positions, double base, RopeLayout la
 namespace fused {
 namespace {
 
-Tensor ids(Device d, const std::vector<int64_t>& v, DType dt = DType::i64) {
-  return ops::to(ops::to(Tensor::from_vector(v), dt), d);
-}
-
 Tensor positions(std::vector<int64_t> p) { return Tensor::from_vector(p); }
 
 void add_gradchecks(autograd::OpRegistry& r) {
@@ -143,8 +139,8 @@ std::vector<DeviceCase> device_cases() {
       Tensor x = uniform_on(d, {2, 3, 5, 8}, dt, 69);
       Tensor packed = uniform_on(d, {2, 5, 3, 16}, dt, 70);  // a (B, H, T, D) view with gaps, as from a packed qkv
       Tensor xv = ops::permute(ops::narrow(packed, 3, 8, 8), {0, 2, 1, 3});
-      Tensor pos = ids(d, {0, 1, 2, 3, 4});
-      Tensor pos2 = ops::reshape(ids(d, {7, 8, 9, 100000, 11, 0, 1, 2, 3, 4}, DType::i32), {2, 5});
+      Tensor pos = ids_on(d, {0, 1, 2, 3, 4});
+      Tensor pos2 = ops::reshape(ids_on(d, {7, 8, 9, 100000, 11, 0, 1, 2, 3, 4}, DType::i32), {2, 5});
       for (RopeLayout layout : {RopeLayout::split_half, RopeLayout::interleaved})
         for (bool inverse : {false, true}) {
           r.push_back(rope_rotate(x, pos, 10000, layout, inverse));

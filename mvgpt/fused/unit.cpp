@@ -22,4 +22,8 @@ Tensor uniform_on(Device d, const Shape& shape, DType dtype, uint64_t seed, doub
   return ops::to(ops::add(ops::mul(ops::rand(shape, dtype, Device::cpu(), &g), hi - lo), lo), d);
 }
 
+Tensor ids_on(Device d, const std::vector<int64_t>& values, DType dtype) {
+  return ops::to(ops::to(Tensor::from_vector(values), dtype), d);
+}
+
 }  // namespace mvgpt::fused

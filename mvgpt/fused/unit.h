@@ -54,6 +54,8 @@ struct Unit {
 // For device cases: seeded uniform values in [lo, hi), drawn on the CPU and moved to d, so that
 // every device sees the same inputs.
 Tensor uniform_on(Device d, const Shape& shape, DType dtype, uint64_t seed, double lo = -2, double hi = 2);
+// For device cases: integer ids (targets, positions) on d.
+Tensor ids_on(Device d, const std::vector<int64_t>& values, DType dtype = DType::i64);
 
 // Every unit of units.def, in its order.
 const std::vector<Unit>& units();
