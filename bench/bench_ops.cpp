@@ -47,6 +47,31 @@ void BM_SgemmPeak(benchmark::State& state) {
 }
 BENCHMARK(BM_SgemmPeak)->Arg(3072)->ArgName("n")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
 
+// The same products with bfloat16 operands summed in float32 (oneDNN; bf16_gemm.h), the operands
+// converted beforehand as the precision policy's weight copies are; the last row is the bf16 peak
+// (MFU under bf16 in bench/compare).
+void BM_Bf16Gemm(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool transposed = state.range(3) != 0;
+  Tensor a = ops::to(input({M, K}), DType::bf16);
+  Tensor b = transposed ? ops::transpose(ops::to(input({N, K}), DType::bf16), 0, 1) : ops::to(input({K, N}), DType::bf16);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Bf16Gemm)
+    ->Args({4096, 384, 1152, 0})
+    ->Args({4096, 384, 1536, 0})
+    ->Args({4096, 1536, 384, 0})
+    ->Args({4096, 384, 10000, 0})
+    ->Args({4096, 384, 1152, 1})
+    ->Args({1, 384, 1536, 1})
+    ->Args({1, 384, 10000, 1})
+    ->Args({3072, 3072, 3072, 0})
+    ->ArgNames({"M", "K", "N", "bT"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Memory read bandwidth: summing 512 MB, far past the caches. Decoding one token reads every
 // weight once, so weight bytes / this rate is the floor under ms/token (bench/compare).
 void BM_ReadBandwidth(benchmark::State& state) {

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libopenblas-dev libtbb-dev            # GEMM and the thread pool
+  libdnnl-dev                           # bfloat16 GEMM (oneDNN)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   nlohmann-json3-dev libcli11-dev       # JSON files and command lines
   gnuplot-nox                           # training and context plots

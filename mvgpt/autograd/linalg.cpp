@@ -1,33 +1,54 @@
-// Matrix multiplication, forward beside backward.
+// Matrix multiplication, forward beside backward. Under the bf16 policy (NOTE [ Precision policy ]
+// in precision.h) both passes multiply bfloat16 operands and sum in float32.
 #include <mvgpt/autograd/op_impl.h>
+#include <mvgpt/autograd/precision.h>
 
 namespace mvgpt {
+namespace {
+
+// How a product's passes multiply: the forward's operands as multiplied (bfloat16 copies under the
+// bf16 policy), and the dtype its products (and the backward's) ask for.
+struct Product {
+  bool bf16;
+  Tensor a, b;
+  Product(const Tensor& x, const Tensor& y)
+      : bf16(autograd::detail::bf16_products(x, y)),
+        a(bf16 ? autograd::detail::product_operand(x) : x),
+        b(bf16 ? autograd::detail::product_operand(y) : y) {}
+  std::optional<DType> out() const { return bf16 ? std::optional<DType>(DType::f32) : std::nullopt; }
+};
+// The incoming gradient as the backward's products take it.
+Tensor gradient_operand(const Tensor& g, bool bf16) { return bf16 ? ops::to(g, DType::bf16) : g; }
+
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const InternalOps internal;
-  Tensor y = ops::matmul(a, b);
+  const Product p(a, b);
+  Tensor y = ops::matmul(p.a, p.b, p.out());
   if (!needs_grad(a, b)) return y;
   // Each input's gradient needs the other input.
-  SavedTensor saved_a(b.requires_grad() ? a : Tensor()), saved_b(a.requires_grad() ? b : Tensor());
+  SavedTensor saved_a(b.requires_grad() ? p.a : Tensor()), saved_b(a.requires_grad() ? p.b : Tensor());
   return record("matmul", std::move(y), {edge_to(a), edge_to(b)},
-                [saved_a, saved_b, sa = a.shape(), sb = b.shape()](const Tensor& grad) -> Grads {
+                [saved_a, saved_b, sa = a.shape(), sb = b.shape(), bf16 = p.bf16,
+                 out = p.out()](const Tensor& grad) -> Grads {
                   // Work with the 2-d-or-more forms: a (..., M, K), b (..., K, N), g (..., M, N); a 1-d
                   // a is (1, K) and a 1-d b is (K, 1), their added axis missing from g.
-                  Tensor g = grad;
+                  Tensor g = gradient_operand(grad, bf16);
                   if (sa.size() == 1) g = ops::unsqueeze(g, g.dim() - (sb.size() == 1 ? 0 : 1));
                   if (sb.size() == 1) g = ops::unsqueeze(g, -1);
                   Tensor da, db;
                   if (saved_b.defined()) {
                     Tensor b = saved_b.unpack("matmul");
                     if (b.dim() == 1) b = ops::unsqueeze(b, -1);
-                    Tensor d = ops::matmul(g, ops::transpose(b, -1, -2));  // (..., M, K)
+                    Tensor d = ops::matmul(g, ops::transpose(b, -1, -2), out);  // (..., M, K)
                     if (sa.size() == 1) d = ops::squeeze(d, -2);
                     da = ops::sum_to(d, sa);
                   }
                   if (saved_a.defined()) {
                     Tensor a = saved_a.unpack("matmul");
                     if (a.dim() == 1) a = ops::unsqueeze(a, 0);
-                    Tensor d = ops::matmul(ops::transpose(a, -1, -2), g);  // (..., K, N)
+                    Tensor d = ops::matmul(ops::transpose(a, -1, -2), g, out);  // (..., K, N)
                     if (sb.size() == 1) d = ops::squeeze(d, -1);
                     db = ops::sum_to(d, sb);
                   }
@@ -37,21 +58,24 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const InternalOps internal;
-  Tensor y = ops::linear(x, weight, bias);
+  const Product p(x, weight);
+  Tensor y = ops::linear(p.a, p.b, bias, p.out());
   if (!needs_grad(x, weight, bias)) return y;
-  SavedTensor saved_x(weight.requires_grad() ? x : Tensor()), saved_w(x.requires_grad() ? weight : Tensor());
+  SavedTensor saved_x(weight.requires_grad() ? p.a : Tensor()), saved_w(x.requires_grad() ? p.b : Tensor());
   const bool need_bias = bias.defined() && bias.requires_grad();
   return record("linear", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
-                [saved_x, saved_w, need_bias, sx = x.shape(), out = weight.size(0),
-                 in = weight.size(1)](const Tensor& grad) -> Grads {
+                [saved_x, saved_w, need_bias, sx = x.shape(), out = weight.size(0), in = weight.size(1),
+                 bf16 = p.bf16, out_dtype = p.out()](const Tensor& grad) -> Grads {
                   int64_t rows = 1;
                   for (int d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
                   Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
+                  Tensor gp = gradient_operand(g, bf16);
                   Tensor dx, dw, db;
                   if (saved_w.defined())  // (N, out) @ (out, in)
-                    dx = ops::reshape(ops::matmul(g, saved_w.unpack("linear")), sx);
+                    dx = ops::reshape(ops::matmul(gp, saved_w.unpack("linear"), out_dtype), sx);
                   if (saved_x.defined())  // (out, N) @ (N, in)
-                    dw = ops::matmul(ops::transpose(g, 0, 1), ops::reshape(saved_x.unpack("linear"), {rows, in}));
+                    dw = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(saved_x.unpack("linear"), {rows, in}),
+                                     out_dtype);
                   if (need_bias) db = ops::sum(g, {0});
                   return {dx, dw, db};
                 });

@@ -4,7 +4,8 @@
 //  - the ops layer (backends/ops.cpp) has already checked shapes, dtypes and devices, broadcast the
 //    inputs (expanded views with stride 0) and allocated `out` (contiguous unless stated);
 //  - inputs may be any strided view; math kernels see only f32 or f64 (the ops layer widens bf16),
-//    except copy/fill/index ops, which handle every dtype, and the comparisons, which also take ints;
+//    except copy/fill/index ops, which handle every dtype, the comparisons, which also take ints,
+//    and the products (matmul, linear), which also take bf16 operands and write f32 (summed in f32);
 //  - nothing here knows about autograd.
 #include <cstdint>
 #include <string>
@@ -73,11 +74,22 @@ class Backend {
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
 
   // --- linear algebra ---
-  // out (..., M, N) = a (..., M, K) @ b (..., K, N); batch dims already broadcast to out's.
+  // out (..., M, N) = a (..., M, K) @ b (..., K, N); batch dims already broadcast to out's. Operands
+  // f32 or f64 with out of their dtype, or both bf16 with out f32 (products summed in f32).
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out (N, O) = x (N, I) @ weight (O, I)^T + bias (O), bias possibly undefined (nn.Linear). The
   // default is matmul then an in-place add; a backend may fold the bias into its GEMM instead.
+  // dtypes as matmul's; the bias has out's dtype.
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+
+  // --- precision ---
+  // Whether this device computes bfloat16 products natively (AMX or AVX512-BF16 on the CPU, tensor
+  // cores from compute capability 8.0 on CUDA), and in a few words what it has: for the logs.
+  struct Bf16Support {
+    bool native = false;
+    std::string what;
+  };
+  virtual Bf16Support bf16_support() = 0;
 
   // --- indexing (every dtype for src/dst; index is int32 or int64 and already range-checked) ---
   // out = src.index_select(axis, index) with index 1-d.

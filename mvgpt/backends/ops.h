@@ -100,9 +100,12 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 
 // --- linear algebra ---
 // NumPy matmul: 1-d operands are promoted and the added axis removed; batch dims broadcast.
-Tensor matmul(const Tensor& a, const Tensor& b);
+// bfloat16 operands are multiplied as they are and summed in float32 (the backends' mixed GEMM);
+// the result is `out` (bfloat16 or float32; the operands' dtype when absent).
+Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out = {});
 // nn.Linear: x (..., in) @ weight (out, in)^T + bias (out) -> (..., out); bias may be undefined.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// bfloat16 x and weight as in matmul; the bias may then be bfloat16 or float32.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::optional<DType> out = {});
 
 // --- indexing ---
 Tensor index_select(const Tensor& x, int axis, const Tensor& index);

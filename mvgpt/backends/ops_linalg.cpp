@@ -1,5 +1,6 @@
 // matmul with NumPy semantics: 1-d operands are promoted (and the added axis removed afterwards),
 // batch dims broadcast; the backend receives (..., M, K) @ (..., K, N) with batch dims expanded.
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -8,15 +9,32 @@
 
 namespace mvgpt::ops {
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+namespace {
+
+// The dtype of a product's result, and of the tensor the backend writes: bfloat16 operands are
+// summed in float32 (NOTE in backend.h), narrowed afterwards if bfloat16 was asked for.
+DType result_dtype(const Tensor& a, std::optional<DType> out, const char* op) {
+  const DType want = out.value_or(a.dtype());
+  if (want != a.dtype() && !(a.dtype() == DType::bf16 && want == DType::f32))
+    throw std::invalid_argument(std::string(op) + ": a " + std::string(dtype_name(want)) + " result of " +
+                                std::string(dtype_name(a.dtype())) +
+                                " operands is not supported (only bfloat16 operands may give float32)");
+  return want;
+}
+DType kernel_dtype(DType operands) { return operands == DType::bf16 ? DType::f32 : operands; }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
   detail::check_no_grad("matmul", {&a, &b});
   check_same_device(a, b, "matmul");
   check_same_dtype(a, b, "matmul");
   check_floating(a, "matmul");
+  const DType result = result_dtype(a, out_dtype, "matmul");
   if (a.dim() == 0 || b.dim() == 0)
     throw std::invalid_argument("matmul: both operands need at least 1 dimension, found shapes " +
                                 to_string(a.shape()) + " and " + to_string(b.shape()));
-  Tensor wa = detail::widen(a), wb = detail::widen(b);
+  Tensor wa = a, wb = b;
   const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
   if (a_vec) wa = views::unsqueeze(wa, 0);   // (K) -> (1, K)
   if (b_vec) wb = views::unsqueeze(wb, 1);   // (K) -> (K, 1)
@@ -32,19 +50,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   sa.push_back(M), sa.push_back(K);
   sb.push_back(K), sb.push_back(N);
   so.push_back(M), so.push_back(N);
-  Tensor out = Tensor::empty(so, wa.dtype(), a.device());
+  Tensor out = Tensor::empty(so, kernel_dtype(a.dtype()), a.device());
   detail::backend_of(a).matmul(views::expand(wa, sa), views::expand(wb, sb), out);
   if (b_vec) out = views::squeeze(out, -1);
   if (a_vec) out = views::squeeze(out, b_vec ? -1 : -2);
-  return detail::narrow_result(out, a.dtype());
+  return detail::narrow_result(out, result);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::optional<DType> out_dtype) {
   detail::check_no_grad("linear", {&x, &weight, &bias});
   const char* op = "linear";
   check_same_device(x, weight, op);
   check_same_dtype(x, weight, op);
   check_floating(x, op);
+  const DType result = result_dtype(x, out_dtype, op);
   if (weight.dim() != 2)
     throw std::invalid_argument("linear: expected weight (out, in), found shape " + to_string(weight.shape()));
   const int64_t out_features = weight.size(0), in_features = weight.size(1);
@@ -53,7 +72,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                 to_string(weight.shape()) + ", found " + to_string(x.shape()));
   if (bias.defined()) {
     check_same_device(x, bias, op);
-    check_same_dtype(x, bias, op);
+    if (!(x.dtype() == DType::bf16 && bias.dtype() == DType::f32)) check_same_dtype(x, bias, op);
     if (bias.dim() != 1 || bias.size(0) != out_features)
       throw std::invalid_argument("linear: expected bias (" + std::to_string(out_features) + "), found shape " +
                                   to_string(bias.shape()));
@@ -61,13 +80,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // One GEMM over all leading dims: (N, in) -> (N, out).
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  Tensor x2 = reshape(detail::widen(x), {rows, in_features});
-  Tensor out = Tensor::empty({rows, out_features}, x2.dtype(), x.device());
+  Tensor x2 = reshape(x, {rows, in_features});
+  Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype()), x.device());
   if (out.numel() > 0)
-    detail::backend_of(x).linear(x2, detail::widen(weight), bias.defined() ? detail::widen(bias) : bias, out);
+    detail::backend_of(x).linear(x2, weight, bias.defined() ? detail::widen(bias) : bias, out);
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;
-  return detail::narrow_result(reshape(out, out_shape), x.dtype());
+  return detail::narrow_result(reshape(out, out_shape), result);
 }
 
 }  // namespace mvgpt::ops

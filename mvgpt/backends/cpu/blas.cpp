@@ -23,9 +23,11 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 #include <tbb/task_arena.h>
 
+#include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/parallel.h>
 
 namespace mvgpt::cpu::blas {
@@ -82,8 +84,15 @@ void scale(T* y, int64_t n, int64_t incy, T beta) {
   for (int64_t i = 0; i < n; ++i) y[i * incy] = beta == T(0) ? T(0) : y[i * incy] * beta;
 }
 
-template <typename T>
-void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+// bfloat16 operands, float32 accumulation: one oneDNN call on this thread (bf16_gemm.h).
+inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  bf16::gemm_one_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// TA: the operands' type; T: the accumulation and result type.
+template <typename TA, typename T>
+void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const TA* A, int64_t lda, const TA* B,
                int64_t ldb, T beta, T* C, int64_t ldc, bool parallel) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // an empty sum: C = beta C
@@ -91,38 +100,43 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     return;
   }
   const int64_t tasks = parallel ? threads() * kBlocksPerThread : 1;
-  if (M == 1) {
-    // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
-    const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
-    if (beta == T(0)) scale(C, N, int64_t(1), T(0));
-    const int64_t blocks = N * K >= kMinParallelGemv ? tasks : 1;
-    for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
-      // tb: B stored (N, K), op(B)^T = B; otherwise B stored (K, N) and op(B)^T = B^T.
-      if (tb) call_gemv(false, n1 - n0, K, alpha, B + n0 * ldb, ldb, A, inca, beta, C + n0, 1);
-      else call_gemv(true, K, n1 - n0, alpha, B + n0, ldb, A, inca, beta, C + n0, 1);
-    });
-    return;
+  if constexpr (!std::is_same_v<TA, bfloat16>) {
+    if (M == 1) {
+      // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
+      const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
+      if (beta == T(0)) scale(C, N, int64_t(1), T(0));
+      const int64_t blocks = N * K >= kMinParallelGemv ? tasks : 1;
+      for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
+        // tb: B stored (N, K), op(B)^T = B; otherwise B stored (K, N) and op(B)^T = B^T.
+        if (tb) call_gemv(false, n1 - n0, K, alpha, B + n0 * ldb, ldb, A, inca, beta, C + n0, 1);
+        else call_gemv(true, K, n1 - n0, alpha, B + n0, ldb, A, inca, beta, C + n0, 1);
+      });
+      return;
+    }
+    if (N == 1) {
+      // C (M, 1) = alpha op(A) (M, K) b (K, 1): a GEMV over op(A)'s rows, cut along M.
+      const int64_t incb = tb ? 1 : ldb;
+      if (beta == T(0)) scale(C, M, ldc, T(0));
+      const int64_t blocks = M * K >= kMinParallelGemv ? tasks : 1;
+      for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
+        if (ta) call_gemv(true, K, m1 - m0, alpha, A + m0, lda, B, incb, beta, C + m0 * ldc, ldc);
+        else call_gemv(false, m1 - m0, K, alpha, A + m0 * lda, lda, B, incb, beta, C + m0 * ldc, ldc);
+      });
+      return;
+    }
   }
-  if (N == 1) {
-    // C (M, 1) = alpha op(A) (M, K) b (K, 1): a GEMV over op(A)'s rows, cut along M.
-    const int64_t incb = tb ? 1 : ldb;
-    if (beta == T(0)) scale(C, M, ldc, T(0));
-    const int64_t blocks = M * K >= kMinParallelGemv ? tasks : 1;
-    for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
-      if (ta) call_gemv(true, K, m1 - m0, alpha, A + m0, lda, B, incb, beta, C + m0 * ldc, ldc);
-      else call_gemv(false, m1 - m0, K, alpha, A + m0 * lda, lda, B, incb, beta, C + m0 * ldc, ldc);
-    });
-    return;
-  }
-  const int64_t blocks = M * N * K >= kMinParallelGemm ? tasks : 1;
+  // oneDNN has no GEMV entry: a bf16 product of one row (or column) is cut like the others, in
+  // parallel from a GEMV's size (it streams its matrix once).
+  const bool thin = M == 1 || N == 1;
+  const int64_t blocks = M * N * K >= (thin ? kMinParallelGemv : kMinParallelGemm) ? tasks : 1;
   if (M >= N) {
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
-      const T* a = ta ? A + m0 : A + m0 * lda;
+      const TA* a = ta ? A + m0 : A + m0 * lda;
       call_gemm(ta, tb, m1 - m0, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
     });
   } else {
     for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
-      const T* b = tb ? B + n0 * ldb : B + n0;
+      const TA* b = tb ? B + n0 * ldb : B + n0;
       call_gemm(ta, tb, M, n1 - n0, K, alpha, A, lda, b, ldb, beta, C + n0, ldc);
     });
   }
@@ -141,6 +155,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 }
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc, bool parallel) {
+  gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+}
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+          const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
   gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
 }
 

@@ -34,6 +34,7 @@ class CpuBackend final : public Backend {
   void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
+  Bf16Support bf16_support() override;
 };
 
 }  // namespace mvgpt::cpu

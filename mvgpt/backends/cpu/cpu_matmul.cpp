@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/cpu/cpu_backend.h>
 #include <mvgpt/backends/cpu/strided.h>
@@ -27,18 +28,19 @@ Tensor packed_copy(const Tensor& t) {
   return packed;
 }
 
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C,
+template <typename TA, typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, const TA* B, int64_t ldb, T* C,
           bool parallel = true) {
   blas::gemm(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C, N, parallel);
 }
 
-template <typename T>
+// TA: the operands' type; T: the accumulation and result type (bfloat16 operands: float).
+template <typename TA, typename T>
 void matmul_typed(Tensor a, Tensor b, const Tensor& out) {
   const matmul_plan::MatmulPlan p = matmul_plan::plan(a, b, out, packed_copy);
   const int64_t M = p.M, N = p.N, K = p.K, nbatch = p.nbatch;
-  const T* ap = static_cast<const T*>(a.raw_data());
-  const T* bp = static_cast<const T*>(b.raw_data());
+  const TA* ap = static_cast<const TA*>(a.raw_data());
+  const TA* bp = static_cast<const TA*>(b.raw_data());
   T* cp = out.data<T>();
   if (p.tall) {
     gemm(false, p.b.trans, nbatch * M, N, K, ap, p.tall_lda, bp, p.b.ld, cp);
@@ -76,7 +78,7 @@ Tensor blas_readable(const Tensor& t) {
 
 // out (N, O) = x (N, I) weight^T (+ bias): the bias is written into every row of out first and the
 // GEMM adds to it (beta = 1), which saves a pass over out; OpenBLAS would otherwise zero it first.
-template <typename T>
+template <typename TA, typename T>
 void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out) {
   x = blas_readable(x);
   weight = blas_readable(weight);
@@ -93,17 +95,18 @@ void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out
     });
   }
   // op(B) = weight^T: a row-major weight is read transposed, a transposed view as it is.
-  blas::gemm(lx.trans, !lw.trans, N, O, I, T(1), static_cast<const T*>(x.raw_data()), lx.ld,
-             static_cast<const T*>(weight.raw_data()), lw.ld, bias.defined() ? T(1) : T(0), c, O);
+  blas::gemm(lx.trans, !lw.trans, N, O, I, T(1), static_cast<const TA*>(x.raw_data()), lx.ld,
+             static_cast<const TA*>(weight.raw_data()), lw.ld, bias.defined() ? T(1) : T(0), c, O);
 }
 
 }  // namespace
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   if (out.numel() == 0) return;
+  if (x.dtype() == DType::bf16 && out.dtype() == DType::f32) return linear_typed<bfloat16, float>(x, weight, bias, out);
   switch (out.dtype()) {
-    case DType::f32: return linear_typed<float>(x, weight, bias, out);
-    case DType::f64: return linear_typed<double>(x, weight, bias, out);
+    case DType::f32: return linear_typed<float, float>(x, weight, bias, out);
+    case DType::f64: return linear_typed<double, double>(x, weight, bias, out);
     default:
       throw std::logic_error("CpuBackend::linear: dtype " + std::string(dtype_name(out.dtype())) +
                              " reached the kernel");
@@ -116,13 +119,19 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     fill(out, 0.0);
     return;
   }
+  if (a.dtype() == DType::bf16 && out.dtype() == DType::f32) return matmul_typed<bfloat16, float>(a, b, out);
   switch (out.dtype()) {
-    case DType::f32: return matmul_typed<float>(a, b, out);
-    case DType::f64: return matmul_typed<double>(a, b, out);
+    case DType::f32: return matmul_typed<float, float>(a, b, out);
+    case DType::f64: return matmul_typed<double, double>(a, b, out);
     default:
       throw std::logic_error("CpuBackend::matmul: dtype " + std::string(dtype_name(out.dtype())) +
                              " reached the kernel");
   }
+}
+
+Backend::Bf16Support CpuBackend::bf16_support() {
+  const bf16::CpuSupport& s = bf16::cpu_support();
+  return {s.native(), s.describe() + ", oneDNN kernel " + bf16::kernel_name()};
 }
 
 }  // namespace mvgpt::cpu

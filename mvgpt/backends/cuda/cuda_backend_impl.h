@@ -45,6 +45,7 @@ class CudaBackend final : public Backend {
   void index_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
+  Bf16Support bf16_support() override;
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

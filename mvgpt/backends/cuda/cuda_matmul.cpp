@@ -9,6 +9,7 @@
 // Batches whose matrices sit at uniform strides (after merging batch dims) become one
 // strided-batched call.
 #include <climits>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 
@@ -27,15 +28,25 @@ int to_int(int64_t v, const char* what) {
   return int(v);
 }
 
-// Row-major C (M, N) = op(A) op(B), batched at uniform strides (count 1: one GEMM).
-template <typename T>
-void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, int64_t sa,
-          const T* B, int64_t ldb, int64_t sb, T* C, int64_t ldc, int64_t sc, int64_t count) {
+// Row-major C (M, N) = op(A) op(B), batched at uniform strides (count 1: one GEMM). TA: the
+// operands' type; T: C's. bfloat16 operands are summed in float32 (tensor cores from sm_80).
+template <typename TA, typename T>
+void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, int64_t sa,
+          const TA* B, int64_t ldb, int64_t sb, T* C, int64_t ldc, int64_t sc, int64_t count) {
   const T one = 1, zero = 0;
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = to_int(N, "N"), n = to_int(M, "M"), k = to_int(K, "K");
   const int la = to_int(lda, "lda"), lb = to_int(ldb, "ldb"), lc = to_int(ldc, "ldc");
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<TA, bfloat16>) {
+    static_assert(std::is_same_v<T, float>);
+    if (count == 1)
+      MVGPT_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, m, n, k, &one, B, CUDA_R_16BF, lb, A, CUDA_R_16BF, la, &zero, C,
+                                      CUDA_R_32F, lc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+      MVGPT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, m, n, k, &one, B, CUDA_R_16BF, lb, sb, A, CUDA_R_16BF,
+                                                    la, sa, &zero, C, CUDA_R_32F, lc, sc, to_int(count, "batch"),
+                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  } else if constexpr (std::is_same_v<T, float>) {
     if (count == 1) MVGPT_CUBLAS_CHECK(cublasSgemm(h, opb, opa, m, n, k, &one, B, lb, A, la, &zero, C, lc));
     else
       MVGPT_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, m, n, k, &one, B, lb, sb, A, la, sa, &zero, C, lc, sc,
@@ -48,7 +59,7 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
   }
 }
 
-template <typename T>
+template <typename TA, typename T>
 void matmul_typed(CudaBackend& be, Tensor a, Tensor b, const Tensor& out) {
   const matmul_plan::MatmulPlan p = matmul_plan::plan(a, b, out, [&be](const Tensor& t) {
     Tensor packed = be.scratch(t.shape(), t.dtype());
@@ -56,12 +67,12 @@ void matmul_typed(CudaBackend& be, Tensor a, Tensor b, const Tensor& out) {
     return packed;
   });
   const int64_t M = p.M, N = p.N, K = p.K;
-  const T* ap = static_cast<const T*>(a.raw_data());
-  const T* bp = static_cast<const T*>(b.raw_data());
+  const TA* ap = static_cast<const TA*>(a.raw_data());
+  const TA* bp = static_cast<const TA*>(b.raw_data());
   T* cp = static_cast<T*>(out.raw_data());
   cublasHandle_t h = be.cublas();
   if (p.tall) {
-    gemm<T>(h, false, p.b.trans, p.nbatch * M, N, K, ap, p.tall_lda, 0, bp, p.b.ld, 0, cp, N, 0, 1);
+    gemm<TA, T>(h, false, p.b.trans, p.nbatch * M, N, K, ap, p.tall_lda, 0, bp, p.b.ld, 0, cp, N, 0, 1);
     return;
   }
 
@@ -71,14 +82,14 @@ void matmul_typed(CudaBackend& be, Tensor a, Tensor b, const Tensor& out) {
     const int64_t count = bl.ndim == 0 ? 1 : bl.shape[0];
     const int64_t bsa = bl.ndim == 0 ? 0 : bl.strides[0][0], bsb = bl.ndim == 0 ? 0 : bl.strides[1][0];
     const int64_t bsc = bl.ndim == 0 ? 0 : bl.strides[2][0];
-    gemm<T>(h, p.a.trans, p.b.trans, M, N, K, ap, p.a.ld, bsa, bp, p.b.ld, bsb, cp, N, bsc, count);
+    gemm<TA, T>(h, p.a.trans, p.b.trans, M, N, K, ap, p.a.ld, bsa, bp, p.b.ld, bsb, cp, N, bsc, count);
     return;
   }
   // Irregular batches (several merged dims): one GEMM per matrix, all queued on the stream.
   for (int64_t i = 0; i < p.nbatch; ++i) {
     int64_t off[3];
     bl.offsets(i, off);
-    gemm<T>(h, p.a.trans, p.b.trans, M, N, K, ap + off[0], p.a.ld, 0, bp + off[1], p.b.ld, 0, cp + off[2], N, 0, 1);
+    gemm<TA, T>(h, p.a.trans, p.b.trans, M, N, K, ap + off[0], p.a.ld, 0, bp + off[1], p.b.ld, 0, cp + off[2], N, 0, 1);
   }
 }
 
@@ -93,13 +104,23 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   if (!out.is_contiguous()) throw std::logic_error("CudaBackend::matmul: out must be contiguous");
+  if (a.dtype() == DType::bf16 && out.dtype() == DType::f32) return matmul_typed<bfloat16, float>(*this, a, b, out);
   switch (out.dtype()) {
-    case DType::f32: return matmul_typed<float>(*this, a, b, out);
-    case DType::f64: return matmul_typed<double>(*this, a, b, out);
+    case DType::f32: return matmul_typed<float, float>(*this, a, b, out);
+    case DType::f64: return matmul_typed<double, double>(*this, a, b, out);
     default:
       throw std::logic_error("CudaBackend::matmul: dtype " + std::string(dtype_name(out.dtype())) +
                              " reached the kernel (the ops layer widens bfloat16 to float32)");
   }
+}
+
+Backend::Bf16Support CudaBackend::bf16_support() {
+  int major = 0, minor = 0;
+  MVGPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index_));
+  MVGPT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index_));
+  const std::string cc = "compute capability " + std::to_string(major) + "." + std::to_string(minor);
+  // From sm_80 (A100) tensor cores take bf16; before, cuBLAS still runs bf16 GEMMs, without them.
+  return {major >= 8, major >= 8 ? cc + ", bf16 tensor cores" : cc + ", no bf16 tensor cores"};
 }
 
 }  // namespace mvgpt::cuda

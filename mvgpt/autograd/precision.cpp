@@ -1,0 +1,87 @@
+// The precision policy of products (NOTE [ Precision policy ] in precision.h).
+#include <mvgpt/autograd/precision.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/ops.h>
+
+namespace mvgpt::autograd {
+namespace {
+
+// A weight's bfloat16 copy, valid while the weight keeps the version it had when cast.
+struct CachedCopy {
+  Tensor source;  // held, so that its storage cannot be freed and reused under the same address
+  uint64_t version = 0;
+  Tensor copy;
+};
+
+struct PrecisionState {
+  Precision precision = Precision::fp32;
+  int guards = 0;
+  std::vector<CachedCopy> copies;  // a model's few dozen weights: a linear search is enough
+};
+
+PrecisionState& state() {
+  thread_local PrecisionState s;
+  return s;
+}
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.raw_data() == b.raw_data() && a.shape() == b.shape() &&
+         a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+}  // namespace
+
+std::string_view precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+
+Precision product_precision() { return state().precision; }
+
+PrecisionGuard::PrecisionGuard(Precision p) : previous_(state().precision) {
+  ++state().guards;
+  state().precision = p;
+}
+
+PrecisionGuard::~PrecisionGuard() {
+  PrecisionState& s = state();
+  s.precision = previous_;
+  if (--s.guards == 0) s.copies.clear();
+}
+
+PrecisionChoice choose_precision(std::string_view setting, Device device) {
+  if (setting != "fp32" && setting != "bf16" && setting != "auto")
+    throw std::invalid_argument("precision '" + std::string(setting) + "' is not one of fp32, bf16, auto");
+  if (setting == "fp32") return {Precision::fp32, "fp32 as asked"};
+  const Backend::Bf16Support support = backend_for(device).bf16_support();
+  const std::string where = device.str() + ": " + support.what;
+  if (setting == "bf16")
+    return {Precision::bf16, support.native ? "bf16 as asked (" + where + ")"
+                                            : "bf16 as asked; this device has no native bf16 products, so it runs "
+                                              "correctly but slower than fp32 (" + where + ")"};
+  if (support.native) return {Precision::bf16, "auto: bf16, the device computes bf16 natively (" + where + ")"};
+  return {Precision::fp32, "auto: fp32, the device has no native bf16 products (" + where + ")"};
+}
+
+namespace detail {
+
+bool bf16_products(const Tensor& a, const Tensor& b) {
+  return state().precision == Precision::bf16 && a.dtype() == DType::f32 && b.dtype() == DType::f32;
+}
+
+Tensor product_operand(const Tensor& t) {
+  if (state().precision != Precision::bf16 || t.dtype() != DType::f32) return t;
+  if (!(t.is_leaf() && t.requires_grad())) return ops::to(t, DType::bf16);
+  PrecisionState& s = state();
+  for (CachedCopy& c : s.copies) {
+    if (!same_view(c.source, t)) continue;
+    if (c.version != t.version()) c = {t, t.version(), ops::to(t, DType::bf16)};
+    return c.copy;
+  }
+  s.copies.push_back({t, t.version(), ops::to(t, DType::bf16)});
+  return s.copies.back().copy;
+}
+
+}  // namespace detail
+}  // namespace mvgpt::autograd

@@ -1,0 +1,66 @@
+#pragma once
+// The precision of products, the way autocast works in PyTorch.
+//
+// NOTE [ Precision policy ]
+// Under PrecisionGuard(Precision::bf16), the products of float32 tensors (linear, matmul, and so
+// the model's projections, MLP and tied classifier) multiply bfloat16 copies of their operands and
+// sum the products in float32 (the backends' mixed GEMM: oneDNN on the CPU, cuBLAS on CUDA); their
+// results, and everything else (softmax, norms, cross-entropy, reductions, the attention unit), stay
+// float32. Their backward passes do the same with the incoming gradient rounded to bfloat16, so
+// the gradients that reach the weights are float32 sums; the weights themselves (the master copies)
+// and AdamW's state stay float32. A weight's bfloat16 copy is made once per guard and version
+// of the weight (the forward pass, its backward pass and every decoded token reuse it) and kept
+// until the outermost guard ends; inputs are cast at each call. fp32 (the default) changes nothing.
+#include <string>
+#include <string_view>
+
+#include <mvgpt/tensor/device.h>
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt::autograd {
+
+enum class Precision { fp32, bf16 };
+std::string_view precision_name(Precision p);  // "fp32", "bf16"
+
+// The calling thread's precision for products (fp32 unless a PrecisionGuard says otherwise).
+Precision product_precision();
+
+// Sets the precision of products on this thread for its lifetime and restores the previous one
+// after. Nest freely; the bfloat16 copies of weights are dropped when the outermost guard ends.
+class PrecisionGuard {
+ public:
+  explicit PrecisionGuard(Precision p);
+  ~PrecisionGuard();
+  PrecisionGuard(const PrecisionGuard&) = delete;
+  PrecisionGuard& operator=(const PrecisionGuard&) = delete;
+
+ private:
+  Precision previous_;
+};
+
+// A precision for a device from a setting: "fp32", "bf16", or "auto" (bf16 where the device computes
+// bf16 products natively: AMX or AVX512-BF16 on the CPU, compute capability >= 8.0 on CUDA; fp32
+// elsewhere). `reason` says why, in words for a run's header; for bf16 on a device without native
+// bf16 it says that it runs correctly but slower. Throws std::invalid_argument for another setting.
+struct PrecisionChoice {
+  Precision precision = Precision::fp32;
+  std::string reason;
+};
+PrecisionChoice choose_precision(std::string_view setting, Device device);
+
+namespace detail {
+// The operand of a product as it is multiplied under the current policy: a bfloat16 copy of a float32
+// tensor under bf16 (weights, i.e. leaves that require grad, from the guard's cache), else t itself.
+Tensor product_operand(const Tensor& t);
+// Whether products of a and b run in bfloat16 now (bf16 policy, both float32).
+bool bf16_products(const Tensor& a, const Tensor& b);
+}  // namespace detail
+
+}  // namespace mvgpt::autograd
+
+namespace mvgpt {
+using autograd::choose_precision;
+using autograd::Precision;
+using autograd::PrecisionChoice;
+using autograd::PrecisionGuard;
+}  // namespace mvgpt

@@ -1,0 +1,37 @@
+#pragma once
+// bfloat16 products on the CPU: bf16 operands, float32 accumulation and result, through oneDNN's
+// matmul (its brgemm kernels use AMX tiles or AVX512-BF16 dot products). One call runs on the
+// calling thread; blas::gemm cuts large products over the TBB pool as it does for float32 (NOTE
+// [ One thread pool ] in blas.cpp, NOTE [ oneDNN on the TBB pool ] in bf16_gemm.cpp).
+#include <cstdint>
+#include <string>
+
+#include <mvgpt/tensor/dtype.h>
+
+namespace mvgpt::cpu::bf16 {
+
+// What this CPU offers for bf16 products, from CPUID (AMX needs Linux's permission too, which
+// is asked for here: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)).
+struct CpuSupport {
+  bool avx512_bf16 = false;  // VDPBF16PS: 2x the float32 FMA rate per instruction
+  bool amx_bf16 = false;     // AMX tiles, granted by the kernel
+  bool native() const { return avx512_bf16 || amx_bf16; }
+  std::string describe() const;  // "AMX-BF16", "AVX512-BF16" or "no bf16 instructions"
+};
+const CpuSupport& cpu_support();
+
+// The kernel oneDNN picked for a typical product ("brg:avx512_core_amx_bf16", ...), or
+// "float32 fallback (...)" where oneDNN has no compiled bf16 kernel for this CPU.
+std::string kernel_name();
+
+// C (M, N) = alpha op(A) op(B) + beta C, row-major, on this thread (as blas::gemm's call_gemm).
+// Where oneDNN only has its reference kernel (CPUs without AVX-512), or use_fallback(true) was
+// called, the operands are widened to float32 (exact) and OpenBLAS runs the product: the same sum
+// of exact products, in another order.
+void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+                     const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Tests: force the float32 fallback on a CPU that has oneDNN kernels (process-wide).
+void use_fallback(bool on);
+
+}  // namespace mvgpt::cpu::bf16

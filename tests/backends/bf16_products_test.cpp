@@ -1,0 +1,171 @@
+// bfloat16 products (matmul, linear) with float32 sums, on the CPU through oneDNN and through the
+// float32 fallback, and on CUDA (cuBLAS) where there is a GPU: against a double loop over the same
+// bfloat16 values (their products are exact in float32, so only the order of the float32 sum
+// differs: a tight tolerance), and against float32 products of the unrounded values (bf16's own).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/bf16_gemm.h>
+#include <mvgpt/backends/ops.h>
+#include "ops_test_util.h"
+
+namespace mvgpt {
+namespace {
+
+using testing::expect_all_close;
+using testing::Kind;
+using testing::make_input;
+
+// Each CPU path, then CUDA where there is a GPU.
+struct Path {
+  std::string name;
+  Device device;
+  bool fallback;
+};
+std::vector<Path> paths() {
+  std::vector<Path> p = {{"cpu-onednn", Device::cpu(), false}, {"cpu-fallback", Device::cpu(), true}};
+  if (cuda_available()) p.push_back({"cuda", Device::cuda(0), false});
+  return p;
+}
+struct FallbackScope {
+  explicit FallbackScope(bool on) { cpu::bf16::use_fallback(on); }
+  ~FallbackScope() { cpu::bf16::use_fallback(false); }
+};
+
+// A bfloat16 input on `device`, laid out as `kind` (the layout survives the cast).
+Tensor bf16_input(const Shape &s, uint64_t seed, Kind kind, Device device) {
+  Tensor t = make_input(s, DType::f32, seed, kind);
+  Tensor b = ops::to(t, DType::bf16);
+  if (kind == Kind::transposed && s.size() >= 2)  // keep the layout through the cast
+    b = ops::transpose(ops::contiguous(ops::to(ops::transpose(t, -1, -2), DType::bf16)), -1, -2);
+  return device.is_cpu() ? b : ops::to(b, device);
+}
+
+// out[..., i, j] = sum_k a[..., i, k] b[..., k, j] in double, from a and b broadcast to out's batch.
+double reference(const Tensor &a, const Tensor &b, int64_t idx) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  const int64_t bi = idx / (M * N), i = (idx / N) % M, j = idx % N;
+  double acc = 0;
+  for (int64_t k = 0; k < K; ++k) acc += read_element(a, (bi * M + i) * K + k) * read_element(b, (bi * K + k) * N + j);
+  return acc;
+}
+
+TEST(Bf16Products, MatmulSumsBf16ProductsInFloat32) {
+  struct Case {
+    Shape a, b;
+  };
+  // Small, one-row (decoding), one-column, batched with a shared right operand (one tall GEMM),
+  // batched, and large enough to be cut over the thread pool.
+  const Case cases[] = {{{5, 7}, {7, 3}},       {{1, 96}, {96, 200}},     {{130, 64}, {64, 1}},
+                        {{2, 9, 16}, {16, 12}}, {{3, 8, 16}, {3, 16, 8}}, {{200, 130}, {130, 150}}};
+  for (const Path &path : paths()) {
+    FallbackScope fallback(path.fallback);
+    for (const auto &c : cases) {
+      for (Kind ka : {Kind::contiguous, Kind::transposed, Kind::sliced}) {
+        for (Kind kb : {Kind::contiguous, Kind::transposed}) {
+          const std::string what = path.name + " " + to_string(c.a) + " @ " + to_string(c.b) + " " +
+                                   testing::kind_name(ka) + "/" + testing::kind_name(kb);
+          SCOPED_TRACE(what);
+          Tensor a = bf16_input(c.a, 1, ka, path.device), b = bf16_input(c.b, 2, kb, path.device);
+          Tensor y = ops::to(ops::matmul(a, b, DType::f32),
+                             Device::cpu());  // (..., M, N) float32
+          ASSERT_EQ(y.dtype(), DType::f32);
+          Tensor ha = ops::to(a, Device::cpu()), hb = ops::to(b, Device::cpu());
+          Shape sa = y.shape(), sb = y.shape();
+          sa[sa.size() - 1] = ha.size(-1);
+          sb[sb.size() - 2] = hb.size(-2);
+          Tensor ea = ops::expand(ha, sa), eb = ops::expand(hb, sb);
+          expect_all_close(
+              y, [&](int64_t i) { return reference(ea, eb, i); }, 1e-5, what);
+          // A bfloat16 result is the float32 one rounded.
+          Tensor yb = ops::to(ops::matmul(a, b), Device::cpu());
+          ASSERT_EQ(yb.dtype(), DType::bf16);
+          expect_all_close(
+              yb, [&](int64_t i) { return double(float(bfloat16(float(read_element(y, i))))); }, 0, what);
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16Products, CloseToFloat32ProductsOfTheUnroundedValues) {
+  // The error bf16 adds: each operand rounded to 8 bits of mantissa (relative 2^-9), summed over K.
+  for (const Path &path : paths()) {
+    FallbackScope fallback(path.fallback);
+    SCOPED_TRACE(path.name);
+    Tensor a = make_input({64, 384}, DType::f32, 3), b = make_input({384, 96}, DType::f32, 4);
+    Tensor want = ops::matmul(a, b);
+    Tensor got = ops::to(ops::matmul(ops::to(ops::to(a, DType::bf16), path.device),
+                                     ops::to(ops::to(b, DType::bf16), path.device), DType::f32),
+                         Device::cpu());
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      worst = std::max(worst, std::abs(read_element(got, i) - read_element(want, i)));
+      scale = std::max(scale, std::abs(read_element(want, i)));
+    }
+    EXPECT_GT(worst, 0.0) << "bf16 operands should differ from float32 ones";
+    EXPECT_LT(worst / scale, 2e-2) << "worst " << worst << " against values up to " << scale;
+  }
+}
+
+TEST(Bf16Products, LinearAddsAFloat32Bias) {
+  for (const Path &path : paths()) {
+    FallbackScope fallback(path.fallback);
+    SCOPED_TRACE(path.name);
+    Tensor x = bf16_input({2, 5, 48}, 5, Kind::contiguous, path.device);
+    Tensor w = bf16_input({40, 48}, 6, Kind::contiguous, path.device);
+    Tensor bias = ops::to(make_input({40}, DType::f32, 7), path.device);
+    Tensor y = ops::to(ops::linear(x, w, bias, DType::f32),
+                       Device::cpu());  // (2, 5, 40)
+    ASSERT_EQ(y.shape(), (Shape{2, 5, 40}));
+    Tensor hx = ops::reshape(ops::to(x, Device::cpu()), {10, 48}),
+           hwt = ops::transpose(ops::to(w, Device::cpu()), 0, 1);
+    Tensor hb = ops::to(bias, Device::cpu());
+    expect_all_close(
+        y, [&](int64_t i) { return reference(hx, hwt, i) + read_element(hb, i % 40); }, 1e-5);
+    // Without a bias, and with a bfloat16 bias.
+    Tensor y0 = ops::to(ops::linear(x, w, Tensor(), DType::f32), Device::cpu());
+    expect_all_close(
+        y0, [&](int64_t i) { return reference(hx, hwt, i); }, 1e-5);
+    Tensor yb = ops::to(ops::linear(x, w, ops::to(bias, DType::bf16), DType::f32), Device::cpu());
+    expect_all_close(
+        yb, [&](int64_t i) { return reference(hx, hwt, i) + double(float(bfloat16(float(read_element(hb, i % 40))))); },
+        1e-5);
+  }
+}
+
+TEST(Bf16Products, RefusesOtherResultDtypes) {
+  Tensor a = ops::to(make_input({2, 3}, DType::f32, 1), DType::bf16),
+         b = ops::to(make_input({3, 2}, DType::f32, 2), DType::bf16);
+  testing::expect_throw_with([&] { ops::matmul(a, b, DType::f64); }, "only bfloat16 operands may give float32");
+  Tensor f = make_input({2, 3}, DType::f32, 1), g = make_input({3, 2}, DType::f32, 2);
+  testing::expect_throw_with([&] { ops::matmul(f, g, DType::bf16); }, "only bfloat16 operands may give float32");
+  testing::expect_throw_with([&] { ops::linear(f, ops::transpose(g, 0, 1), Tensor(), DType::f64); },
+                             "is not supported");
+}
+
+TEST(Bf16Products, CpuSupportMatchesProcCpuinfo) {
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) GTEST_SKIP() << "skipped: no /proc/cpuinfo";
+  std::string line, flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  const bool avx512_bf16 = flags.find(" avx512_bf16 ") != std::string::npos;
+  const bool amx = flags.find(" amx_bf16 ") != std::string::npos && flags.find(" amx_tile ") != std::string::npos;
+  const cpu::bf16::CpuSupport &s = cpu::bf16::cpu_support();
+  EXPECT_EQ(s.avx512_bf16, avx512_bf16);
+  if (!amx) EXPECT_FALSE(s.amx_bf16);  // with AMX, Linux may still refuse its state
+  const Backend::Bf16Support support = backend_for(Device::cpu()).bf16_support();
+  EXPECT_EQ(support.native, s.native());
+  EXPECT_NE(support.what.find("oneDNN kernel"), std::string::npos) << support.what;
+  std::cout << "bf16 on this CPU: " << support.what << "\n";
+}
+
+}  // namespace
+}  // namespace mvgpt
