@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   const auto app = context_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
+    const PrecisionGuard precision(choose_run_precision(args.precision, device, args.as_json ? stderr : stdout).precision);
     check_output_folder("--out-dir", args.out_dir);  // now, not after all the measuring
     const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     if (int64_t(tokens.size()) < args.tokens_needed)

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   const auto app = evaluate_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
+    const PrecisionGuard precision(choose_run_precision(args.precision, device, args.as_json ? stderr : stdout).precision);
     const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     // Check every checkpoint before measuring any, so a bad one fails fast.
     std::vector<std::string> dirs, names;

@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   const auto app = generate_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
+    // The generated text owns standard output; a precision other than fp32 is said on stderr.
+    const PrecisionGuard precision(
+        args.precision == "fp32" ? Precision::fp32 : choose_run_precision(args.precision, device, stderr).precision);
     const std::string dir = resolve_checkpoint(args.ckpt);
     const std::string name = checkpoint_name(args.ckpt);
     if (args.tokenizer_path.empty()) args.tokenizer_path = checkpoint_tokenizer(dir);

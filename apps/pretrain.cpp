@@ -173,7 +173,8 @@ RunStart init_from_run(const PretrainArgs& args, const RunPaths& paths, Device d
 
 // The lines that describe the run before it starts.
 void print_run(const PretrainArgs& args, const std::string& run_name, const gpt::GPT& model, Device device,
-               const Trainer& trainer, const text::TokenFile& train, const text::TokenFile& valid) {
+               const PrecisionChoice& precision, const Trainer& trainer, const text::TokenFile& train,
+               const text::TokenFile& valid) {
   const gpt::GPTConfig& config = model.config();
   const PretrainSettings& s = trainer.settings();
   const TrainState& st = trainer.state();
@@ -186,6 +187,7 @@ void print_run(const PretrainArgs& args, const std::string& run_name, const gpt:
               (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
   if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());
   std::printf("%s\n", cpu::openblas_core_report().c_str());
+  std::printf("precision: %s\n", precision.reason.c_str());
   if (!st.init_from.empty())
     std::printf("initialised from %s%s\n", st.init_from.c_str(), st.init_step.empty() ? "" : (" (step " + st.init_step + ")").c_str());
   if (const nn::LoRAOptions lora = nn::lora_options(model); lora.rank > 0) {
@@ -239,6 +241,8 @@ int main(int argc, char** argv) {
     if (!dist::is_root() && !std::freopen("/dev/null", "w", stdout))  // rank 0 alone prints
       throw AppError("cannot silence the output of rank " + std::to_string(dist::rank()));
     const Device device = dist::local_device(resolve_device(args.device_flag));  // cuda:<local rank> under mpirun
+    const PrecisionChoice precision_choice = choose_precision(args.precision, device);
+    const PrecisionGuard precision(precision_choice.precision);  // the steps and the held-out measurements
     const std::string run_name = checkpoint_name(args.out_dir);
     const RunPaths paths(args);
     const std::string prep_hint = "run prepare first, or pass --data DIR";
@@ -306,7 +310,7 @@ int main(int argc, char** argv) {
                      .debug_step_seconds = args.debug_step_seconds});
     if (args.resume) trainer.resume();
 
-    print_run(args, run_name, model, device, trainer, train, valid);
+    print_run(args, run_name, model, device, precision_choice, trainer, train, valid);
     const TrainState& st = trainer.state();
     const double budget_s = args.minutes * 60;
     if (args.resume) {

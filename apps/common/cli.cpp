@@ -53,6 +53,15 @@ void add_position_flags(CLI::App& app, std::string& rope_scaling, int64_t& block
       ->check(CLI::PositiveNumber);
 }
 
+// --precision fp32|bf16|auto (NOTE [ Precision policy ] in autograd/precision.h).
+void add_precision_flag(CLI::App& app, std::string& precision) {
+  app.add_option("--precision", precision,
+                 "products in fp32, or in bf16 summed in fp32 (weights, optimizer state and everything else stay "
+                 "fp32), or auto: bf16 where the device computes it natively (AMX or AVX512-BF16, CUDA sm_80+)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}));
+}
+
 // --version and the examples every --help ends with.
 void add_version_and_examples(CLI::App& app, const std::string& examples) {
   app.set_version_flag("--version", std::string("mvgpt ") + MVGPT_VERSION, "print the version and exit");
@@ -222,6 +231,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       ->check(CLI::PositiveNumber);
   app->add_option("--log-interval", a.log_interval, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto (the GPU when there is one)")->capture_default_str();
+  add_precision_flag(*app, a.precision);
   app->add_option("--data", a.data_dir, "folder with train.bin, valid.bin and tokenizer.json (from prepare)")->capture_default_str();
   app->add_option("--out", a.out_dir,
                   "run folder, locked while training; TensorBoard events in <out>/tensorboard (default "
@@ -278,6 +288,7 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
   app->add_option("--max-windows", a.max_windows, "measure at most this many windows (default: the whole file)")
       ->check(CLI::PositiveNumber);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
+  add_precision_flag(*app, a.precision);
   app->add_flag("--json", a.as_json, "print only a JSON list of {model, loss, perplexity, top1}");
   app->final_callback([&a] { check_device_flag(a.device_flag); });
   add_version_and_examples(*app,
@@ -305,6 +316,7 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
       ->delimiter(',')
       ->check(CLI::IsMember({"window", "cache", "full"}));
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
+  add_precision_flag(*app, a.precision);
   app->add_option("--out-dir", a.out_dir, "folder for context_losses.csv and context_losses.png")->capture_default_str();
   app->add_flag("--json", a.as_json,
                 "print only a JSON list of {model, method, loss, ms_per_token} on stdout (progress goes to stderr)");
@@ -346,6 +358,7 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_option("--tokenizer", a.tokenizer_path, "tokenizer.json (default: the checkpoint's, else data/tokenizer.json)");
   add_position_flags(*app, a.rope_scaling, a.block_size);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
+  add_precision_flag(*app, a.precision);
   app->add_flag("--no-cache", a.no_cache, "run the whole window again for each token");
   app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>)");
   app->final_callback([&a] { check_device_flag(a.device_flag); });

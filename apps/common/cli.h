@@ -73,6 +73,7 @@ struct PretrainArgs {
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;
+  std::string precision = "fp32";  // fp32, bf16 or auto (NOTE [ Precision policy ])
   GivenFlags given;  // on --resume, the run-defining flags given must agree with the run's
 };
 
@@ -81,7 +82,7 @@ struct EvaluateArgs {
   std::string adapter;
   std::string rope_scaling;  // load-time override of rotary models ("": the checkpoint's)
   int64_t block_size = -1;   // load-time window of rotary models (-1: the checkpoint's)
-  std::string tokens_path = "data/valid.bin", device_flag = "auto";
+  std::string tokens_path = "data/valid.bin", device_flag = "auto", precision = "fp32";
   int64_t batch_size = 8, max_windows = -1;
   bool as_json = false;
 };
@@ -91,7 +92,7 @@ struct ContextArgs {
   std::string adapter;
   std::string rope_scaling;  // load-time override of rotary models ("": the checkpoint's)
   int64_t block_size = -1;   // load-time window of rotary models (-1: the checkpoint's)
-  std::string tokens_path = "data/valid.bin", device_flag = "auto", out_dir = "runs/context";
+  std::string tokens_path = "data/valid.bin", device_flag = "auto", out_dir = "runs/context", precision = "fp32";
   int64_t length = 768, streams = 8;
   bool as_json = false, no_plot = false;
   // Derived: length * streams, the tokens the streams read (INT64_MAX when that overflows).
@@ -99,7 +100,7 @@ struct ContextArgs {
 };
 
 struct GenerateArgs {
-  std::string ckpt, prompt, prompt_file, tokenizer_path, device_flag = "auto", adapter;
+  std::string ckpt, prompt, prompt_file, tokenizer_path, device_flag = "auto", adapter, precision = "fp32";
   std::string rope_scaling;  // load-time override ("": the checkpoint's)
   int64_t block_size = -1;   // load-time window of a rotary model (-1: the checkpoint's)
   int64_t max_new_tokens = 200, num_samples = 1;
