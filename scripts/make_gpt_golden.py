@@ -24,6 +24,12 @@ Greedy generation follows mvgpt's generate(): the prompt is cut to the window; w
 cache slides (once it holds block_size tokens the oldest is dropped before the next goes in, and
 positions keep counting); with learned positions each token past the window re-runs the last window.
 
+--autocast writes <variant>/expected_autocast.safetensors beside each variant (and leaves the rest
+alone): the same tokens through the same model in float32 under torch.autocast("cpu",
+dtype=torch.bfloat16), PyTorch's own bf16 mixed precision, for mvgpt's --precision bf16 to be
+compared with (tests/mvgpt/golden_test.cpp, GoldenGPT.Bf16...): logits (2, 16, V), loss () and every
+grad.<name>, all F32.
+
 --verify DIR loads a checkpoint folder written by save_checkpoint, rebuilds the model from its
 config.json, and compares its logits with the "expected.safetensors" the C++ side put next to it.
 The safetensors package is not needed: the format is read and written by hand (struct + json).
@@ -201,6 +207,8 @@ def rotate(x, cos, sin):
     """Split-half: channel i pairs with i + D/2. x (B, n, T, D)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
+    # Tables in x's precision, at least float32 (float64 for the reference, float32 under autocast).
+    cos, sin = (t.to(torch.promote_types(x.dtype, torch.float32)) for t in (cos, sin))
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
@@ -355,6 +363,29 @@ def make_variant(name, fields, seed):
           f"{logits.max().item():.2f}], smallest greedy gap {gap:.4f} (prompt attempt {attempt + 1})")
 
 
+def make_autocast(name):
+    """PyTorch's bf16 autocast on the variant's checkpoint and tokens (expected_autocast.safetensors)."""
+    folder = os.path.join(FIXTURES, name)
+    with open(os.path.join(folder, "checkpoint", "config.json")) as f:
+        c = full_config(json.load(f))
+    weights, _ = read_safetensors(os.path.join(folder, "checkpoint", "model.safetensors"))
+    expected, _ = read_safetensors(os.path.join(folder, "expected.safetensors"))
+    params = {k: v.float().requires_grad_(True) for k, v in weights.items()}
+    model = Model(c, params)
+    tokens = expected["tokens"].long()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model.forward(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, c["vocab_size"]), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    out = [("logits", logits.detach().float()), ("loss", loss.detach().float())]
+    out += [("grad." + k, params[k].grad.float()) for k in weights]
+    write_safetensors(os.path.join(folder, "expected_autocast.safetensors"), out,
+                      {"written_by": "scripts/make_gpt_golden.py --autocast", "torch": torch.__version__})
+    err = (logits.double() - expected["logits"].double()).abs().max().item()
+    print(f"{name}: autocast loss {loss.item():.6f} (float64: {expected['loss'].item():.6f}), "
+          f"max |logits - float64 logits| {err:.4f}")
+
+
 def verify(folder):
     """Checks a checkpoint written by mvgpt's save_checkpoint against the logits it wrote next to it."""
     with open(os.path.join(folder, "config.json")) as f:
@@ -383,9 +414,14 @@ def verify(folder):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--verify", metavar="DIR", help="check a checkpoint folder written by mvgpt")
+    ap.add_argument("--autocast", action="store_true", help="write expected_autocast.safetensors for each variant")
     args = ap.parse_args()
     if args.verify:
         verify(args.verify)
+        return
+    if args.autocast:
+        for name in VARIANTS:
+            make_autocast(name)
         return
     for i, (name, fields) in enumerate(VARIANTS.items()):
         make_variant(name, fields, seed=1000 + i)

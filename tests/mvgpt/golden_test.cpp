@@ -12,11 +12,13 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <filesystem>
 #include <set>
 #include <sstream>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/gpt/checkpoint.h>
@@ -101,6 +103,54 @@ TEST_P(GoldenPaths, LogitsLossAndEveryGradient) {
   for (auto& [name, p] : g.model().named_parameters()) {
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_TRUE(close(p.grad(), g.at("grad." + name), 1e-5, 1e-4)) << name;
+  }
+}
+
+// The largest |a - b| over two tensors, and the relative L2 distance |a - b| / |b|.
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = values(a), y = values(b);
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
+double relative_l2(const Tensor& a, const Tensor& b) {
+  auto x = values(a), y = values(b);
+  double d = 0, n = 0;
+  for (size_t i = 0; i < x.size(); ++i) d += (x[i] - y[i]) * (x[i] - y[i]), n += y[i] * y[i];
+  return std::sqrt(d / std::max(n, 1e-300));
+}
+
+// --precision bf16 against PyTorch's own bf16 mixed precision, torch.autocast("cpu", bfloat16), on
+// the same checkpoint and tokens (expected_autocast.safetensors): both are measured against the
+// float64 answer, and ours must be no further from it than PyTorch's (we keep the products' float32
+// sums and the attention in float32, where autocast rounds its linear and matmul results to bf16),
+// yet not equal to the float32 answer (the products must really round their operands).
+TEST_P(GoldenGPT, Bf16IsAsCloseToTheAnswerAsPyTorchAutocast) {
+  Golden g = load_golden(GetParam());
+  const safetensors::File torch_bf16 =
+      safetensors::load(kFixtures + "/" + GetParam() + "/expected_autocast.safetensors");
+  const int64_t V = g.model().config().vocab_size;
+  Tensor logits, loss;
+  {
+    PrecisionGuard bf16(Precision::bf16);
+    logits = g.model().forward(inputs(g));
+    loss = cross_entropy(reshape(logits, {-1, V}), reshape(targets(g), {-1}));
+    backward(loss);
+  }
+  const double ours = max_abs_diff(logits, g.at("logits")), theirs = max_abs_diff(torch_bf16.at("logits"), g.at("logits"));
+  std::cout << GetParam() << ": max |logits - float64 answer|: mvgpt bf16 " << ours << ", PyTorch autocast " << theirs
+            << "; loss " << values(loss)[0] << " vs " << values(torch_bf16.at("loss"))[0] << " (float64 "
+            << values(g.at("loss"))[0] << ")\n";
+  EXPECT_GT(ours, 1e-4) << "bf16 logits as exact as float32 ones: were the operands rounded?";
+  EXPECT_LE(ours, theirs);
+  EXPECT_LE(max_abs_diff(logits, torch_bf16.at("logits")), 2 * theirs);
+  EXPECT_LE(std::abs(values(loss)[0] - values(g.at("loss"))[0]),
+            std::abs(values(torch_bf16.at("loss"))[0] - values(g.at("loss"))[0]) + 2e-3);
+  for (auto& [name, p] : g.model().named_parameters()) {
+    const std::string key = "grad." + name;
+    const double e_ours = relative_l2(p.grad(), g.at(key)), e_theirs = relative_l2(torch_bf16.at(key), g.at(key));
+    EXPECT_LE(e_ours, std::max(1.5 * e_theirs, 1e-2)) << name << ": relative error " << e_ours << " vs autocast's "
+                                                      << e_theirs;
   }
 }
 
