@@ -1,9 +1,12 @@
-// End-to-end cases of the series' model (14.5M parameters with RoPE, vocab 10,000, fp32):
-// one training step (batch 16 x 256, AdamW) in tokens/s, and decoding in ms/token for the three
-// methods of the context app (sliding cache, re-running the window, all of a long context at once).
+// End-to-end cases of the series' model (14.5M parameters with RoPE, vocab 10,000): one training
+// step (batch 16 x 256, AdamW) in tokens/s, and decoding in ms/token for the three methods of the
+// context app (sliding cache, re-running the window, all of a long context at once). fp32, and for
+// the training step and the sliding cache also --precision bf16 (the last argument 1: products in
+// bf16 summed in fp32, NOTE [ Precision policy ]).
 #include <benchmark/benchmark.h>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/model.h>
@@ -25,6 +28,7 @@ GPTConfig series(bool rope) { return GPTConfig::preset(rope ? "series-rope" : "s
 void BM_TrainStep(benchmark::State& state) {
   const bool rope = state.range(0);
   const int64_t B = state.range(1), T = 256;
+  const PrecisionGuard precision(state.range(2) ? Precision::bf16 : Precision::fp32);
   Generator g(1337);
   GPT model(series(rope), &g);
   nn::AdamWOptions opt;
@@ -41,10 +45,11 @@ void BM_TrainStep(benchmark::State& state) {
   }
   state.counters["tokens/s"] = benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_TrainStep)->Args({1, 16})->Args({0, 16})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
+BENCHMARK(BM_TrainStep)->Args({1, 16, 0})->Args({0, 16, 0})->Args({1, 16, 1})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
 
 // Sliding cache: one token through the model with a full window cached.
 void BM_DecodeCache(benchmark::State& state) {
+  const PrecisionGuard precision(state.range(0) ? Precision::bf16 : Precision::fp32);  // weights cast once
   Generator g(1337);
   GPT model(series(true), &g);
   NoGradGuard no_grad;
@@ -58,7 +63,7 @@ void BM_DecodeCache(benchmark::State& state) {
   state.counters["ms/token"] = benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate |
                                                            benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_DecodeCache)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+BENCHMARK(BM_DecodeCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
 
 // Re-running the window: the last 256 tokens in full for each new token.
 void BM_DecodeWindow(benchmark::State& state) {

@@ -5,8 +5,14 @@ Cases (one per run, so that bench/compare can alternate them with mvgpt's):
   train    one AdamW training step at batch 16 x 256 (lr 6e-4, weight decay 0.1 on matrices), tokens/s
   cache    decoding one token with the sliding KV cache (255 kept, RoPE), ms/token
   window   re-running the 256-token window for each new token (last position's logits), ms/token
+  peak     the GEMM rate of a 3072^3 product through torch.mm (PyTorch's own threads), GFLOP/s
 Prints one JSON object per run on stdout: the mean over the timed runs (as Google Benchmark reports)
-and the fastest. fp32, --threads threads (default 2). Nothing here is needed by the tests.
+and the fastest. fp32, or with --autocast in PyTorch's bf16 mixed precision (oneDNN underneath):
+torch.autocast("cpu", dtype=torch.bfloat16) around each training step's forward and loss (as its
+documentation does: the weights' cast copies are dropped when the context ends, so each step casts
+its updated weights anew), and around the whole timed loop when decoding (the weights do not change,
+so every token reuses the cast copies); peak then times a bf16 torch.mm. --threads threads (default
+2). Nothing here is needed by the tests.
 
 The model is the one of mvgpt/gpt/model.cpp (GPTConfig defaults): 6 blocks of width 384, 6 heads of 64,
 context 256, vocab 10,000, pre-norm LayerNorm with bias, tanh-GELU MLP of 1536, learned positions
@@ -151,16 +157,30 @@ def timed(fn, min_time, min_iters):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("case", choices=["train", "cache", "window"])
+    ap.add_argument("case", choices=["train", "cache", "window", "peak"])
     ap.add_argument("--rope", type=int, default=1, help="1: rotary positions (default), 0: learned table")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--min-time", type=float, default=5.0, help="seconds of timed runs (after one warm-up)")
+    ap.add_argument("--autocast", action="store_true", help="bf16 mixed precision (peak: a bf16 torch.mm)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1337)
+    result = {"case": args.case, "rope": args.rope, "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "autocast": args.autocast}
+
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast)
+
+    if args.case == "peak":
+        n = 3072
+        a = torch.randn(n, n, dtype=torch.bfloat16 if args.autocast else torch.float32)
+        b = torch.randn(n, n, dtype=a.dtype)
+        times = timed(lambda: torch.mm(a, b), args.min_time / 2, 3)
+        result.update(gflops=2 * n**3 / min(times) * 1e-9, mean_gflops=2 * n**3 / (sum(times) / len(times)) * 1e-9)
+        print(json.dumps(result))
+        return
     model = GPT(bool(args.rope))
-    result = {"case": args.case, "rope": args.rope, "threads": torch.get_num_threads(), "torch": torch.__version__}
 
     if args.case == "train":
         decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -171,8 +191,9 @@ def main():
 
         def step():
             opt.zero_grad(set_to_none=True)
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
+            with autocast():
+                logits = model(x)
+                loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1))
             loss.backward()
             opt.step()
             return loss.item()
@@ -183,7 +204,7 @@ def main():
                       steps=len(times))
     else:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast():
             if args.case == "cache":
                 if not args.rope:
                     raise SystemExit("the sliding cache needs rotary positions (--rope 1)")

@@ -7,7 +7,9 @@
 #   bash scripts/episode.sh --quick    # a short run that exercises every step (about 9 minutes here)
 #
 # Environment: MVGPT_EPISODE_MINUTES (minutes per model, default 10), MVGPT_QUICK_STEPS (steps per
-# model with --quick, default 30), MVGPT_DEVICE (cpu, cuda or auto; default auto), MVGPT_DATA_DIR
+# model with --quick, default 30), MVGPT_DEVICE (cpu, cuda or auto; default auto), MVGPT_PRECISION
+# (the training's products: fp32, bf16 or auto, the default: bf16 where the device computes it
+# natively, AMX or AVX512-BF16 or a GPU from sm_80; the measurements stay fp32), MVGPT_DATA_DIR
 # (the raw stories; default ../shared/data/tinystories), MVGPT_BUILD_DIR (default build),
 # MVGPT_SKIP_INSTALL=1 (dependencies are already there), MVGPT_EPISODE_DIR (where data/,
 # checkpoints/ and runs/ go; default the repository root).
@@ -19,13 +21,14 @@ quick=${MVGPT_EPISODE_QUICK:-0}
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "episode.sh: unknown argument '$arg' (known: --quick)" >&2; exit 2 ;;
   esac
 done
 
 build=${MVGPT_BUILD_DIR:-build}
 device=${MVGPT_DEVICE:-auto}
+precision=${MVGPT_PRECISION:-auto}
 minutes=${MVGPT_EPISODE_MINUTES:-10}
 
 step() { printf '\n=== %s\n' "$*"; }
@@ -60,9 +63,9 @@ else
 fi
 
 step "pretrain: learned positions (checkpoints/pretrain)"
-"$bin/pretrain" --device "$device" --overwrite "${train_args[@]}"
+"$bin/pretrain" --device "$device" --precision "$precision" --overwrite "${train_args[@]}"
 step "pretrain: rotary position embeddings (checkpoints/pretrain-rope)"
-"$bin/pretrain" --rope --device "$device" --overwrite "${train_args[@]}"
+"$bin/pretrain" --rope --device "$device" --precision "$precision" --overwrite "${train_args[@]}"
 
 step "evaluate on the held-out stories"
 "$bin/evaluate" --device "$device" --ckpt checkpoints/pretrain --ckpt checkpoints/pretrain-rope | tee runs/evaluate.txt

@@ -57,6 +57,38 @@ TEST_F(EvaluateContextGenerate, EvaluateJsonIsAListOfModelLossPerplexityTop1) {
   EXPECT_NE(table.out.find("tiny "), std::string::npos);
 }
 
+// --precision: every app says which precision it runs in and why; bf16 gives a loss within bf16's
+// error of fp32's (not the same number); auto follows the CPU; a misspelt value is a usage error.
+TEST_F(EvaluateContextGenerate, PrecisionIsChosenSaidAndUsed) {
+  trained(true);
+  const std::string base = "--ckpt checkpoints/tiny-rope --device cpu --json --precision ";
+  RunResult fp32 = run_app("evaluate", base + "fp32", prepared());
+  RunResult bf16 = run_app("evaluate", base + "bf16", prepared());
+  ASSERT_EQ(fp32.code, 0) << fp32.err;
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  EXPECT_NE(fp32.err.find("precision: fp32 as asked"), std::string::npos) << fp32.err;  // stdout holds the JSON
+  EXPECT_NE(bf16.err.find("precision: bf16 as asked"), std::string::npos) << bf16.err;
+  const double l32 = json::parse(fp32.out)[0]["loss"], l16 = json::parse(bf16.out)[0]["loss"];
+  EXPECT_NE(l32, l16);
+  EXPECT_NEAR(l16, l32, 0.02);
+
+  const bool native = backend_for(Device::cpu()).bf16_support().native;
+  RunResult automatic = run_app("evaluate", "--ckpt checkpoints/tiny-rope --device cpu --precision auto", prepared());
+  ASSERT_EQ(automatic.code, 0) << automatic.err;
+  EXPECT_NE(automatic.out.find(native ? "precision: auto: bf16" : "precision: auto: fp32"), std::string::npos)
+      << automatic.out;
+  RunResult context = run_app("context", "--ckpt checkpoints/tiny-rope --device cpu --length 40 --streams 1 --no-plot "
+                              "--precision bf16 --out-dir runs/precision", prepared());
+  ASSERT_EQ(context.code, 0) << context.err;
+  EXPECT_NE(context.out.find("precision: bf16 as asked"), std::string::npos) << context.out;
+  RunResult generate = run_app("generate", "--ckpt checkpoints/tiny-rope --device cpu --prompt 'Once' "
+                               "--max-new-tokens 5 --precision bf16", prepared());
+  ASSERT_EQ(generate.code, 0) << generate.err;
+  EXPECT_EQ(generate.out.find("precision:"), std::string::npos) << "the story owns stdout: " << generate.out;
+  EXPECT_NE(generate.err.find("precision: bf16 as asked"), std::string::npos) << generate.err;
+  expect_one_line_error(run_app("evaluate", base + "fp16", prepared()), "evaluate", "--precision", 2);
+}
+
 TEST_F(EvaluateContextGenerate, ContextJsonHasEveryMethodAndTheCacheMatchesTheWindow) {
   trained(false);
   trained(true);
