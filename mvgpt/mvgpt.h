@@ -6,6 +6,7 @@
 #include <mvgpt/tensor/tensor.h>     // Tensor, DType, Device, Generator
 #include <mvgpt/autograd/ops.h>      // the differentiable ops models call
 #include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/precision.h>  // PrecisionGuard: bf16 products (docs/precision.md)
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/fused/adamw.h>         // the fused ops, one unit each
 #include <mvgpt/fused/attention.h>
