@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   const auto app = context_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
-    const PrecisionGuard precision(choose_run_precision(args.precision, device, args.as_json ? stderr : stdout).precision);
+    const PrecisionChoice precision = choose_precision(args.precision, device);
+    const PrecisionGuard guard(precision.precision);
     check_output_folder("--out-dir", args.out_dir);  // now, not after all the measuring
     const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     if (int64_t(tokens.size()) < args.tokens_needed)
@@ -152,6 +153,7 @@ int main(int argc, char** argv) {
     }
 
     FILE* table = args.as_json ? stderr : stdout;
+    std::fprintf(table, "precision: %s\n", precision.reason.c_str());
     std::fprintf(table, "%lld stream%s of %lld tokens from %s; scored: the tokens past each model's window\n",
                  (long long)args.streams, args.streams == 1 ? "" : "s", (long long)args.length, args.tokens_path.c_str());
     std::fprintf(table, "%-24s %-7s %8s %13s\n", "model", "method", "loss", "ms/token");

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   const auto app = evaluate_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
-    const PrecisionGuard precision(choose_run_precision(args.precision, device, args.as_json ? stderr : stdout).precision);
+    const PrecisionChoice precision = choose_precision(args.precision, device);
+    const PrecisionGuard guard(precision.precision);
     const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     // Check every checkpoint before measuring any, so a bad one fails fast.
     std::vector<std::string> dirs, names;
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     }
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     if (!args.as_json) {
+      std::printf("precision: %s\n", precision.reason.c_str());
       std::printf("%s: %s tokens\n", args.tokens_path.c_str(), format_count(int64_t(tokens.size())).c_str());
       std::printf("%-24s %8s %11s %7s %7s %11s\n", "model", "loss", "perplexity", "top-1", "bits/B", "tokens");
     }
@@ -60,7 +62,10 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    if (args.as_json) std::printf("%s\n", out.dump(2).c_str());
+    if (args.as_json) {
+      std::printf("%s\n", out.dump(2).c_str());
+      std::fprintf(stderr, "precision: %s\n", precision.reason.c_str());  // stdout holds the JSON alone
+    }
     return 0;
   });
 }

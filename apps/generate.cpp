@@ -23,9 +23,8 @@ int main(int argc, char** argv) {
   const auto app = generate_cli(args);
   return run_app(*app, argc, argv, [&] {
     const Device device = resolve_device(args.device_flag);
-    // The generated text owns standard output; a precision other than fp32 is said on stderr.
-    const PrecisionGuard precision(
-        args.precision == "fp32" ? Precision::fp32 : choose_run_precision(args.precision, device, stderr).precision);
+    const PrecisionChoice precision = choose_precision(args.precision, device);  // said in the stats line
+    const PrecisionGuard guard(precision.precision);
     const std::string dir = resolve_checkpoint(args.ckpt);
     const std::string name = checkpoint_name(args.ckpt);
     if (args.tokenizer_path.empty()) args.tokenizer_path = checkpoint_tokenizer(dir);
@@ -80,9 +79,9 @@ int main(int argc, char** argv) {
     }
     const double s = seconds_since(t0);
     std::fflush(stdout);  // the text ends before the stats line, also when both go to one file
-    std::fprintf(stderr, "%s: %lld tokens in %.2f s (%.2f ms/token, %s cache, %s positions)\n", name.c_str(),
-                 (long long)produced, s, produced ? 1e3 * s / double(produced) : 0.0, args.no_cache ? "no" : "with",
-                 model.config().rope ? "rotary" : "learned");
+    std::fprintf(stderr, "%s: %lld tokens in %.2f s (%.2f ms/token, %s cache, %s positions; precision: %s)\n",
+                 name.c_str(), (long long)produced, s, produced ? 1e3 * s / double(produced) : 0.0,
+                 args.no_cache ? "no" : "with", model.config().rope ? "rotary" : "learned", precision.reason.c_str());
     return 0;
   });
 }

@@ -107,24 +107,26 @@ struct AttentionInputs {
 void BM_AttentionForward(benchmark::State& state) {
   AttentionInputs a(state.range(0), state.range(1));
   const double scale = 1 / std::sqrt(double(a.D));
-  for (auto _ : state) attention_cpu().forward(a.q, a.k, a.v, scale, true, a.out, a.lse);
+  const bool bf16 = state.range(2);  // products in bf16 summed in fp32 (NOTE [ Precision policy ])
+  for (auto _ : state) attention_cpu().forward(a.q, a.k, a.v, scale, true, bf16, a.out, a.lse);
   set_flops(state, a.forward_flops());
   // K and V must be streamed at least once: the bound that matters for decode.
   set_bytes(state, 4.0 * (a.q.numel() + a.k.numel() + a.v.numel() + a.out.numel()));
 }
-BENCHMARK(BM_AttentionForward)->Args({256, 256})->Args({1, 256})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionForward)->Args({256, 256, 0})->Args({256, 256, 1})->Args({1, 256, 0})->ArgNames({"Tq", "Tk", "bf16"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_AttentionBackward(benchmark::State& state) {
   AttentionInputs a(256, 256);
   const double scale = 1 / std::sqrt(double(a.D));
-  attention_cpu().forward(a.q, a.k, a.v, scale, true, a.out, a.lse);
+  const bool bf16 = state.range(0);
+  attention_cpu().forward(a.q, a.k, a.v, scale, true, bf16, a.out, a.lse);
   Tensor dout = filled(a.out.shape(), DType::f32, -1, 1, 4);
   Tensor dq = Tensor::empty(a.q.shape(), DType::f32), dk = Tensor::empty(a.k.shape(), DType::f32),
          dv = Tensor::empty(a.v.shape(), DType::f32);
-  for (auto _ : state) attention_cpu().backward(dout, a.q, a.k, a.v, a.out, a.lse, scale, true, dq, dk, dv);
+  for (auto _ : state) attention_cpu().backward(dout, a.q, a.k, a.v, a.out, a.lse, scale, true, bf16, dq, dk, dv);
   set_flops(state, 2.5 * a.forward_flops());  // five products of the forward's size (S, dV, dP, dQ, dK)
 }
-BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_CrossEntropyForwardBackward(benchmark::State& state) {
   const int64_t N = 4096, V = 10000;

@@ -82,12 +82,6 @@ void warn_after_success(std::string text) { deferred_warnings().push_back(std::m
 
 std::string device_note() { return auto_device_note(); }
 
-PrecisionChoice choose_run_precision(const std::string& flag, Device device, std::FILE* out) {
-  PrecisionChoice choice = choose_precision(flag, device);  // the flag was checked while parsing
-  std::fprintf(out, "precision: %s\n", choice.reason.c_str());
-  return choice;
-}
-
 int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
   // OpenBLAS's notice stays in openblas_core_info() (pretrain's header prints it); nothing may come

@@ -41,8 +41,6 @@ void check_output_folder(const std::string& flag, const std::string& dir);
 // falls back to the CPU because the CUDA runtime failed (not for want of a GPU), the reason is kept
 // for device_note() and repeated as a warning once the run has succeeded.
 Device resolve_device(const std::string& flag);
-// --precision (fp32, bf16 or auto) on `device`, said in one line "precision: <choice and why>" on `out`.
-PrecisionChoice choose_run_precision(const std::string& flag, Device device, std::FILE* out = stdout);
 // "--device auto runs on the CPU: <why>" after such a fallback, else "".
 std::string device_note();
 // A warning printed ("<app>: warning: <text>") only after the run has succeeded, never before an error.

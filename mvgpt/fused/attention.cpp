@@ -7,6 +7,7 @@
 #include <string>
 
 #include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/fused/unit.h>
 
 namespace mvgpt {
@@ -49,19 +50,22 @@ AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k
 
 }  // namespace
 
-AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                                  bool bf16_products) {
   const char* op = "attention";
   const AttentionShapes s = check_attention(op, q, k, v, scale, causal);
   const DType cd = compute_dtype(q.dtype());
   Tensor out = Tensor::empty(q.shape(), cd, q.device());
   Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, cd, q.device());
   kernels(q.device())
-      .forward(prepared_heads(q, cd), prepared_heads(k, cd), prepared_heads(v, cd), scale, causal, out, lse);
+      .forward(prepared_heads(q, cd), prepared_heads(k, cd), prepared_heads(v, cd), scale, causal,
+               bf16_products && cd == DType::f32, out, lse);
   return {cast_back(out, q.dtype()), lse};
 }
 
 std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const AttentionResult& saved, double scale, bool causal) {
+                                       const AttentionResult& saved, double scale, bool causal,
+                                       bool bf16_products) {
   const char* op = "attention_backward";
   const AttentionShapes s = check_attention(op, q, k, v, scale, causal);
   check_grad_like(op, dout, q, "dout");
@@ -78,7 +82,7 @@ std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, cons
   kernels(q.device())
       .backward(prepared_heads(dout, cd), prepared_heads(q, cd), prepared_heads(k, cd),
                           prepared_heads(v, cd), prepared_heads(saved.out, cd), ops::contiguous(saved.lse), scale, causal,
-                          dq, dk, dv);
+                          bf16_products && cd == DType::f32, dq, dk, dv);
   return {cast_back(dq, q.dtype()), cast_back(dk, k.dtype()), cast_back(dv, v.dtype())};
 }
 
@@ -86,7 +90,12 @@ std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, cons
 
 namespace reference {
 
-AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                          bool bf16_products) {
+  // A product's operand as the kernels multiply it.
+  auto operand = [bf16_products](const Tensor& t) {
+    return bf16_products ? ops::to(ops::to(t, DType::bf16), t.dtype()) : t;
+  };
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
   // Grouped kv heads: repeat each kv head for its H / Hkv query heads.
   auto repeat_heads = [&](const Tensor& t) {
@@ -94,7 +103,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
     return ops::reshape(e, {B, H, Tk, D});
   };
   Tensor kr = repeat_heads(k), vr = repeat_heads(v);
-  Tensor scores = ops::mul(ops::matmul(q, ops::transpose(kr, -1, -2)), scale);  // (B, H, Tq, Tk)
+  Tensor scores = ops::mul(ops::matmul(operand(q), ops::transpose(operand(kr), -1, -2)), scale);  // (B, H, Tq, Tk)
   if (causal) {
     // Query i sits at key position (Tk - Tq) + i and must not see later keys.
     Tensor query_pos = ops::reshape(ops::arange(double(Tk - Tq), double(Tk), 1, DType::i64), {Tq, 1});
@@ -102,7 +111,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
     scores = ops::masked_fill(scores, ops::gt(key_pos, query_pos), -std::numeric_limits<double>::infinity());
   }
   Tensor lse = ops::logsumexp(scores, {-1});
-  Tensor out = ops::matmul(ops::softmax(scores, -1), vr);
+  Tensor out = ops::matmul(operand(ops::softmax(scores, -1)), operand(vr));
   return {out, lse};
 }
 
@@ -113,15 +122,17 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   const autograd::InternalOps internal;
-  fused::AttentionResult r = fused::attention_forward(q, k, v, scale, causal);
+  const bool bf16 = autograd::product_precision() == Precision::bf16 && q.dtype() == DType::f32;
+  fused::AttentionResult r = fused::attention_forward(q, k, v, scale, causal, bf16);
   if (!needs_grad(q, k, v)) return r.out;
   Tensor out = r.out;
   return record("attention", std::move(r.out), {edge_to(q), edge_to(k), edge_to(v)},
                 [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(out),
-                 sl = SavedTensor(r.lse), scale, causal](const Tensor& g) -> Grads {
+                 sl = SavedTensor(r.lse), scale, causal, bf16](const Tensor& g) -> Grads {
                   const char* op = "attention";
                   fused::AttentionResult saved{so.unpack(op), sl.unpack(op)};
-                  return fused::attention_backward(g, sq.unpack(op), sk.unpack(op), sv.unpack(op), saved, scale, causal);
+                  return fused::attention_backward(g, sq.unpack(op), sk.unpack(op), sv.unpack(op), saved, scale, causal,
+                                                   bf16);
                 });
 }
 

@@ -253,8 +253,9 @@ size_t attention_shared(const char* op, int64_t D, int64_t rows_of_d, size_t ele
   return bytes;
 }
 
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
-             const Tensor& lse) {
+// bf16_products is not used: these kernels compute in float32 (attention.h).
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool /*bf16_products*/,
+             const Tensor& out, const Tensor& lse) {
   const char* op = "attention (cuda)";
   CudaBackend& be = backend_of(q);
   check_attention(op, q.device(), {&q, &k, &v}, {&out, &lse});
@@ -272,7 +273,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
 }
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-              const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+              const Tensor& lse, double scale, bool causal, bool /*bf16_products*/, const Tensor& dq, const Tensor& dk,
+              const Tensor& dv) {
   const char* op = "attention_backward (cuda)";
   CudaBackend& be = backend_of(q);
   check_attention(op, q.device(), {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});

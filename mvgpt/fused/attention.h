@@ -16,27 +16,35 @@ namespace fused {
 
 // The raw kernels (no gradient history): any floating dtype, views with a unit stride on D (q, k,
 // v split out of a packed qkv need no copy). out has q's dtype; lse (B, H, Tq) the compute dtype.
+// bf16_products (float32 inputs; the differentiable op sets it under the bf16 policy, NOTE
+// [ Precision policy ] in autograd/precision.h): the products (q k^T, P v, and the backward's)
+// multiply operands rounded to bfloat16 and sum in float32; softmax and the rest stay float32. The
+// CPU kernels honour it; the CUDA kernels compute in float32 either way.
 struct AttentionResult {
   Tensor out, lse;
 };
-AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                                  bool bf16_products = false);
 // Returns {dq, dk, dv}.
 std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const AttentionResult& saved, double scale, bool causal);
+                                       const AttentionResult& saved, double scale, bool causal,
+                                       bool bf16_products = false);
 
 namespace reference {
-// From matmul, softmax and masked_fill, with the (Tq, Tk) scores materialised: {out, lse}.
-AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+// From matmul, softmax and masked_fill, with the (Tq, Tk) scores materialised: {out, lse}. With
+// bf16_products the products' operands (q, k, the probabilities, v) are rounded to bfloat16 first.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                          bool bf16_products = false);
 }  // namespace reference
 
 // The kernels of one device: float32 or float64 inputs (B, H, T, D) with a unit stride on D and
 // rows that do not overlap; outputs contiguous, allocated by the caller.
 struct AttentionKernels {
-  void (*forward)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
-                  const Tensor& lse);
+  void (*forward)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
+                  const Tensor& out, const Tensor& lse);
   void (*backward)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
-                   const Tensor& dv);
+                   const Tensor& lse, double scale, bool causal, bool bf16_products, const Tensor& dq,
+                   const Tensor& dk, const Tensor& dv);
 };
 AttentionKernels attention_cpu_kernels();   // attention_cpu.cpp
 AttentionKernels attention_cuda_kernels();  // attention.cu (only with the CUDA backend)

@@ -16,13 +16,18 @@
 // 45 ms with GEMMs vs 149 ms with loops; decode (Tq=1, Tk=256) takes 1.15 ms with loops vs 3.4 ms
 // with 1-row GEMMs (all call and packing overhead). So blocks of several rows use GEMMs and
 // single-row blocks use the loops.
+// bf16_products (NOTE [ Precision policy ] in autograd/precision.h): every GEMM above rounds its two
+// operands to bfloat16 into thread-local buffers and sums in float32 (oneDNN, one thread, through
+// blas::gemm); the softmax, the row sums and the single-row (decoding) loops stay float32.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
 #include <mvgpt/fused/attention.h>
@@ -48,6 +53,35 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
               alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
+
+// X stored as rows x cols with leading dimension ld, rounded to bfloat16 into a dense buffer.
+void round_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& out) {
+  out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = bfloat16(x[r * ld + c]);
+}
+
+// The products of one kernel call: as they are, or (bf16) with both operands rounded to bfloat16
+// and the products summed in float32.
+template <typename T>
+struct Products {
+  bool bf16 = false;
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+                  int64_t ldb, T beta, T* C, int64_t ldc) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16) {
+        thread_local std::vector<bfloat16> a, b;
+        const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+        round_to_bf16(A, ar, ac, lda, a);
+        round_to_bf16(B, br, bc, ldb, b);
+        cpu::blas::gemm(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(ac, 1), b.data(), std::max<int64_t>(bc, 1),
+                        beta, C, ldc, /*parallel=*/false);
+        return;
+      }
+    }
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+};
 
 // OpenBLAS runs its own threads; inside a TBB task that would oversubscribe the cores.
 class SingleThreadedBlas {
@@ -145,8 +179,9 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
 }
 
 template <typename T>
-void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
-                       const Tensor& out, const Tensor& lse) {
+void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal, bool bf16,
+                    const Tensor& out, const Tensor& lse) {
+  const Products<T> product{bf16};
   const Dims4 d = dims_of(q, k);
   const T scale = T(scale_d);
   const Heads<T> Q(q), K(k), V(v);
@@ -176,18 +211,19 @@ void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double sc
       }
       T* s = scratch.data();
       // S (rows, width) = scale Q_blk K^T.
-      gemm(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), s, width);
+      product(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), s, width);
       softmax_rows(s, rows, width, width, d, causal, i0, l);
       // O (rows, D) = P V.
-      gemm(false, false, rows, d.D, width, T(1), s, width, V.at(b, hk), V.st, T(0), o, d.D);
+      product(false, false, rows, d.D, width, T(1), s, width, V.at(b, hk), V.st, T(0), o, d.D);
     }
   });
 }
 
 template <typename T>
 void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
-                             const Tensor& dk, const Tensor& dv) {
+                             const Tensor& out, const Tensor& lse, double scale_d, bool causal, bool bf16,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const Products<T> product{bf16};
   const Dims4 d = dims_of(q, k);
   const T scale = T(scale_d);
   const Heads<T> Q(q), K(k), V(v), dO(dout), O(out);
@@ -218,7 +254,7 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
         }
         const T* lb = lp + (b * d.H + h) * d.Tq + i0;
         // P (rows, width) = exp(scale Q K^T - lse), zero where masked.
-        gemm(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), P.data(), width);
+        product(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), P.data(), width);
         for (int64_t r = 0; r < rows; ++r) {
           T* pr = P.data() + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
@@ -234,9 +270,9 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
           Di[size_t(r)] = vec::row_dot(dor, orow, d.D);
         }
         // dV (width, D) += P^T dO.
-        gemm(true, false, width, d.D, rows, T(1), P.data(), width, dO.at(b, h, i0), dO.st, T(1), dvh, d.D);
+        product(true, false, width, d.D, rows, T(1), P.data(), width, dO.at(b, h, i0), dO.st, T(1), dvh, d.D);
         // dP (rows, width) = dO V^T.
-        gemm(false, true, rows, width, d.D, T(1), dO.at(b, h, i0), dO.st, V.at(b, hk), V.st, T(0), dP.data(), width);
+        product(false, true, rows, width, d.D, T(1), dO.at(b, h, i0), dO.st, V.at(b, hk), V.st, T(0), dP.data(), width);
         // dS = P * (dP - Di), in place in dP.
         for (int64_t r = 0; r < rows; ++r) {
           T* dpr = dP.data() + r * width;
@@ -245,8 +281,8 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
           for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
         }
         // dQ (rows, D) = scale dS K;  dK (width, D) += scale dS^T Q.
-        gemm(false, false, rows, d.D, width, scale, dP.data(), width, K.at(b, hk), K.st, T(0), dqb, d.D);
-        gemm(true, false, width, d.D, rows, scale, dP.data(), width, Q.at(b, h, i0), Q.st, T(1), dkh, d.D);
+        product(false, false, rows, d.D, width, scale, dP.data(), width, K.at(b, hk), K.st, T(0), dqb, d.D);
+        product(true, false, width, d.D, rows, scale, dP.data(), width, Q.at(b, h, i0), Q.st, T(1), dkh, d.D);
       }
     }
   });
@@ -284,8 +320,8 @@ void check_attention_layout(const char* op, std::initializer_list<const Tensor*>
 
 // q, k, v (and dout, out) may be views with a unit stride on D (e.g. heads split out of a packed
 // qkv); outputs are contiguous.
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
-             const Tensor& lse) {
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
+             const Tensor& out, const Tensor& lse) {
   check_attention_layout("attention (cpu)", {&q, &k, &v}, {&out, &lse});
   if (q.size(3) == 0) {  // no channels: every visible score is 0, so lse = log(#visible)
     const Dims4 d = dims_of(q, k);
@@ -294,18 +330,19 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
     return;
   }
   if (lse.numel() == 0) return;
-  if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, out, lse);
-  else attention_rows<float>(q, k, v, scale, causal, out, lse);
+  if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, false, out, lse);
+  else attention_rows<float>(q, k, v, scale, causal, bf16_products, out, lse);
 }
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-              const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+              const Tensor& lse, double scale, bool causal, bool bf16_products, const Tensor& dq, const Tensor& dk,
+              const Tensor& dv) {
   check_attention_layout("attention_backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});
   if (q.size(3) == 0) return;  // dq, dk, dv are empty
   if (q.dtype() == DType::f64)
-    attention_rows_backward<double>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+    attention_rows_backward<double>(dout, q, k, v, out, lse, scale, causal, false, dq, dk, dv);
   else
-    attention_rows_backward<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+    attention_rows_backward<float>(dout, q, k, v, out, lse, scale, causal, bf16_products, dq, dk, dv);
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ TEST_F(EvaluateContextGenerate, PrecisionIsChosenSaidAndUsed) {
                                "--max-new-tokens 5 --precision bf16", prepared());
   ASSERT_EQ(generate.code, 0) << generate.err;
   EXPECT_EQ(generate.out.find("precision:"), std::string::npos) << "the story owns stdout: " << generate.out;
-  EXPECT_NE(generate.err.find("precision: bf16 as asked"), std::string::npos) << generate.err;
+  EXPECT_NE(generate.err.find("; precision: bf16 as asked"), std::string::npos) << generate.err;  // the stats line
   expect_one_line_error(run_app("evaluate", base + "fp16", prepared()), "evaluate", "--precision", 2);
 }
 

@@ -84,11 +84,11 @@ Result run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
   Result r;
   r.out = Tensor::empty({q.size(0), q.size(1), q.size(2), q.size(3)}, dt);
   r.lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, dt);
-  cpu().forward(q, k, v, scale, causal, r.out, r.lse);
+  cpu().forward(q, k, v, scale, causal, false, r.out, r.lse);
   r.dq = Tensor::empty(r.out.shape(), dt);
   r.dk = Tensor::empty(k.shape(), dt);
   r.dv = Tensor::empty(v.shape(), dt);
-  cpu().backward(dout, q, k, v, r.out, r.lse, scale, causal, r.dq, r.dk, r.dv);
+  cpu().backward(dout, q, k, v, r.out, r.lse, scale, causal, false, r.dq, r.dk, r.dv);
   return r;
 }
 
@@ -138,7 +138,7 @@ TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
   Result got = run_attention(q, k, v, R, scale, true);
   auto loss = [&]() {
     Tensor out = Tensor::empty(R.shape(), DType::f64), lse = Tensor::empty({B, H, Tq}, DType::f64);
-    cpu().forward(q, k, v, scale, true, out, lse);
+    cpu().forward(q, k, v, scale, true, false, out, lse);
     double s = 0;
     for (int64_t i = 0; i < out.numel(); ++i) s += read_element(out, i) * read_element(R, i);
     return s;
@@ -153,6 +153,36 @@ TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
       write_element(t, i, x0);
       EXPECT_NEAR(read_element(grad, i), (lp - lm) / (2 * h), 1e-8) << "element " << i;
     }
+}
+
+// bf16 products (the precision policy): the forward matches the reference over bf16-rounded operands
+// (q, k, the probabilities, v): float32 sums in another order, and a probability that sits on a bf16
+// rounding boundary may round the other way in one of the two (a 2^-8 step of one term), so 3e-4
+// where the float32 kernel is 1e-2 away; the backward is within bf16's error of the exact gradients
+// and not the float32 kernel's (the flag is honoured); several query blocks, a cache offset, grouped
+// heads.
+TEST(AttentionKernel, Bf16ProductsRoundTheOperandsOfEveryProduct) {
+  const int64_t B = 1, H = 4, Hkv = 2, Tq = 130, Tk = 140, D = 16;
+  const double scale = 0.25;
+  Tensor q = random_tensor({B, H, Tq, D}, DType::f32, 11, -2, 2), k = random_tensor({B, Hkv, Tk, D}, DType::f32, 12, -2, 2);
+  Tensor v = random_tensor({B, Hkv, Tk, D}, DType::f32, 13), dout = random_tensor({B, H, Tq, D}, DType::f32, 14);
+  const fused::AttentionResult bf16 = fused::attention_forward(q, k, v, scale, true, true);
+  const fused::AttentionResult ref = fused::reference::attention(q, k, v, scale, true, true);
+  const fused::AttentionResult f32 = fused::attention_forward(q, k, v, scale, true, false);
+  EXPECT_TRUE(all_close(bf16.out, values(ref.out), 3e-4, 3e-4));
+  EXPECT_TRUE(all_close(bf16.lse, values(ref.lse), 1e-5, 1e-5));
+  EXPECT_FALSE(all_close(bf16.out, values(f32.out), 2e-3, 2e-3)) << "the operands were not rounded";
+
+  const Naive exact = naive_attention(q, k, v, &dout, scale, true);
+  const std::vector<Tensor> g16 = fused::attention_backward(dout, q, k, v, bf16, scale, true, true);
+  const std::vector<Tensor> g32 = fused::attention_backward(dout, q, k, v, f32, scale, true, false);
+  const Vec* want[] = {&exact.dq, &exact.dk, &exact.dv};
+  for (int i = 0; i < 3; ++i) {
+    double top = 0;
+    for (double x : *want[i]) top = std::max(top, std::abs(x));
+    EXPECT_TRUE(all_close(g16[size_t(i)], *want[i], 2e-2 * top, 0)) << "gradient " << i;  // bf16: 8 bits of mantissa
+    EXPECT_FALSE(all_close(g16[size_t(i)], values(g32[size_t(i)]), 1e-4 * top, 0)) << "gradient " << i;
+  }
 }
 
 TEST(AttentionKernel, StridedHeadsFromPackedQkv) {
