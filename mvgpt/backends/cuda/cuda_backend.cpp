@@ -124,6 +124,8 @@ CudaBackend::CudaBackend(int index) : index_(index), allocator_(index) {
   MVGPT_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
   // Full float32 GEMMs (no TF32): results stay comparable with the CPU's.
   MVGPT_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  MVGPT_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, index_));
+  MVGPT_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor_, cudaDevAttrComputeCapabilityMinor, index_));
   register_allocator(device(), &allocator_);
 }
 

@@ -56,6 +56,7 @@ class CudaBackend final : public Backend {
 
  private:
   int index_;
+  int cc_major_ = 0, cc_minor_ = 0;  // compute capability
   CudaAllocator allocator_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -104,7 +104,14 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   if (!out.is_contiguous()) throw std::logic_error("CudaBackend::matmul: out must be contiguous");
-  if (a.dtype() == DType::bf16 && out.dtype() == DType::f32) return matmul_typed<bfloat16, float>(*this, a, b, out);
+  if (a.dtype() == DType::bf16 && out.dtype() == DType::f32) {
+    if (cc_major_ >= 8) return matmul_typed<bfloat16, float>(*this, a, b, out);
+    // Before sm_80 cuBLAS may refuse bf16 GEMMs: the operands widened to float32 (exactly), SGEMM.
+    Tensor wa = scratch(a.shape(), DType::f32), wb = scratch(b.shape(), DType::f32);
+    copy(a, wa);
+    copy(b, wb);
+    return matmul_typed<float, float>(*this, wa, wb, out);
+  }
   switch (out.dtype()) {
     case DType::f32: return matmul_typed<float, float>(*this, a, b, out);
     case DType::f64: return matmul_typed<double, double>(*this, a, b, out);
@@ -115,12 +122,9 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
 }
 
 Backend::Bf16Support CudaBackend::bf16_support() {
-  int major = 0, minor = 0;
-  MVGPT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index_));
-  MVGPT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index_));
-  const std::string cc = "compute capability " + std::to_string(major) + "." + std::to_string(minor);
-  // From sm_80 (A100) tensor cores take bf16; before, cuBLAS still runs bf16 GEMMs, without them.
-  return {major >= 8, major >= 8 ? cc + ", bf16 tensor cores" : cc + ", no bf16 tensor cores"};
+  const std::string cc = "compute capability " + std::to_string(cc_major_) + "." + std::to_string(cc_minor_);
+  // From sm_80 (A100) tensor cores take bf16; before, bf16 products are widened to float32.
+  return {cc_major_ >= 8, cc_major_ >= 8 ? cc + ", bf16 tensor cores" : cc + ", no bf16 tensor cores (fp32 products)"};
 }
 
 }  // namespace mvgpt::cuda
