@@ -127,7 +127,9 @@ Tensor GPT::hidden(const Tensor& idx, KVCache* cache) const {
 
 Tensor GPT::head(const Tensor& x) const {
   if (lm_head) return lm_head->forward(x);
-  return matmul(x, transpose(wte->weight, 0, 1));  // (B, T, C) @ (C, V)
+  // The tied head: x (B, T, C) @ wte (V, C)^T. As a linear of the parameter itself (not of a
+  // transposed view), bf16 products reuse the weight's cached copy (NOTE [ Precision policy ]).
+  return linear(x, wte->weight, Tensor());
 }
 
 Tensor GPT::forward(const Tensor& idx, KVCache* cache, bool last_only) const {
