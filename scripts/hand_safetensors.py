@@ -7,8 +7,18 @@ import struct
 
 import torch
 
-DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32", torch.int64: "I64"}
+DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.bfloat16: "BF16", torch.int32: "I32",
+               torch.int64: "I64", torch.bool: "BOOL"}
 FROM_NAME = {v: k for k, v in DTYPE_NAMES.items()}
+# Same-width integer views used to get at the raw bytes (numpy has no bfloat16).
+RAW_VIEW = {torch.bfloat16: torch.int16}
+
+
+def raw_bytes(t):
+    t = t.contiguous()
+    if t.dtype in RAW_VIEW:
+        t = t.view(RAW_VIEW[t.dtype])
+    return t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -17,7 +27,7 @@ def write_safetensors(path, tensors, metadata=None):
     if metadata:
         header["__metadata__"] = metadata
     for name, t in tensors:
-        b = t.contiguous().numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
+        b = raw_bytes(t)
         header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
         blobs.append(b)
         offset += len(b)
@@ -46,8 +56,9 @@ def read_safetensors(path):
         count = math.prod(info["shape"])
         if end - begin != count * torch.tensor([], dtype=dtype).element_size():
             raise ValueError(f"{path}: {name}: {end - begin} bytes for shape {info['shape']}")
-        out[name] = torch.frombuffer(bytearray(body[begin:end]), dtype=dtype).reshape(info["shape"]) if count else \
-            torch.zeros(info["shape"], dtype=dtype)
+        view = RAW_VIEW.get(dtype, dtype)
+        t = torch.frombuffer(bytearray(body[begin:end]), dtype=view) if count else torch.empty(0, dtype=view)
+        out[name] = t.view(dtype).reshape(info["shape"])
         spans.append((begin, end))
     spans.sort()
     pos = 0

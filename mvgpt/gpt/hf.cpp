@@ -132,9 +132,9 @@ json rope_scaling_json(const GPTConfig& c) {
 }
 
 bool bits_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape()) return false;
-  const auto va = contiguous(a).to_vector<float>(), vb = contiguous(b).to_vector<float>();
-  return std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)) == 0;
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = contiguous(a), y = contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
 }  // namespace
