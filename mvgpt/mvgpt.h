@@ -37,4 +37,5 @@
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/hf.h>            // Hugging Face folders, out and in
 #include <mvgpt/gpt/batches.h>

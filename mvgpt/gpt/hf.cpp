@@ -198,13 +198,9 @@ nn::NamedTensors to_hf_tensors(const GPT& model) {
   return out;
 }
 
-GPTConfig config_from_hf(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = util::parse_json_strict(text);
-  } catch (const util::JsonError& e) {
-    throw std::invalid_argument(source + ": " + e.what());
-  }
+namespace {
+
+GPTConfig config_from_hf_json(const nlohmann::json& j, const std::string& source) {
   auto fail = [&](const std::string& key, const std::string& what) -> std::invalid_argument {
     return std::invalid_argument(source + ": \"" + key + "\" " + what);
   };
@@ -298,6 +294,18 @@ GPTConfig config_from_hf(const std::string& text, const std::string& source) {
     throw std::invalid_argument(source + ": " + e.what());
   }
   return c;
+}
+
+}  // namespace
+
+GPTConfig config_from_hf(const std::string& text, const std::string& source) {
+  try {
+    return config_from_hf_json(util::parse_json_strict(text), source);
+  } catch (const util::JsonError& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+    throw std::invalid_argument(source + ": malformed: " + e.what());
+  }
 }
 
 nn::NamedTensors tensors_from_hf(const GPTConfig& c, const nn::NamedTensors& hf_tensors, const std::string& source) {

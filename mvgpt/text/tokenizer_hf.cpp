@@ -68,15 +68,11 @@ std::string Tokenizer::to_hf_json() const {
   return j.dump() + "\n";
 }
 
-namespace detail {
+namespace {
 
-Tokenizer tokenizer_from_hf_json(std::string_view json_text, const std::string& source) {
-  auto fail = [&](const std::string& what) {
-    return std::runtime_error("Tokenizer::load: " + source + ": " + what +
-                              " (mvgpt reads the Hugging Face tokenizers it writes: byte-level BPE, bytes as ids "
-                              "0-255, merges in id order, <|endoftext|> last)");
-  };
-  const nlohmann::json j = util::parse_json_strict(json_text);
+// The checks of NOTE [ Hugging Face tokenizer.json ]; `fail(what)` makes the error to throw.
+template <typename Fail>
+Tokenizer tokenizer_from_hf(const nlohmann::json& j, const Fail& fail) {
   const nlohmann::json& model = j["model"];
   if (!model.is_object() || model.value("type", "") != "BPE") throw fail("the model is not \"type\": \"BPE\"");
   if (!j.contains("pre_tokenizer") || !j["pre_tokenizer"].is_object() || j["pre_tokenizer"].value("type", "") != "ByteLevel" ||
@@ -131,6 +127,23 @@ Tokenizer tokenizer_from_hf_json(std::string_view json_text, const std::string& 
     return Tokenizer::from_merges(std::move(merges));
   } catch (const std::invalid_argument& e) {
     throw fail(e.what());
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+Tokenizer tokenizer_from_hf_json(std::string_view json_text, const std::string& source) {
+  auto fail = [&](const std::string& what) {
+    return std::runtime_error("Tokenizer::load: " + source + ": " + what +
+                              " (mvgpt reads the Hugging Face tokenizers it writes: byte-level BPE, bytes as ids "
+                              "0-255, merges in id order, <|endoftext|> last)");
+  };
+  try {
+    return tokenizer_from_hf(util::parse_json_strict(json_text), fail);
+  } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+    throw fail(std::string("malformed: ") + e.what());
   }
 }
 

@@ -69,6 +69,7 @@ TEST(TokenizerHf, AnotherLayoutIsRefusedNamingWhatDiffers) {
   refused([](auto& j) { std::swap(j["model"]["vocab"]["!"], j["model"]["vocab"]["\u0100"]); }, "byte 0");
   refused([](auto& j) { j["model"]["merges"].erase(0); }, "merge 0");
   refused([&](auto& j) { j["added_tokens"][0]["id"] = 5; }, "<|endoftext|> alone");
+  refused([](auto& j) { j["pre_tokenizer"]["type"] = 5; }, "malformed");  // a field of another type
 }
 
 TEST(TokenizerHf, TwoTokensWithTheSameBytesCannotBeWritten) {
