@@ -387,12 +387,15 @@ std::unique_ptr<CLI::App> export_cli(ExportArgs& a) {
 
 std::unique_ptr<CLI::App> import_cli(ImportArgs& a) {
   auto app = std::make_unique<CLI::App>(
-      "Reads a Hugging Face folder (gpt2, gpt_neox or llama that computes our model, such as export writes) into a\n"
-      "checkpoint, weights bit for bit. evaluate, context and generate also load such a folder directly.", "import");
-  app->add_option("--from", a.from, "the Hugging Face folder (config.json, model.safetensors, tokenizer.json)")->required();
-  app->add_option("--format", a.format, "the folder's format")->check(CLI::IsMember({"hf"}))->capture_default_str();
+      "Reads another ecosystem's model into a checkpoint: a Hugging Face folder (gpt2, gpt_neox or llama that computes\n"
+      "our model, such as export writes; weights bit for bit; evaluate, context and generate also load one directly), or\n"
+      "a llama2.c .bin (legacy or export.py --version 1; its tokenizer.bin is not read).", "import");
+  app->add_option("--from", a.from, "the Hugging Face folder, or the llama2.c .bin file")->required();
+  app->add_option("--format", a.format, "hf or llama2c")->check(CLI::IsMember({"hf", "llama2c"}))->capture_default_str();
   app->add_option("--out", a.out_dir, "the new checkpoint folder (must not exist yet, or be empty)")->required();
-  add_version_and_examples(*app, "  import --from hf/pretrain-rope --out checkpoints/from-hf\n");
+  add_version_and_examples(*app,
+      "  import --from hf/pretrain-rope --out checkpoints/from-hf\n"
+      "  import --format llama2c --from stories15M.bin --out checkpoints/stories15M\n");
   return app;
 }
 
