@@ -20,14 +20,7 @@ int main(int argc, char** argv) {
   MergeArgs args;
   const auto app = merge_cli(args);
   return run_app(*app, argc, argv, [&] {
-    try {
-      check_run_folder_path(args.out_dir);
-    } catch (const UsageError&) {
-      throw UsageError("--out " + args.out_dir + " cannot hold the merged checkpoint; name a new folder, such as checkpoints/merged");
-    }
-    std::error_code ec;
-    if (fs::exists(args.out_dir, ec) && !fs::is_empty(args.out_dir, ec))
-      throw AppError(args.out_dir + " already exists and is not empty; merge writes a new folder: choose another --out");
+    check_new_output_folder(args.out_dir, "merge", "checkpoints/merged");
     const std::string dir = resolve_checkpoint(args.ckpt);
     auto loaded = load_model(dir, Device::cpu(), args.adapter);
     const nn::LoRAOptions lora = nn::lora_options(*loaded.model);

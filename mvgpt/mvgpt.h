@@ -38,4 +38,6 @@
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/hf.h>            // Hugging Face folders, out and in
+#include <mvgpt/gpt/llama2c.h>       // llama2.c model files in
 #include <mvgpt/gpt/batches.h>

@@ -11,6 +11,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev       # JSON files and command lines
   gnuplot-nox                           # training and context plots
   libopenmpi-dev openmpi-bin            # data-parallel training (optional at build time)
+  python3-torch python3-pip             # the Python checks against PyTorch, transformers, TensorBoard (tests/python)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -31,4 +32,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Python checks' packages from PyPI, at the versions they were verified with (docs/checkpoints.md),
+# into Debian's python3 (where python3-torch is; 4.46 is among the last transformers for PyTorch 1.13).
+# Best effort: without network the checks print "skipped: <package> not installed". Already there: nothing.
+# MVGPT_SKIP_PYTHON_DEPS=1 skips this part.
+python_packages=(transformers==4.46.3 tokenizers==0.20.3 safetensors==0.4.5 tensorboard==2.18.0)
+if [ "${MVGPT_SKIP_PYTHON_DEPS:-0}" != 1 ] && ! /usr/bin/python3 - "${python_packages[@]}" <<'PY' 2> /dev/null
+import importlib.metadata as m, sys
+sys.exit(any(m.version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
+PY
+then
+  echo "install-deps: pip installing ${python_packages[*]} for /usr/bin/python3"
+  as_root=()
+  [ "$(id -u)" != 0 ] && command -v sudo > /dev/null && as_root=(sudo)
+  # numpy<2: Debian's python3-torch 1.13 is built against numpy 1.
+  "${as_root[@]}" /usr/bin/python3 -m pip install --quiet --break-system-packages "${python_packages[@]}" "numpy<2" ||
+    echo "install-deps: pip failed (no network?); the Python checks will be skipped" >&2
 fi

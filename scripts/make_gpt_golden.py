@@ -32,17 +32,18 @@ grad.<name>, all F32.
 
 --verify DIR loads a checkpoint folder written by save_checkpoint, rebuilds the model from its
 config.json, and compares its logits with the "expected.safetensors" the C++ side put next to it.
-The safetensors package is not needed: the format is read and written by hand (struct + json).
+The safetensors package is not needed: the format is read and written by hand (hand_safetensors.py).
 """
 import argparse
 import json
 import math
 import os
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from hand_safetensors import read_safetensors, write_safetensors
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "gpt")
 
@@ -81,61 +82,6 @@ def hidden_size(c):
         return 4 * c["n_embd"]
     h = 8 * c["n_embd"] // 3  # Llama's rule: 2/3 of 4C, rounded up to a multiple of 64
     return (h + 63) // 64 * 64
-
-
-# --- safetensors by hand -------------------------------------------------------------------------
-
-DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32", torch.int64: "I64"}
-FROM_NAME = {v: k for k, v in DTYPE_NAMES.items()}
-
-
-def write_safetensors(path, tensors, metadata=None):
-    """tensors: list of (name, tensor), written in that order, little-endian, header padded to 8."""
-    header, blobs, offset = {}, [], 0
-    if metadata:
-        header["__metadata__"] = metadata
-    for name, t in tensors:
-        b = t.contiguous().numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(path + ".tmp", path)
-
-
-def read_safetensors(path):
-    """Returns ({name: tensor}, metadata), checking that the offsets tile the data section."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    metadata = header.pop("__metadata__", {})
-    body = data[8 + n:]
-    out, spans = {}, []
-    for name, info in header.items():
-        dtype = FROM_NAME[info["dtype"]]
-        begin, end = info["data_offsets"]
-        count = math.prod(info["shape"])
-        if end - begin != count * torch.tensor([], dtype=dtype).element_size():
-            raise ValueError(f"{path}: {name}: {end - begin} bytes for shape {info['shape']}")
-        out[name] = torch.frombuffer(bytearray(body[begin:end]), dtype=dtype).reshape(info["shape"]) if count else \
-            torch.zeros(info["shape"], dtype=dtype)
-        spans.append((begin, end))
-    spans.sort()
-    pos = 0
-    for b, e in spans:
-        if b != pos:
-            raise ValueError(f"{path}: gap or overlap at byte {b}")
-        pos = e
-    if pos != len(body):
-        raise ValueError(f"{path}: data section is {len(body)} bytes, tensors cover {pos}")
-    return out, metadata
 
 
 # --- the model, in plain torch -------------------------------------------------------------------

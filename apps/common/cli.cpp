@@ -383,11 +383,42 @@ std::unique_ptr<CLI::App> merge_cli(MergeArgs& a) {
   return app;
 }
 
+std::unique_ptr<CLI::App> export_cli(ExportArgs& a) {
+  auto app = std::make_unique<CLI::App>(
+      "Writes a checkpoint as a Hugging Face folder that transformers loads (AutoModelForCausalLM.from_pretrained):\n"
+      "learned positions as GPT2LMHeadModel, RoPE as GPTNeoXForCausalLM, the Llama style as LlamaForCausalLM,\n"
+      "with the tokenizer as tokenizer.json for PreTrainedTokenizerFast (docs/checkpoints.md).", "export");
+  app->add_option("--ckpt", a.ckpt, "checkpoint or run folder")->required();
+  app->add_option("--format", a.format, "the folder's format")->check(CLI::IsMember({"hf"}))->capture_default_str();
+  app->add_option("--out", a.out_dir, "the new folder (must not exist yet, or be empty)")->required();
+  app->add_option("--tokenizer", a.tokenizer_path, "tokenizer.json to include (default: the checkpoint's own)");
+  add_version_and_examples(*app,
+      "  export --ckpt checkpoints/pretrain-rope --format hf --out hf/pretrain-rope\n"
+      "  python3 -c \"import transformers as t; t.AutoModelForCausalLM.from_pretrained('hf/pretrain-rope')\"\n");
+  return app;
+}
+
+std::unique_ptr<CLI::App> import_cli(ImportArgs& a) {
+  auto app = std::make_unique<CLI::App>(
+      "Reads another ecosystem's model into a checkpoint: a Hugging Face folder (gpt2, gpt_neox or llama that computes\n"
+      "our model, such as export writes; weights bit for bit; evaluate, context and generate also load one directly), or\n"
+      "a llama2.c .bin (legacy or export.py --version 1; its tokenizer.bin is not read).", "import");
+  app->add_option("--from", a.from, "the Hugging Face folder, or the llama2.c .bin file")->required();
+  app->add_option("--format", a.format, "hf or llama2c")->check(CLI::IsMember({"hf", "llama2c"}))->capture_default_str();
+  app->add_option("--out", a.out_dir, "the new checkpoint folder (must not exist yet, or be empty)")->required();
+  add_version_and_examples(*app,
+      "  import --from hf/pretrain-rope --out checkpoints/from-hf\n"
+      "  import --format llama2c --from stories15M.bin --out checkpoints/stories15M\n");
+  return app;
+}
+
 PrepareArgs parse_prepare_args(int argc, const char* const* argv) { return parse_with(prepare_cli, argc, argv); }
 PretrainArgs parse_pretrain_args(int argc, const char* const* argv) { return parse_with(pretrain_cli, argc, argv); }
 EvaluateArgs parse_evaluate_args(int argc, const char* const* argv) { return parse_with(evaluate_cli, argc, argv); }
 ContextArgs parse_context_args(int argc, const char* const* argv) { return parse_with(context_cli, argc, argv); }
 GenerateArgs parse_generate_args(int argc, const char* const* argv) { return parse_with(generate_cli, argc, argv); }
 MergeArgs parse_merge_args(int argc, const char* const* argv) { return parse_with(merge_cli, argc, argv); }
+ExportArgs parse_export_args(int argc, const char* const* argv) { return parse_with(export_cli, argc, argv); }
+ImportArgs parse_import_args(int argc, const char* const* argv) { return parse_with(import_cli, argc, argv); }
 
 }  // namespace mvgpt::apps

@@ -114,6 +114,14 @@ struct MergeArgs {
   std::string ckpt, adapter, out_dir;
 };
 
+// export: a checkpoint as another ecosystem's folder; import: such a folder as a checkpoint.
+struct ExportArgs {
+  std::string ckpt, format = "hf", out_dir, tokenizer_path;
+};
+struct ImportArgs {
+  std::string from, format = "hf", out_dir;
+};
+
 // Each app's CLI::App with its flags bound to `args` (which must outlive it); parsing it fills
 // `args` and runs the app's checks (UsageError), derived fields included.
 std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& args);
@@ -122,6 +130,8 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& args);
 std::unique_ptr<CLI::App> context_cli(ContextArgs& args);
 std::unique_ptr<CLI::App> generate_cli(GenerateArgs& args);
 std::unique_ptr<CLI::App> merge_cli(MergeArgs& args);
+std::unique_ptr<CLI::App> export_cli(ExportArgs& args);
+std::unique_ptr<CLI::App> import_cli(ImportArgs& args);
 
 // Parse + validate without running (argv[0] is the program's name). Throws CLI::ParseError
 // (CLI::Success and its subclasses for --help) or UsageError.
@@ -131,6 +141,8 @@ EvaluateArgs parse_evaluate_args(int argc, const char* const* argv);
 ContextArgs parse_context_args(int argc, const char* const* argv);
 GenerateArgs parse_generate_args(int argc, const char* const* argv);
 MergeArgs parse_merge_args(int argc, const char* const* argv);
+ExportArgs parse_export_args(int argc, const char* const* argv);
+ImportArgs parse_import_args(int argc, const char* const* argv);
 
 // UsageError "--device <flag>: expected cpu, cuda, cuda:N or auto" unless the text names a device
 // (whether that device exists is resolve_device's question, at run time).

@@ -103,6 +103,17 @@ void check_run_folder_path(const std::string& out) {
   if (fs::exists(abs, ec) && !fs::is_directory(abs, ec)) throw UsageError("--out " + out + " is a file, not a folder" + hint);
 }
 
+void check_new_output_folder(const std::string& out, const std::string& app, const std::string& example) {
+  try {
+    check_run_folder_path(out);
+  } catch (const UsageError&) {
+    throw UsageError("--out " + out + " cannot hold " + app + "'s output; name a new folder, such as " + example);
+  }
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_empty(out, ec))
+    throw AppError(out + " already exists and is not empty; " + app + " writes a new folder: choose another --out");
+}
+
 FolderLock::FolderLock(std::string lock_path, const std::string& what) : path_(std::move(lock_path)) {
   for (;;) {
     // O_CLOEXEC: a child (gnuplot) must not inherit the lock and hold it after we die.

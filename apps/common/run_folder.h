@@ -42,6 +42,9 @@ class FolderLock {
 // UsageError when `out` cannot be a run folder of its own: empty, ".", "..", the filesystem root,
 // the current folder or one above it, or an existing file.
 void check_run_folder_path(const std::string& out);
+// The same for a folder an app writes once and never replaces (merge, export, import): UsageError as
+// above, or AppError when it exists and is not empty; `example` is a folder name to suggest.
+void check_new_output_folder(const std::string& out, const std::string& app, const std::string& example);
 
 class RunFolder {
  public:

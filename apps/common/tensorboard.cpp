@@ -97,6 +97,27 @@ void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t s
   write_record(event(now_seconds(), step, {}, summary));
 }
 
+void TensorBoardWriter::add_text(std::string_view tag, std::string_view markdown, int64_t step) {
+  // Value { tag = 1; TensorProto tensor = 8; SummaryMetadata metadata = 9; }
+  // TensorProto { DataType dtype = 1 (DT_STRING = 7); repeated bytes string_val = 8; } (no shape: a scalar)
+  // SummaryMetadata { PluginData plugin_data = 1 { string plugin_name = 1; } }
+  std::string tensor;
+  put_key(tensor, 1, 0);
+  put_varint(tensor, 7);
+  put_bytes(tensor, 8, markdown);
+  std::string plugin;
+  put_bytes(plugin, 1, "text");
+  std::string metadata;
+  put_bytes(metadata, 1, plugin);
+  std::string value_msg;
+  put_bytes(value_msg, 1, tag);
+  put_bytes(value_msg, 8, tensor);
+  put_bytes(value_msg, 9, metadata);
+  std::string summary;
+  put_bytes(summary, 1, value_msg);
+  write_record(event(now_seconds(), step, {}, summary));
+}
+
 void TensorBoardWriter::flush() {
   out_.flush();
   if (!out_) throw_write_error();
@@ -197,13 +218,19 @@ std::vector<ScalarEvent> read_scalar_events(const std::string& path) {
           Reader value{summary.bytes(summary.varint()), 0, path};
           std::string tag;
           float v = 0;
+          bool simple = false;
           while (value.pos < value.s.size()) {
             uint64_t vkey = value.varint();
-            if (vkey == ((1 << 3) | 2)) tag = std::string(value.bytes(value.varint()));
-            else if (vkey == ((2 << 3) | 5)) std::memcpy(&v, value.bytes(4).data(), 4);
-            else value.skip(int(vkey & 7));
+            if (vkey == ((1 << 3) | 2)) {
+              tag = std::string(value.bytes(value.varint()));
+            } else if (vkey == ((2 << 3) | 5)) {
+              std::memcpy(&v, value.bytes(4).data(), 4);
+              simple = true;
+            } else {
+              value.skip(int(vkey & 7));
+            }
           }
-          values.emplace_back(tag, v);
+          if (simple) values.emplace_back(tag, v);
         }
       } else {
         ev.skip(wt);

@@ -99,6 +99,14 @@ std::string what_to_do(int64_t saved_step, const std::string& resume_with) {
   return s;
 }
 
+// One "| key | value |" row per field of a JSON object, nested objects flattened ("model.n_layer").
+void markdown_rows(const json& j, const std::string& prefix, std::string& out) {
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_object()) markdown_rows(value, prefix + key + ".", out);
+    else out += "| " + prefix + key + " | " + (value.is_string() ? value.get<std::string>() : value.dump()) + " |\n";
+  }
+}
+
 // What trains: every parameter, or with LoRA the adapters alone (the base is frozen: no gradient,
 // no optimizer state).
 nn::NamedTensors trainable_parameters(gpt::GPT& model) {
@@ -175,6 +183,25 @@ void Trainer::resume() {
   opt_.load((fs::path(last_dir_) / "optimizer.safetensors").string());
   resumed_ = true;
   saved_step_ = st_.step;
+}
+
+// The run's settings for TensorBoard's Text tab: the model, the optimizer and schedule, the data.
+std::string Trainer::settings_markdown() const {
+  json j = {{"run", opts_.run_name},
+            {"device", opts_.device.str()},
+            {"tokens_per_step", tokens_per_step_},
+            {"parameters", model_.num_parameters()},
+            {"trainable_parameters", [&] {
+               int64_t n = 0;
+               for (const auto& p : params_) n += p.numel();
+               return n;
+             }()},
+            {"settings", json(s_)},
+            {"model", json::parse(model_.config().to_json())}};
+  if (!st_.init_from.empty()) j["init_from"] = st_.init_from;
+  std::string out = "| setting | value |\n| --- | --- |\n";
+  markdown_rows(j, "", out);
+  return out;
 }
 
 void Trainer::begin_session() {
@@ -301,8 +328,12 @@ void Trainer::record_evaluation(const EvalResult& r, RunFolder* folder) {
   if (!std::isfinite(r.loss))
     throw AppError(format("step %lld: the held-out loss is %g; stopped without saving (", (long long)st_.step, r.loss) +
                    what_was_saved(saved_step_) + "); " + what_to_do(saved_step_, ""));
-  if (tb_) tb_->add_scalar("loss/val", r.loss, st_.step);
-  if (tb_) tb_->add_scalar("bits_per_byte/val", r.bits_per_byte(), st_.step);
+  if (tb_) {
+    tb_->add_scalar("loss/val", r.loss, st_.step);
+    tb_->add_scalar("perplexity/val", r.perplexity(), st_.step);
+    tb_->add_scalar("top1/val", r.top1, st_.step);
+    tb_->add_scalar("bits_per_byte/val", r.bits_per_byte(), st_.step);
+  }
   const bool improved = r.loss < st_.best_val_loss;
   if (improved) {
     st_.best_val_loss = r.loss;
@@ -324,7 +355,10 @@ int Trainer::run(RunFolder* folder) {
                  std::vector<std::string>{"step", "train_loss", "val_loss", "lr", "tokens_per_s", "elapsed_s"},
                  resumed_ ? st_.step : -1);
   const std::string tb_dir = (fs::path(opts_.out_dir) / "tensorboard").string();
-  if (dist::is_root()) tb_.emplace(tb_dir);
+  if (dist::is_root()) {
+    tb_.emplace(tb_dir);
+    tb_->add_text("settings", settings_markdown(), st_.step);
+  }
 
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_stop_signal);
   begin_session();
@@ -347,9 +381,12 @@ int Trainer::run(RunFolder* folder) {
                   format_duration(eta).c_str());
       std::fflush(stdout);
     }
-    if (tb_) tb_->add_scalar("loss/train", r.loss, st_.step);
-    if (tb_) tb_->add_scalar("lr", r.lr, st_.step);
-    if (tb_) tb_->add_scalar("tokens_per_s", tok_s, st_.step);
+    if (tb_) {
+      tb_->add_scalar("loss/train", r.loss, st_.step);
+      tb_->add_scalar("lr", r.lr, st_.step);
+      if (std::isfinite(r.grad_norm)) tb_->add_scalar("grad_norm", r.grad_norm, st_.step);  // NaN: no clipping
+      tb_->add_scalar("tokens_per_s", tok_s, st_.step);
+    }
 
     double val_loss = NAN;
     if (eval_now) {

@@ -106,6 +106,7 @@ class Trainer {
   void fit_schedule();
   double session_seconds() const;
   void record_evaluation(const EvalResult& r, RunFolder* folder);
+  std::string settings_markdown() const;
 
   gpt::GPT& model_;
   PretrainSettings s_;

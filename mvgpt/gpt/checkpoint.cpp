@@ -1,15 +1,10 @@
 #include <mvgpt/gpt/checkpoint.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include <mvgpt/gpt/hf.h>
 #include <mvgpt/nn/lora.h>
 #include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
@@ -21,22 +16,6 @@ namespace mvgpt::gpt {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Puts the finished folder `tmp` where `dir` is, in one step when the filesystem can exchange two
-// names; otherwise with two renames (a crash between them leaves "<dir>.old.<pid>" to recover from).
-void swap_into_place(const fs::path& tmp, const fs::path& dir) {
-  if (!fs::exists(dir)) {
-    fs::rename(tmp, dir);
-  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(tmp);  // now holds the previous checkpoint
-  } else {
-    fs::path old = dir.string() + ".old." + std::to_string(::getpid());
-    fs::rename(dir, old);
-    fs::rename(tmp, dir);
-    fs::remove_all(old);
-  }
-  util::fsync_dir(dir.parent_path().string());
-}
 
 std::string require_file(const fs::path& dir, const char* name) {
   fs::path p = dir / name;
@@ -103,14 +82,8 @@ bool verify_checkpoint_files(const std::string& dir, const std::vector<std::stri
 
 void save_checkpoint(const std::string& dir, const GPT& model, const std::map<std::string, std::string>& metadata,
                      const ExtraFiles& extra) {
-  fs::path target = fs::path(dir).lexically_normal();
-  // "runs/ckpt/" names the folder ckpt: without this the temporary folder would go inside it.
-  if (!target.has_filename()) target = target.parent_path();
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  try {
+  util::write_folder_atomic(dir, [&](const std::string& tmp_dir) {
+    const fs::path tmp(tmp_dir);
     util::write_file_atomic((tmp / "config.json").string(), model.config().to_json());
     safetensors::Metadata meta(metadata.begin(), metadata.end());
     meta.emplace("format", "pt");
@@ -123,18 +96,14 @@ void save_checkpoint(const std::string& dir, const GPT& model, const std::map<st
       nn::save_adapter((tmp / kAdapterFile).string(), model, lora);
     if (extra) extra(tmp.string());
     write_checksums(tmp);
-    swap_into_place(tmp, target);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    throw;
-  }
+  });
 }
 
 GPTConfig load_config(const std::string& dir) {
   std::string path = require_file(dir, "config.json");
   verify_checkpoint_files(dir, {"config.json"});
-  return GPTConfig::from_json(util::read_file(path), path);
+  const std::string text = util::read_file(path);
+  return hf::is_hf_config(text) ? hf::config_from_hf(text, path) : GPTConfig::from_json(text, path);
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {
@@ -155,10 +124,19 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {
       throw std::runtime_error(weights + ": tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
                                std::to_string(i) + "; the weights are unusable");
   }
+  // A Hugging Face folder (export --format hf, or transformers' save_pretrained of such a model).
+  nn::NamedTensors tensors = file.tensors;
+  if (hf::is_hf_config(util::read_file((fs::path(dir) / "config.json").string()))) {
+    try {
+      tensors = hf::tensors_from_hf(config, file.tensors, weights);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
   LoadedCheckpoint out;
   out.model = std::make_shared<GPT>(config);
   try {
-    out.model->load_state_dict(file.tensors);
+    out.model->load_state_dict(tensors);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(dir + ": model.safetensors does not fit config.json: " + e.what());
   }

@@ -53,10 +53,22 @@ class Tokenizer {
   // JSON: {"type": "byte-bpe", "version": 1, "merges": [[a, b], ...],
   //        "special_tokens": {"<|endoftext|>": id}, "vocab_size": N}. save() is atomic; load() and
   // from_json() validate everything and throw std::runtime_error naming the file and the problem.
+  // load() and from_json() also read the Hugging Face form below (a JSON object with "model").
   void save(const std::string& path) const;
   static Tokenizer load(const std::string& path);
   std::string to_json() const;
   static Tokenizer from_json(std::string_view json, const std::string& source = "<string>");
+
+  // NOTE [ Hugging Face tokenizer.json ]
+  // The same tokenizer as Hugging Face's `tokenizers` writes it, so that PreTrainedTokenizerFast
+  // loads it and encodes to the same ids: a "BPE" model whose vocabulary spells each token's bytes in
+  // GPT-2's byte-to-unicode alphabet (byte b is id b, merge i is id 256 + i), the merges as "a b" in
+  // our order (their ranks), "<|endoftext|>" an added special token (the last id), and the ByteLevel
+  // pre-tokenizer (GPT-2's regex, which split_chunks follows) and decoder. Reading one back accepts
+  // only that layout (a tokenizer trained elsewhere numbers its tokens otherwise), naming what
+  // differs. std::invalid_argument when two tokens spell the same bytes (a BPE vocabulary maps
+  // each string to one id).
+  std::string to_hf_json() const;
 
   // Encodes text; "<|endoftext|>" anywhere in it becomes eot_id(). Big inputs are encoded in
   // parallel (oneTBB) with the output in order.

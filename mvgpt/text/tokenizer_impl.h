@@ -28,4 +28,8 @@ template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 }  // namespace
+// Hugging Face's tokenizer.json (NOTE [ Hugging Face tokenizer.json ] in tokenizer.h), parsed from
+// `j`; Tokenizer::from_json hands it over when the JSON object has "model". tokenizer_hf.cpp.
+Tokenizer tokenizer_from_hf_json(std::string_view json_text, const std::string& source);
+
 }  // namespace mvgpt::text::detail

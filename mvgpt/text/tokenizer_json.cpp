@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include <mvgpt/text/tokenizer_impl.h>
 #include <mvgpt/util/atomic_file.h>
 #include <mvgpt/util/json.h>
 
@@ -47,6 +48,7 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source)
     throw fail(e.what());
   }
   if (!j.is_object()) throw fail(std::string("expected a JSON object, found ") + j.type_name());
+  if (j.contains("model")) return detail::tokenizer_from_hf_json(json, source);
 
   for (const auto& [key, value] : j.items()) {
     if (key != "type" && key != "version" && key != "merges" && key != "special_tokens" && key != "vocab_size") {

@@ -53,6 +53,46 @@ void fsync_dir(const std::string& dir) {
   }
 }
 
+namespace {
+
+// Puts the finished folder `tmp` where `dir` is, in one step when the filesystem can exchange two
+// names; otherwise with two renames (a crash between them leaves "<dir>.old.<pid>" to recover from).
+void swap_into_place(const std::filesystem::path& tmp, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir)) {
+    fs::rename(tmp, dir);
+  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp);  // now holds the previous folder
+  } else {
+    fs::path old = dir.string() + ".old." + std::to_string(::getpid());
+    fs::rename(dir, old);
+    fs::rename(tmp, dir);
+    fs::remove_all(old);
+  }
+  fsync_dir(dir.parent_path().string());
+}
+
+}  // namespace
+
+void write_folder_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill) {
+  namespace fs = std::filesystem;
+  fs::path target = fs::path(dir).lexically_normal();
+  // "runs/ckpt/" names the folder ckpt: without this the temporary folder would go inside it.
+  if (!target.has_filename()) target = target.parent_path();
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    fill(tmp.string());
+    swap_into_place(tmp, target);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+}
+
 void write_file_atomic(const std::string& path, std::string_view contents) {
   AtomicFileWriter w(path);
   w.write(contents);

@@ -3,6 +3,7 @@
 // "<path>.tmp.<pid>", fsync, rename over the target, fsync the folder.
 #include <cstddef>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,12 @@ void write_file_atomic(const std::string& path, std::string_view contents);
 // Makes renames inside `dir` ("" for the current folder) durable: fsync of the folder itself.
 // Best effort: a filesystem that cannot open folders is left as it is.
 void fsync_dir(const std::string& dir);
+// Writes a whole folder at once: `fill(tmp)` writes its files into "<dir>.tmp.<pid>" beside it, which
+// then takes the place of `dir` in one renameat2(RENAME_EXCHANGE) (two renames on a filesystem
+// without exchange), and the old folder, if any, is removed. A crash or an exception from `fill`
+// leaves the old folder whole (the temporary one is removed on an exception). Parent folders are
+// created; a trailing slash in `dir` names the same folder.
+void write_folder_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill);
 // The whole file; throws std::runtime_error naming the path when it cannot be read.
 std::string read_file(const std::string& path);
 

@@ -165,7 +165,7 @@ namespace {
 TEST_F(CliApps, EveryAppHasVersionAndExamplesInItsHelp) {
   const fs::path cwd = root() / "cli-version";
   fs::create_directories(cwd);
-  for (const char* app : {"prepare", "pretrain", "evaluate", "context", "generate", "merge"}) {
+  for (const char* app : {"prepare", "pretrain", "evaluate", "context", "generate", "merge", "export", "import"}) {
     SCOPED_TRACE(app);
     RunResult v = run_app(app, "--version", cwd);
     EXPECT_EQ(v.code, 0) << v.err;

@@ -84,7 +84,8 @@ TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
   EXPECT_TRUE(fs::exists(cwd / "a" / "run" / "last" / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(cwd / "a" / "run" / "last" / "state.json"));
 
-  // TensorBoard: the four scalars, in the run folder.
+  // TensorBoard: the scalars, in the run folder (tests/python/test_tensorboard.py reads them with
+  // TensorBoard itself, the settings text too).
   std::vector<ScalarEvent> events;
   for (const auto& e : fs::directory_iterator(cwd / "a" / "run" / "tensorboard")) {
     auto part = read_scalar_events(e.path().string());
@@ -92,7 +93,8 @@ TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
   }
   std::set<std::string> tags;
   for (const auto& e : events) tags.insert(e.tag);
-  EXPECT_EQ(tags, (std::set<std::string>{"loss/train", "loss/val", "bits_per_byte/val", "lr", "tokens_per_s"}));
+  EXPECT_EQ(tags, (std::set<std::string>{"loss/train", "loss/val", "perplexity/val", "top1/val", "bits_per_byte/val", "lr",
+                                         "grad_norm", "tokens_per_s"}));
 }
 
 TEST_F(Pretrain, RunFolderFollowsThePositionEmbedding) {

@@ -23,6 +23,7 @@ TEST(TensorBoard, ScalarsRoundTrip) {
     TensorBoardWriter w(dir.string());
     w.add_scalar("loss/train", 2.5, 10);
     w.add_scalar("lr", 6e-4, 10);
+    w.add_text("settings", "| lr | 6e-4 |", 10);  // not a scalar: skipped by the reader
     w.add_scalar("loss/train", 2.25, 20);
     path = w.path();
   }

@@ -12,6 +12,7 @@
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/checkpoint.h>
 #include <mvgpt/nn/safetensors.h>
+#include "mvgpt/tiny_models.h"
 #include "nn/temp_dir.h"
 
 namespace mvgpt::gpt {
@@ -22,29 +23,12 @@ using mvgpt::testing::read_bytes;
 using mvgpt::testing::TempDir;
 using mvgpt::testing::write_bytes;
 
-GPTConfig tiny(bool rope) {
-  GPTConfig c;
-  c.vocab_size = 29;
-  c.block_size = 8;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 8;
-  c.rope = rope;
-  return c;
-}
+using testing::bitwise_equal;
+using testing::tiny;
 
 // Llama-style, with every non-default field set so the config round trip covers them.
 GPTConfig tiny_llama() {
-  GPTConfig c = tiny(true);
-  c.rope_base = 500;
-  c.norm = NormKind::rmsnorm;
-  c.mlp = MlpKind::swiglu;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.mlp_hidden = 24;
-  c.bias = false;
-  c.tie_embeddings = false;
-  c.norm_eps = 1e-6;
+  GPTConfig c = testing::tiny_llama(/*tied=*/false);
   c.dropout = 0.125;
   return c;
 }
@@ -54,11 +38,6 @@ std::shared_ptr<GPT> make_model(const GPTConfig& c, uint64_t seed) {
   return std::make_shared<GPT>(c, &g);
 }
 
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) return false;
-  Tensor x = ops::contiguous(a.detach()), y = ops::contiguous(b.detach());
-  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
-}
 
 // Names in the folder's parent, to see what a save left behind.
 std::set<std::string> entries(const fs::path& dir) {

@@ -1,0 +1,64 @@
+// import: a Hugging Face folder (gpt2, gpt_neox or llama computing our model, as export writes it)
+// as an ordinary checkpoint, weights bit for bit, with its tokenizer in our format; or a llama2.c
+// .bin (gpt/llama2c.h), its rotary rows reordered to ours.
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/common/app.h"
+#include "apps/common/checkpoints.h"
+#include "apps/common/cli.h"
+#include "apps/common/run_folder.h"
+#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/hf.h>
+#include <mvgpt/gpt/llama2c.h>
+#include <mvgpt/util/atomic_file.h>
+
+namespace fs = std::filesystem;
+using namespace mvgpt;
+using namespace mvgpt::apps;
+
+int main(int argc, char** argv) {
+  ImportArgs args;
+  const auto app = import_cli(args);
+  return run_app(*app, argc, argv, [&] {
+    check_new_output_folder(args.out_dir, "import", "checkpoints/from-hf");
+    const bool llama2c = args.format == "llama2c";
+    gpt::LoadedCheckpoint loaded;
+    std::string tokenizer_json, tokenizer;
+    if (llama2c) {
+      require_file(args.from, "llama2.c model", "pass the .bin that llama2.c's export.py wrote");
+      try {
+        loaded = gpt::load_llama2c(args.from);
+      } catch (const std::exception& e) {
+        throw AppError(e.what());
+      }
+    } else {
+      const std::string config = (fs::path(args.from) / "config.json").string();
+      require_file(config, "Hugging Face config", "pass the folder export or save_pretrained wrote");
+      if (!gpt::hf::is_hf_config(util::read_file(config)))
+        throw AppError(config + " has no \"model_type\": it is not a Hugging Face folder (an mvgpt checkpoint loads as it is)");
+      try {
+        loaded = gpt::load_checkpoint(args.from);
+      } catch (const std::exception& e) {
+        throw AppError(std::string(e.what()) + " (import reads the models export writes: see docs/checkpoints.md)");
+      }
+      tokenizer = checkpoint_tokenizer(args.from);
+      if (!tokenizer.empty()) {
+        const text::Tokenizer tok = text::Tokenizer::load(tokenizer);
+        check_tokenizer_fits(tok, tokenizer, loaded.model->config(), args.from);
+        tokenizer_json = tok.to_json();
+      }
+    }
+    std::map<std::string, std::string> meta = {{"imported_from", args.from}};
+    if (loaded.metadata.count("step")) meta["step"] = loaded.metadata.at("step");
+    gpt::save_checkpoint(args.out_dir, *loaded.model, meta, [&](const std::string& tmp) {
+      if (!tokenizer_json.empty()) util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), tokenizer_json);
+    });
+    std::printf("wrote %s: %s parameters from %s (%s)%s\n", args.out_dir.c_str(),
+                format_count(loaded.model->num_parameters()).c_str(), args.from.c_str(),
+                llama2c ? ("llama2.c, " + loaded.metadata.at("llama2c_format")).c_str()
+                        : gpt::hf::architecture(loaded.model->config()).c_str(),
+                tokenizer.empty() ? ", no tokenizer" : ", with its tokenizer");
+    return 0;
+  });
+}

@@ -1,0 +1,410 @@
+#include <mvgpt/gpt/hf.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <stdexcept>
+
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/lora.h>
+#include <mvgpt/nn/safetensors.h>
+#include <mvgpt/util/atomic_file.h>
+#include <mvgpt/util/json.h>
+
+namespace mvgpt::gpt::hf {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+enum class Family { gpt2, neox, llama };
+
+Family family_of(const GPTConfig& c) {
+  const bool mha = c.kv_heads() == c.n_head;
+  if (c.norm == NormKind::layernorm && c.mlp == MlpKind::gelu && c.bias && mha) return c.rope ? Family::neox : Family::gpt2;
+  if (c.rope && c.norm == NormKind::rmsnorm && c.mlp == MlpKind::swiglu) return Family::llama;
+  throw std::invalid_argument(
+      "no transformers class computes this model (" + std::string(c.rope ? "RoPE" : "learned positions") + ", " +
+      to_string(c.norm) + ", " + to_string(c.mlp) + (c.bias ? ", biases" : ", no biases") +
+      (mha ? "" : ", grouped KV heads") +
+      "): learned positions and RoPE map with layernorm, gelu, biases and n_kv_head = n_head (GPT-2, GPT-NeoX), "
+      "RoPE with rmsnorm and swiglu (Llama)");
+}
+
+// Where one of our tensors lives in the Hugging Face model.
+enum class Layout {
+  same,
+  transposed,    // GPT-2's Conv1D: (in, out)
+  qkv_per_head,  // GPT-NeoX's query_key_value: rows [q_h, k_h, v_h] per head, ours [q, k, v]
+  rows,          // rows [begin, begin + length) of ours (Llama's q_proj, k_proj, v_proj)
+};
+struct Place {
+  std::string hf;
+  Layout layout = Layout::same;
+  int64_t begin = 0, length = 0;
+};
+
+struct Rename {
+  const char* ours;
+  const char* hf;
+};
+constexpr Rename kNeoxTop[] = {{"transformer.wte.", "gpt_neox.embed_in."}, {"transformer.ln_f.", "gpt_neox.final_layer_norm."},
+                               {"lm_head.", "embed_out."}};
+constexpr Rename kNeoxLayer[] = {{"ln_1.", "input_layernorm."},         {"attn.c_attn.", "attention.query_key_value."},
+                                 {"attn.c_proj.", "attention.dense."},  {"ln_2.", "post_attention_layernorm."},
+                                 {"mlp.c_fc.", "mlp.dense_h_to_4h."},   {"mlp.c_proj.", "mlp.dense_4h_to_h."}};
+constexpr Rename kLlamaTop[] = {{"transformer.wte.", "model.embed_tokens."}, {"transformer.ln_f.", "model.norm."},
+                                {"lm_head.", "lm_head."}};
+constexpr Rename kLlamaLayer[] = {{"ln_1.", "input_layernorm."}, {"attn.c_proj.", "self_attn.o_proj."},
+                                  {"ln_2.", "post_attention_layernorm."}, {"mlp.w1.", "mlp.gate_proj."},
+                                  {"mlp.w3.", "mlp.up_proj."}, {"mlp.w2.", "mlp.down_proj."}};
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+template <size_t N>
+std::string renamed(const std::string& name, const Rename (&table)[N], const std::string& prefix = "") {
+  for (const auto& r : table)
+    if (starts_with(name, r.ours)) return prefix + r.hf + name.substr(std::strlen(r.ours));
+  throw std::logic_error("hf: no Hugging Face name for " + name);
+}
+
+std::vector<Place> places(const std::string& name, const GPTConfig& c, Family f) {
+  const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+  if (f == Family::gpt2) {
+    const bool conv1d = weight && (name.find(".attn.") != std::string::npos || name.find(".mlp.") != std::string::npos);
+    return {{name, conv1d ? Layout::transposed : Layout::same}};
+  }
+  const std::string layers = "transformer.h.";
+  if (!starts_with(name, layers)) return {{f == Family::neox ? renamed(name, kNeoxTop) : renamed(name, kLlamaTop)}};
+  const size_t dot = name.find('.', layers.size());
+  const std::string index = name.substr(layers.size(), dot - layers.size()), rest = name.substr(dot + 1);
+  if (f == Family::neox) {
+    const std::string hf = renamed(rest, kNeoxLayer, "gpt_neox.layers." + index + ".");
+    return {{hf, starts_with(rest, "attn.c_attn.") ? Layout::qkv_per_head : Layout::same}};
+  }
+  if (starts_with(rest, "attn.c_attn.")) {
+    const std::string p = "model.layers." + index + ".self_attn.", what = weight ? "weight" : "bias";
+    const int64_t q = c.n_head * c.head_dim(), kv = c.kv_heads() * c.head_dim();
+    return {{p + "q_proj." + what, Layout::rows, 0, q},
+            {p + "k_proj." + what, Layout::rows, q, kv},
+            {p + "v_proj." + what, Layout::rows, q + kv, kv}};
+  }
+  return {{renamed(rest, kLlamaLayer, "model.layers." + index + ".")}};
+}
+
+// Swaps the two leading axes of t viewed as (a, b, rest...): ours (3, H, D, ...) <-> NeoX's (H, 3, D, ...).
+Tensor swap_leading(const Tensor& t, int64_t a, int64_t b) {
+  Shape viewed{a, b};
+  viewed.push_back(t.shape()[0] / (a * b));
+  for (int i = 1; i < t.shape().size(); ++i) viewed.push_back(t.shape()[i]);
+  return reshape(contiguous(transpose(reshape(t, viewed), 0, 1)), t.shape());
+}
+
+Tensor to_hf(const Tensor& t, const Place& p, const GPTConfig& c) {
+  switch (p.layout) {
+    case Layout::same: return t;
+    case Layout::transposed: return contiguous(transpose(t, 0, 1));
+    case Layout::qkv_per_head: return swap_leading(t, 3, c.n_head);
+    case Layout::rows: return contiguous(narrow(t, 0, p.begin, p.length));
+  }
+  return t;
+}
+
+Shape hf_shape(const Shape& ours, const Place& p) {
+  Shape s = ours;
+  if (p.layout == Layout::transposed) std::swap(s[0], s[1]);
+  if (p.layout == Layout::rows) s[0] = p.length;
+  return s;
+}
+
+const char* model_type(Family f) { return f == Family::gpt2 ? "gpt2" : f == Family::neox ? "gpt_neox" : "llama"; }
+
+// Hugging Face's spelling of linear scaling; NTK has no static equivalent there ("dynamic" changes
+// with the length).
+json rope_scaling_json(const GPTConfig& c) {
+  if (!c.rope_scaling.enabled()) return nullptr;
+  if (c.rope_scaling.type != RopeScalingType::linear)
+    throw std::invalid_argument("rope_scaling " + c.rope_scaling.to_string() +
+                                " has no transformers equivalent (only linear does); export the model without it");
+  return {{"type", "linear"}, {"factor", c.rope_scaling.factor}};
+}
+
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = contiguous(a), y = contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+}  // namespace
+
+bool is_hf_config(const std::string& config_json) {
+  try {
+    const auto j = nlohmann::json::parse(config_json);
+    return j.is_object() && j.contains("model_type");
+  } catch (const nlohmann::json::exception&) {
+    return false;  // from_json names what is wrong with it
+  }
+}
+
+std::string architecture(const GPTConfig& config) {
+  switch (family_of(config)) {
+    case Family::gpt2: return "GPT2LMHeadModel";
+    case Family::neox: return "GPTNeoXForCausalLM";
+    case Family::llama: return "LlamaForCausalLM";
+  }
+  return "";
+}
+
+std::string config_json(const GPTConfig& c, int64_t eot_id) {
+  const Family f = family_of(c);
+  json j = {{"architectures", {architecture(c)}}, {"model_type", model_type(f)}, {"vocab_size", c.vocab_size}};
+  if (f == Family::gpt2) {
+    j.update({{"n_positions", c.block_size}, {"n_ctx", c.block_size}, {"n_embd", c.n_embd}, {"n_layer", c.n_layer},
+              {"n_head", c.n_head}, {"n_inner", c.hidden_size()}, {"activation_function", "gelu_new"},
+              {"layer_norm_epsilon", c.norm_eps}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
+              {"scale_attn_weights", true}, {"scale_attn_by_inverse_layer_idx", false}});
+  } else {
+    j.update({{"hidden_size", c.n_embd}, {"num_hidden_layers", c.n_layer}, {"num_attention_heads", c.n_head},
+              {"intermediate_size", c.hidden_size()}, {"max_position_embeddings", c.block_size},
+              {"rope_scaling", rope_scaling_json(c)}});
+    if (f == Family::neox) {
+      j.update({{"rotary_pct", 1.0}, {"rotary_emb_base", c.rope_base}, {"use_parallel_residual", false},
+                {"hidden_act", "gelu_new"}, {"layer_norm_eps", c.norm_eps}, {"attention_bias", true},
+                {"attention_dropout", 0.0}, {"hidden_dropout", 0.0}});
+    } else {
+      j.update({{"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_dim()}, {"hidden_act", "silu"},
+                {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_base}, {"attention_bias", c.bias},
+                {"mlp_bias", c.bias}, {"attention_dropout", 0.0}, {"pretraining_tp", 1}});
+    }
+  }
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  if (eot_id >= 0) j.update({{"bos_token_id", eot_id}, {"eos_token_id", eot_id}});
+  j["torch_dtype"] = "float32";
+  return j.dump(2) + "\n";
+}
+
+nn::NamedTensors to_hf_tensors(const GPT& model) {
+  const GPTConfig& c = model.config();
+  const Family f = family_of(c);
+  if (c.rope_scaling.enabled()) rope_scaling_json(c);  // refuses NTK before any work
+  if (nn::lora_options(model).rank > 0)
+    throw std::invalid_argument("the model has LoRA adapters; fold them in first (merge), then export");
+  NoGradGuard no_grad;
+  nn::NamedTensors out;
+  for (const auto& [name, t] : model.state_dict())
+    for (const Place& p : places(name, c, f)) out.emplace_back(p.hf, to_hf(detach(t), p, c));
+  return out;
+}
+
+namespace {
+
+GPTConfig config_from_hf_json(const nlohmann::json& j, const std::string& source) {
+  auto fail = [&](const std::string& key, const std::string& what) -> std::invalid_argument {
+    return std::invalid_argument(source + ": \"" + key + "\" " + what);
+  };
+  auto get_int = [&](const char* key, std::optional<int64_t> fallback = {}) -> int64_t {
+    if (!j.contains(key) || j[key].is_null()) {
+      if (fallback) return *fallback;
+      throw fail(key, "is missing");
+    }
+    if (!j[key].is_number_integer()) throw fail(key, "is " + j[key].dump() + ", expected an integer");
+    return j[key].get<int64_t>();
+  };
+  auto get_double = [&](const char* key, double fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) throw fail(key, "is " + j[key].dump() + ", expected a number");
+    return j[key].get<double>();
+  };
+  auto get_bool = [&](const char* key, bool fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_boolean()) throw fail(key, "is " + j[key].dump() + ", expected true or false");
+    return j[key].get<bool>();
+  };
+  auto get_string = [&](const char* key, const char* fallback) {
+    if (!j.contains(key) || j[key].is_null()) return std::string(fallback);
+    if (!j[key].is_string()) throw fail(key, "is " + j[key].dump() + ", expected a string");
+    return j[key].get<std::string>();
+  };
+  // Needs `key` to hold `want` (computing another function otherwise).
+  auto require = [&](const char* key, bool holds, const std::string& want) {
+    if (!holds) throw fail(key, "is " + (j.contains(key) ? j[key].dump() : std::string("missing")) + "; mvgpt computes " + want);
+  };
+  auto tanh_gelu = [&](const char* key, const char* fallback) {
+    const std::string act = get_string(key, fallback);
+    require(key, act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
+            "the tanh GELU (gelu_new); an exact GELU model would compute other logits");
+  };
+  auto rope_scaling = [&](GPTConfig& c) {
+    if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return;
+    const auto& r = j["rope_scaling"];
+    const std::string type = r.is_object() ? (r.contains("rope_type") ? r["rope_type"] : r.value("type", nlohmann::json(""))).get<std::string>() : "";
+    require("rope_scaling", type == "linear" && r.contains("factor") && r["factor"].is_number(),
+            "no scaling or linear scaling {\"type\": \"linear\", \"factor\": F}");
+    c.rope_scaling = {RopeScalingType::linear, r["factor"].get<double>()};
+  };
+
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string())
+    throw std::invalid_argument(source + ": not a Hugging Face config (no \"model_type\")");
+  const std::string type = j["model_type"].get<std::string>();
+  GPTConfig c;
+  c.vocab_size = get_int("vocab_size");
+  c.dropout = 0.0;
+  if (type == "gpt2") {
+    c.n_embd = get_int("n_embd"), c.n_layer = get_int("n_layer"), c.n_head = get_int("n_head");
+    c.block_size = get_int("n_positions");
+    c.mlp_hidden = get_int("n_inner", 0);
+    c.norm_eps = get_double("layer_norm_epsilon", 1e-5);
+    tanh_gelu("activation_function", "gelu_new");
+    require("scale_attn_weights", get_bool("scale_attn_weights", true), "scores scaled by 1/sqrt(D)");
+    require("scale_attn_by_inverse_layer_idx", !get_bool("scale_attn_by_inverse_layer_idx", false), "scores scaled by 1/sqrt(D)");
+    c.tie_embeddings = get_bool("tie_word_embeddings", true);
+  } else if (type == "gpt_neox" || type == "llama") {
+    c.n_embd = get_int("hidden_size"), c.n_layer = get_int("num_hidden_layers"), c.n_head = get_int("num_attention_heads");
+    c.block_size = get_int("max_position_embeddings");
+    c.mlp_hidden = get_int("intermediate_size");
+    c.rope = true;
+    rope_scaling(c);
+    if (type == "gpt_neox") {
+      c.rope_base = get_double("rotary_emb_base", 10000);
+      c.norm_eps = get_double("layer_norm_eps", 1e-5);
+      require("rotary_pct", get_double("rotary_pct", 0.25) == 1.0, "rotary positions on every channel (rotary_pct 1)");
+      require("use_parallel_residual", !get_bool("use_parallel_residual", true), "sequential residuals (false)");
+      require("attention_bias", get_bool("attention_bias", true), "biases in attention");
+      tanh_gelu("hidden_act", "gelu");
+      c.tie_embeddings = get_bool("tie_word_embeddings", false);
+    } else {
+      c.norm = NormKind::rmsnorm, c.mlp = MlpKind::swiglu;
+      c.n_kv_head = get_int("num_key_value_heads", c.n_head);
+      c.rope_base = get_double("rope_theta", 10000);
+      c.norm_eps = get_double("rms_norm_eps", 1e-6);
+      c.bias = get_bool("attention_bias", false);
+      require("mlp_bias", get_bool("mlp_bias", false) == c.bias, "the same biases in attention and the MLP");
+      require("hidden_act", get_string("hidden_act", "silu") == "silu", "SwiGLU with silu");
+      if (c.n_head > 0) require("head_dim", get_int("head_dim", c.n_embd / c.n_head) * c.n_head == c.n_embd, "hidden_size / num_attention_heads");
+      c.tie_embeddings = get_bool("tie_word_embeddings", false);
+    }
+  } else {
+    throw fail("model_type", "is \"" + type + "\"; mvgpt reads gpt2, gpt_neox and llama");
+  }
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  }
+  return c;
+}
+
+}  // namespace
+
+GPTConfig config_from_hf(const std::string& text, const std::string& source) {
+  try {
+    return config_from_hf_json(util::parse_json_strict(text), source);
+  } catch (const util::JsonError& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+    throw std::invalid_argument(source + ": malformed: " + e.what());
+  }
+}
+
+nn::NamedTensors tensors_from_hf(const GPTConfig& c, const nn::NamedTensors& hf_tensors, const std::string& source) {
+  const Family f = family_of(c);
+  std::map<std::string, Tensor> hf;
+  for (const auto& [name, t] : hf_tensors) hf[name] = t;
+  std::set<std::string> used;
+  std::vector<std::string> missing, misshaped;
+  NoGradGuard no_grad;
+  nn::NamedTensors out;
+  // The shapes the model expects: a model of the config on the meta of the tensors it would have.
+  const GPT shapes(c);
+  for (const auto& [name, ours] : shapes.state_dict()) {
+    std::vector<Tensor> parts;
+    for (const Place& p : places(name, c, f)) {
+      std::string hf_name = p.hf;
+      // The base models' files (GPT2Model) have no "transformer." prefix.
+      if (!hf.count(hf_name) && f == Family::gpt2 && starts_with(hf_name, "transformer.")) hf_name = hf_name.substr(12);
+      const auto it = hf.find(hf_name);
+      if (it == hf.end()) {
+        missing.push_back(p.hf);
+        continue;
+      }
+      used.insert(hf_name);
+      const Shape want = hf_shape(ours.shape(), p);
+      if (it->second.shape() != want) {
+        misshaped.push_back(p.hf + " " + to_string(it->second.shape()) + " (expected " + to_string(want) + ")");
+        continue;
+      }
+      const Tensor& t = it->second;
+      parts.push_back(p.layout == Layout::transposed     ? contiguous(transpose(t, 0, 1))
+                      : p.layout == Layout::qkv_per_head ? swap_leading(t, c.n_head, 3)
+                                                         : t);
+    }
+    if (parts.size() == places(name, c, f).size()) out.emplace_back(name, parts.size() == 1 ? parts[0] : cat(parts, 0));
+  }
+  // A tied head may be stored too (older saves); it must be the embedding.
+  if (c.tie_embeddings) {
+    const std::string head = f == Family::gpt2 ? "lm_head.weight" : f == Family::neox ? "embed_out.weight" : "lm_head.weight";
+    const std::string embedding = places("transformer.wte.weight", c, f)[0].hf;
+    if (const auto it = hf.find(head); it != hf.end()) {
+      const auto e = hf.find(embedding);
+      if (e == hf.end() || !bits_equal(it->second, e->second))
+        throw std::invalid_argument(source + ": " + head + " differs from " + embedding +
+                                    " but config.json ties them (tie_word_embeddings); set it false to keep both");
+      used.insert(head);
+    }
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [name, t] : hf) {
+    // Buffers some versions saved: causal masks and rotary frequencies, recomputed by every model.
+    const bool buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+                        name.ends_with(".attention.bias") || name.ends_with(".attention.masked_bias") ||
+                        name.ends_with(".inv_freq");
+    if (!used.count(name) && !buffer) unexpected.push_back(name);
+  }
+  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
+    auto list = [](const std::vector<std::string>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size() && i < 4; ++i) s += (i ? ", " : "") + v[i];
+      return v.size() > 4 ? s + " and " + std::to_string(v.size() - 4) + " more" : s;
+    };
+    std::string what;
+    if (!missing.empty()) what += "missing " + list(missing);
+    if (!misshaped.empty()) what += std::string(what.empty() ? "" : "; ") + "mis-shaped " + list(misshaped);
+    if (!unexpected.empty()) what += std::string(what.empty() ? "" : "; ") + "unexpected " + list(unexpected);
+    throw std::invalid_argument(source + " does not fit its config.json (" + architecture(c) + "): " + what);
+  }
+  return out;
+}
+
+void save_hf(const std::string& dir, const GPT& model, const text::Tokenizer* tokenizer,
+             const std::map<std::string, std::string>& metadata) {
+  const int64_t eot = tokenizer ? int64_t(tokenizer->eot_id()) : -1;
+  if (tokenizer && int64_t(tokenizer->vocab_size()) > model.config().vocab_size)
+    throw std::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
+                                std::to_string(model.config().vocab_size));
+  // Everything that can refuse runs before the folder is touched.
+  const std::string config = config_json(model.config(), eot);
+  const nn::NamedTensors tensors = to_hf_tensors(model);
+  const std::string tokenizer_json = tokenizer ? tokenizer->to_hf_json() : "";
+  util::write_folder_atomic(dir, [&](const std::string& tmp) {
+    namespace fs = std::filesystem;
+    util::write_file_atomic((fs::path(tmp) / "config.json").string(), config);
+    safetensors::Metadata meta(metadata.begin(), metadata.end());
+    meta["format"] = "pt";  // transformers refuses a file without it
+    safetensors::save((fs::path(tmp) / "model.safetensors").string(), tensors, meta);
+    json generation = {{"do_sample", false}};
+    if (tokenizer) {
+      generation.update({{"bos_token_id", eot}, {"eos_token_id", eot}});
+      util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), tokenizer_json);
+      const std::string eot_text(text::kEndOfText);
+      const json tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", model.config().block_size},
+                               {"bos_token", eot_text}, {"eos_token", eot_text}, {"unk_token", eot_text},
+                               {"add_prefix_space", false}, {"clean_up_tokenization_spaces", false}};
+      util::write_file_atomic((fs::path(tmp) / "tokenizer_config.json").string(), tok_config.dump(2) + "\n");
+    }
+    util::write_file_atomic((fs::path(tmp) / "generation_config.json").string(), generation.dump(2) + "\n");
+  });
+}
+
+}  // namespace mvgpt::gpt::hf
