@@ -17,21 +17,39 @@ void set_bytes(benchmark::State& state, double bytes) {
 }
 
 // (M x K) @ (K x N); the last argument 1 means the right operand is a transposed view (x @ W^T).
-void BM_Sgemm(benchmark::State& state) {
+// In float32 (BM_Sgemm), or with bfloat16 operands summed in float32 (BM_Bf16Gemm: oneDNN,
+// bf16_gemm.h; the operands converted beforehand, as the precision policy's weight copies are).
+void gemm_case(benchmark::State& state, DType operands) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   const bool transposed = state.range(3) != 0;
-  Tensor a = input({M, K});
-  Tensor b = transposed ? ops::transpose(input({N, K}), 0, 1) : input({K, N});
-  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b));
+  Tensor a = ops::to(input({M, K}), operands);
+  Tensor b = transposed ? ops::transpose(ops::to(input({N, K}), operands), 0, 1) : ops::to(input({K, N}), operands);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_Sgemm(benchmark::State& state) { gemm_case(state, DType::f32); }
+void BM_Bf16Gemm(benchmark::State& state) { gemm_case(state, DType::bf16); }
+// The model's products; for bf16 also decoding's one-row ones and the 3072^3 peak (MFU under bf16
+// in bench/compare).
 BENCHMARK(BM_Sgemm)
     ->Args({4096, 384, 1152, 0})
     ->Args({4096, 384, 1536, 0})
     ->Args({4096, 1536, 384, 0})
     ->Args({4096, 384, 10000, 0})
     ->Args({4096, 384, 1152, 1})
+    ->ArgNames({"M", "K", "N", "bT"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Bf16Gemm)
+    ->Args({4096, 384, 1152, 0})
+    ->Args({4096, 384, 1536, 0})
+    ->Args({4096, 1536, 384, 0})
+    ->Args({4096, 384, 10000, 0})
+    ->Args({4096, 384, 1152, 1})
+    ->Args({1, 384, 1536, 1})
+    ->Args({1, 384, 10000, 1})
+    ->Args({3072, 3072, 3072, 0})
     ->ArgNames({"M", "K", "N", "bT"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
@@ -46,31 +64,6 @@ void BM_SgemmPeak(benchmark::State& state) {
       benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_SgemmPeak)->Arg(3072)->ArgName("n")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
-
-// The same products with bfloat16 operands summed in float32 (oneDNN; bf16_gemm.h), the operands
-// converted beforehand as the precision policy's weight copies are; the last row is the bf16 peak
-// (MFU under bf16 in bench/compare).
-void BM_Bf16Gemm(benchmark::State& state) {
-  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
-  const bool transposed = state.range(3) != 0;
-  Tensor a = ops::to(input({M, K}), DType::bf16);
-  Tensor b = transposed ? ops::transpose(ops::to(input({N, K}), DType::bf16), 0, 1) : ops::to(input({K, N}), DType::bf16);
-  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
-BENCHMARK(BM_Bf16Gemm)
-    ->Args({4096, 384, 1152, 0})
-    ->Args({4096, 384, 1536, 0})
-    ->Args({4096, 1536, 384, 0})
-    ->Args({4096, 384, 10000, 0})
-    ->Args({4096, 384, 1152, 1})
-    ->Args({1, 384, 1536, 1})
-    ->Args({1, 384, 10000, 1})
-    ->Args({3072, 3072, 3072, 0})
-    ->ArgNames({"M", "K", "N", "bT"})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
 
 // Memory read bandwidth: summing a working set of the given size, again and again. Decoding one
 // token reads every weight once, so bench/compare measures it at the size of the weights (float32:
