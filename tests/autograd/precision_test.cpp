@@ -26,7 +26,7 @@ std::vector<double> product(const Tensor& a, const Tensor& b, bool rounded) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   std::vector<double> out(size_t(M * N));
   auto at = [&](const Tensor& t, int64_t i) { return rounded ? round_bf16(read_element(t, i)) : read_element(t, i); };
-  Tensor ca = ops::contiguous(a), cb = ops::contiguous(b);
+  Tensor ca = ops::contiguous(a.detach()), cb = ops::contiguous(b.detach());  // values only
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0;
@@ -38,7 +38,7 @@ std::vector<double> product(const Tensor& a, const Tensor& b, bool rounded) {
 
 void expect_close(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
   ASSERT_EQ(size_t(got.numel()), want.size()) << what;
-  Tensor c = ops::contiguous(got);
+  Tensor c = ops::contiguous(got.detach());
   int failures = 0;
   for (size_t i = 0; i < want.size() && failures < 5; ++i) {
     const double g = read_element(c, int64_t(i));
