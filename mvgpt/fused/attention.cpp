@@ -122,7 +122,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   const autograd::InternalOps internal;
-  const bool bf16 = autograd::product_precision() == Precision::bf16 && q.dtype() == DType::f32;
+  const bool bf16 = autograd::detail::bf16_products(q, k);  // the policy of linear and matmul (precision.h)
   fused::AttentionResult r = fused::attention_forward(q, k, v, scale, causal, bf16);
   if (!needs_grad(q, k, v)) return r.out;
   Tensor out = r.out;
