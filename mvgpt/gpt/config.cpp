@@ -13,6 +13,7 @@ using nlohmann::json;
 
 std::string to_string(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
 std::string to_string(MlpKind k) { return k == MlpKind::gelu ? "gelu" : "swiglu"; }
+std::string to_string(RopeLayout layout) { return layout == RopeLayout::split_half ? "split_half" : "interleaved"; }
 
 namespace {
 const char* type_name(RopeScalingType t) {
@@ -87,6 +88,9 @@ void GPTConfig::validate() const {
   if (rope && head_dim() % 2 != 0)
     throw std::invalid_argument("GPTConfig: rotary embeddings need an even head size, found " + std::to_string(head_dim()));
   if (rope && rope_base <= 1) throw std::invalid_argument("GPTConfig: rope_base must be above 1");
+  if (rope_layout != RopeLayout::split_half && !rope)
+    throw std::invalid_argument("GPTConfig: rope_layout " + to_string(rope_layout) +
+                                " needs rotary positions (rope), this model has a learned table");
   if (rope_scaling.enabled() && !rope)
     throw std::invalid_argument("GPTConfig: rope_scaling needs rotary positions (rope), this model has a learned table");
   if (rope_scaling.enabled() && (!std::isfinite(rope_scaling.factor) || rope_scaling.factor < 1))
@@ -135,7 +139,8 @@ std::string GPTConfig::to_json() const {
       {"n_kv_head", kv_heads()},  {"mlp_hidden", hidden_size()}, {"bias", bias},
       {"tie_embeddings", tie_embeddings}, {"norm_eps", norm_eps}, {"dropout", dropout},
   };
-  // Written only when set: a model without scaling keeps the config.json it always had.
+  // Written only when set: a model without them keeps the config.json it always had.
+  if (rope_layout != RopeLayout::split_half) j["rope_layout"] = to_string(rope_layout);
   if (rope_scaling.enabled()) j["rope_scaling"] = {{"type", type_name(rope_scaling.type)}, {"factor", rope_scaling.factor}};
   return j.dump(2) + "\n";
 }
@@ -207,6 +212,10 @@ GPTConfig GPTConfig::from_json(const std::string& text, const std::string& sourc
       if (!value.contains("type")) fail(key, "has no \"type\"");
       if (r.enabled() && !has_factor) fail(key, "has no \"factor\"");
       c.rope_scaling = r.enabled() ? r : RopeScaling{};
+    } else if (key == "rope_layout") {
+      if (value == "split_half") c.rope_layout = RopeLayout::split_half;
+      else if (value == "interleaved") c.rope_layout = RopeLayout::interleaved;
+      else fail(key, "must be \"split_half\" or \"interleaved\"");
     } else if (key == "norm") {
       if (value == "layernorm") c.norm = NormKind::layernorm;
       else if (value == "rmsnorm") c.norm = NormKind::rmsnorm;

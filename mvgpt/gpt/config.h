@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <mvgpt/fused/rope.h>
+
 namespace mvgpt::gpt {
 
 enum class NormKind { layernorm, rmsnorm };
@@ -39,6 +41,10 @@ struct GPTConfig {
   int64_t n_embd = 384;
   bool rope = false;  // rotary position embeddings instead of a learned table
   double rope_base = 10000;
+  // Which channels each rotation pairs: i with i + D/2 (ours, Hugging Face's) or 2i with 2i + 1
+  // (llama2.c's run.c, Meta's original Llama). config.json's "rope_layout": "split_half" or
+  // "interleaved", written only when interleaved.
+  RopeLayout rope_layout = RopeLayout::split_half;
   RopeScaling rope_scaling;  // none unless config.json has "rope_scaling": {"type": ..., "factor": ...}
   NormKind norm = NormKind::layernorm;
   MlpKind mlp = MlpKind::gelu;
@@ -57,8 +63,8 @@ struct GPTConfig {
   double rope_effective_base() const;
   double rope_position_scale() const;
   // Throws std::invalid_argument naming the field: sizes must be positive, n_embd a multiple of
-  // n_head, n_head a multiple of n_kv_head, the head size even with RoPE, rope_scaling only with
-  // RoPE and a finite factor >= 1.
+  // n_head, n_head a multiple of n_kv_head, the head size even with RoPE, rope_scaling and an
+  // interleaved rope_layout only with RoPE, and a finite factor >= 1.
   void validate() const;
   // Parameters the model will have (the tied head counted once).
   int64_t num_parameters() const;
@@ -75,5 +81,6 @@ struct GPTConfig {
 
 std::string to_string(NormKind k);
 std::string to_string(MlpKind k);
+std::string to_string(RopeLayout layout);
 
 }  // namespace mvgpt::gpt

@@ -102,6 +102,21 @@ Tensor swap_leading(const Tensor& t, int64_t a, int64_t b) {
   return reshape(contiguous(transpose(reshape(t, viewed), 0, 1)), t.shape());
 }
 
+// transformers rotates split halves (channel j with j + D/2). A model whose rotations pair
+// neighbours (NOTE [ llama2.c's rotary pairs ]) computes the same function in that layout once the
+// q and k rows of each head are reordered (H, D/2, 2) -> (H, 2, D/2); the scores q . k do not
+// depend on the order of the channels, and v is not rotated.
+Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c) {
+  const int64_t D = c.head_dim(), H = c.n_head, K = c.kv_heads();
+  auto reorder = [&](const Tensor& rows, int64_t heads) {
+    Shape viewed{heads, D / 2, 2};
+    for (int i = 1; i < rows.shape().size(); ++i) viewed.push_back(rows.shape()[i]);
+    return reshape(contiguous(transpose(reshape(rows, viewed), 1, 2)), rows.shape());
+  };
+  const std::vector<Tensor> parts = split(qkv, {H * D, K * D, K * D}, 0);
+  return cat({reorder(parts[0], H), reorder(parts[1], K), parts[2]}, 0);
+}
+
 Tensor to_hf(const Tensor& t, const Place& p, const GPTConfig& c) {
   switch (p.layout) {
     case Layout::same: return t;
@@ -193,8 +208,12 @@ nn::NamedTensors to_hf_tensors(const GPT& model) {
     throw std::invalid_argument("the model has LoRA adapters; fold them in first (merge), then export");
   NoGradGuard no_grad;
   nn::NamedTensors out;
-  for (const auto& [name, t] : model.state_dict())
-    for (const Place& p : places(name, c, f)) out.emplace_back(p.hf, to_hf(detach(t), p, c));
+  for (const auto& [name, t] : model.state_dict()) {
+    Tensor ours = detach(t);
+    if (c.rope_layout == RopeLayout::interleaved && name.find(".attn.c_attn.") != std::string::npos)
+      ours = interleaved_to_split_half(ours, c);
+    for (const Place& p : places(name, c, f)) out.emplace_back(p.hf, to_hf(ours, p, c));
+  }
   return out;
 }
 

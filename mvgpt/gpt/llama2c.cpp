@@ -37,12 +37,6 @@ class Weights {
   size_t pos_;
 };
 
-// NOTE [ llama2.c's rotary pairs ]: rows (H, D/2, 2, C) -> (H, 2, D/2, C).
-Tensor split_half(const Tensor& w, int64_t heads) {
-  const int64_t D = w.shape()[0] / heads;
-  return reshape(contiguous(transpose(reshape(w, {heads, D / 2, 2, w.shape()[1]}), 1, 2)), w.shape());
-}
-
 }  // namespace
 
 LoadedCheckpoint load_llama2c(const std::string& path) {
@@ -69,7 +63,7 @@ LoadedCheckpoint load_llama2c(const std::string& path) {
   const int64_t V = h[5] < 0 ? -int64_t(h[5]) : h[5];
   GPTConfig c;
   c.vocab_size = V, c.block_size = S, c.n_layer = L, c.n_head = H, c.n_kv_head = K, c.n_embd = C, c.mlp_hidden = F;
-  c.rope = true, c.rope_base = 10000, c.norm = NormKind::rmsnorm, c.mlp = MlpKind::swiglu, c.bias = false;
+  c.rope = true, c.rope_base = 10000, c.rope_layout = RopeLayout::interleaved, c.norm = NormKind::rmsnorm, c.mlp = MlpKind::swiglu, c.bias = false;
   c.tie_embeddings = shared, c.norm_eps = 1e-5;
   try {
     if (C <= 0 || F <= 0 || L <= 0 || H <= 0 || K <= 0 || V <= 0 || S <= 0) throw std::invalid_argument("a size is not positive");
@@ -110,7 +104,7 @@ LoadedCheckpoint load_llama2c(const std::string& path) {
   for (int64_t i = 0; i < L; ++i) {
     const std::string p = "transformer.h." + std::to_string(i) + ".";
     state.emplace_back(p + "ln_1.weight", att_norm[i]);
-    state.emplace_back(p + "attn.c_attn.weight", cat({split_half(wq[i], H), split_half(wk[i], K), wv[i]}, 0));
+    state.emplace_back(p + "attn.c_attn.weight", cat({wq[i], wk[i], wv[i]}, 0));
     state.emplace_back(p + "attn.c_proj.weight", wo[i]);
     state.emplace_back(p + "ln_2.weight", ffn_norm[i]);
     state.emplace_back(p + "mlp.w1.weight", w1[i]);

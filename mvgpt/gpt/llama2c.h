@@ -5,12 +5,12 @@
 //
 // NOTE [ llama2.c's rotary pairs ]
 // llama2.c (run.c, and Meta's original Llama) rotates interleaved pairs of each head: channels
-// (2j, 2j + 1) turn by pos * 10000^(-2j/D). Ours pairs j with j + D/2 (split-half, as Hugging
-// Face's Llama). Reordering the rows of wq and wk within each head, new row j = old row 2j and new
-// row j + D/2 = old row 2j + 1, gives every query and key the same channels in our order; the
-// scores q . k do not depend on the order, so the model computes the same function. Nothing else
-// changes: RMSNorm (eps 1e-5, run.c's), SwiGLU w2(silu(w1 x) * w3 x), grouped KV heads (query head
-// h reads KV head h / (H / K)), no biases.
+// (2j, 2j + 1) turn by pos * 10000^(-2j/D); ours by default pairs j with j + D/2 (split-half, as
+// Hugging Face's Llama). The imported config says "rope_layout": "interleaved" and the attention
+// rotates that way, so the weights stay exactly as the file has them (export --format hf reorders
+// the rows of wq and wk for transformers, which rotates split halves). Nothing else differs:
+// RMSNorm (eps 1e-5, run.c's), SwiGLU w2(silu(w1 x) * w3 x), grouped KV heads (query head h reads
+// KV head h / (H / K)), no biases.
 #include <string>
 
 #include <mvgpt/gpt/checkpoint.h>

@@ -36,6 +36,7 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   ac.n_kv_head = config.kv_heads();
   ac.rope = config.rope;
   ac.rope_base = config.rope_effective_base();  // with rope_scaling applied
+  ac.rope_layout = config.rope_layout;
   ac.rope_position_scale = config.rope_position_scale();
   ac.bias = config.bias;
   ac.dropout = config.dropout;

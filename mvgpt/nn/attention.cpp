@@ -86,8 +86,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& positions, KV
       const double first = cache ? double(cache->length()) : 0.0;
       pos = arange(first, first + double(T), 1, DType::i64, x.device());
     }
-    q = rope(q, pos, config.rope_base, RopeLayout::split_half, config.rope_position_scale);
-    k = rope(k, pos, config.rope_base, RopeLayout::split_half, config.rope_position_scale);
+    q = rope(q, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
+    k = rope(k, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
   }
   if (cache) {
     cache->append(k, v);

@@ -1,5 +1,5 @@
 #pragma once
-// Causal self-attention with a fused QKV projection, optional rotary embeddings (split-half),
+// Causal self-attention with a fused QKV projection, optional rotary embeddings (either layout),
 // grouped-query attention (n_kv_head dividing n_head) and an optional KV cache.
 //
 //   c_attn: Linear(C, (H + 2 Hkv) * D): q, k, v stacked in that order (for Hkv == H this is
@@ -9,6 +9,7 @@
 // matmul, kv heads repeated for GQA) is kept as the reference the fused one is tested against.
 #include <memory>
 
+#include <mvgpt/fused/rope.h>
 #include <mvgpt/nn/init.h>
 #include <mvgpt/nn/kv_cache.h>
 #include <mvgpt/nn/linear.h>
@@ -22,6 +23,7 @@ struct AttentionConfig {
   int64_t n_kv_head = 0;  // 0 means n_head (plain multi-head attention)
   bool rope = false;
   double rope_base = 10000;
+  RopeLayout rope_layout = RopeLayout::split_half;  // which channels each rotation pairs
   double rope_position_scale = 1.0;  // positions are multiplied by it (1/f: position interpolation)
   bool bias = true;
   // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's

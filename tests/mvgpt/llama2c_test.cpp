@@ -1,5 +1,6 @@
-// llama2.c's .bin in (gpt/llama2c.h): where each weight of the file lands, the rotary rows reordered
-// per head (NOTE [ llama2.c's rotary pairs ]), both formats, and the refusals. That the result
+// llama2.c's .bin in (gpt/llama2c.h): where each weight of the file lands (in the file's order, the
+// config saying the rotations pair neighbours: NOTE [ llama2.c's rotary pairs ]), both formats, and
+// the refusals. That the result
 // computes run.c's function is checked against PyTorch in tests/python/test_llama2c.py.
 #include <gtest/gtest.h>
 
@@ -39,7 +40,7 @@ std::string write(const TempDir& dir, const std::string& name, const std::vector
 
 std::vector<float> row(const Tensor& t, int64_t r) { return ops::contiguous(ops::select(t.detach(), 0, r)).to_vector<float>(); }
 
-TEST(Llama2c, LegacyWeightsLandWhereRunCReadsThemWithRotaryRowsInOurOrder) {
+TEST(Llama2c, LegacyWeightsLandWhereRunCReadsThemAndRotateInterleavedPairs) {
   TempDir dir;
   const LoadedCheckpoint m = load_llama2c(write(dir, "m.bin", legacy_file(false)));
   const GPTConfig& c = m.model->config();
@@ -49,17 +50,16 @@ TEST(Llama2c, LegacyWeightsLandWhereRunCReadsThemWithRotaryRowsInOurOrder) {
   EXPECT_EQ(c.block_size, S);
   EXPECT_FALSE(c.tie_embeddings);
   EXPECT_EQ(c.norm_eps, 1e-5);
+  EXPECT_EQ(c.rope_layout, RopeLayout::interleaved);
+  EXPECT_EQ(GPTConfig::from_json(c.to_json()).rope_layout, RopeLayout::interleaved);
   std::map<std::string, Tensor> sd;
   for (const auto& [name, t] : m.model->state_dict()) sd[name] = t;
   EXPECT_EQ(row(sd.at("transformer.wte.weight"), 1)[0], float(C));  // the embedding comes first
   const float wq = float(V * C + L * C);                              // then the attention norms, then wq
   const Tensor qkv = sd.at("transformer.h.0.attn.c_attn.weight");
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t j = 0; j < D / 2; ++j) {
-      EXPECT_EQ(row(qkv, h * D + j)[0], wq + float((h * D + 2 * j) * C)) << "head " << h << " pair " << j;
-      EXPECT_EQ(row(qkv, h * D + D / 2 + j)[0], wq + float((h * D + 2 * j + 1) * C));
-    }
-  const float wv = wq + float(C * C + K * D * C);  // v rows are not rotated: in order
+  for (int64_t r = 0; r < C; ++r) EXPECT_EQ(row(qkv, r)[0], wq + float(r * C)) << "row " << r;  // as the file has them
+  const float wk = wq + float(C * C), wv = wk + float(K * D * C);
+  EXPECT_EQ(row(qkv, C + 1)[0], wk + float(C));
   EXPECT_EQ(row(qkv, C + K * D + 1)[0], wv + float(C));
   EXPECT_EQ(m.metadata.at("llama2c_format"), "legacy");
 }

@@ -2,7 +2,8 @@
 vocab_size for an unshared classifier; export.py version 1: "ak42" and a 256-byte header), written
 here by hand from random weights, go through `import --format llama2c`; our logits equal a PyTorch
 forward written the way run.c computes (interleaved rotary pairs, RMSNorm eps 1e-5, SwiGLU, grouped
-KV heads) to 1e-4. Bad files are refused in one line."""
+KV heads) to 1e-4, and so do transformers' logits for the same model exported with `export --format hf`
+(its rotary rows reordered for split halves). Bad files are refused in one line."""
 import os
 import struct
 import subprocess
@@ -10,6 +11,11 @@ import subprocess
 from mvgpt_test import SOURCE_DIR, app, build_dir, check, require, run, scratch
 
 torch = require("torch")
+try:
+    import transformers  # optional: the export leg runs where it is installed
+except ImportError:
+    transformers = None
+    print("skipped the export leg: transformers not installed")
 import sys  # noqa: E402
 sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
 from hand_safetensors import read_safetensors, write_safetensors  # noqa: E402
@@ -98,6 +104,16 @@ for fmt, write in (("legacy", write_legacy), ("v1", write_v1)):
         err = (ours - ref).abs().max().item()
         print(f"{name}: logits in [{ref.min().item():.1f}, {ref.max().item():.1f}], max |mvgpt - run.c's function| = {err:.3g}")
         check(err <= 1e-4, f"{name}: logits differ by {err}")
+        if transformers is not None:
+            # The imported model rotates interleaved pairs; exported for transformers (which rotates
+            # split halves) its q and k rows are reordered, and it must still compute run.c's function.
+            run([app("export"), "--format", "hf", "--ckpt", name, "--out", name + "-hf"], cwd)
+            hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(cwd, name + "-hf")).eval()
+            with torch.no_grad():
+                theirs = hf(tokens.long()).logits.double()
+            err = (theirs - ref).abs().max().item()
+            print(f"{name}: transformers {transformers.__version__} on the exported folder: max |difference| = {err:.3g}")
+            check(err <= 1e-4, f"{name}: exported logits differ by {err}")
 
 # Bad files: truncated, export.py's int8 version 2, a header that is no model.
 with open(os.path.join(cwd, "v1-h4k4-shared.bin"), "rb") as f:
