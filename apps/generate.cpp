@@ -51,8 +51,7 @@ int main(int argc, char** argv) {
       }
       while (!args.prompt.empty() && (args.prompt.back() == '\n' || args.prompt.back() == '\r')) args.prompt.pop_back();
     }
-    std::vector<text::TokenId> ids = tok.encode(args.prompt);
-    if (ids.empty()) ids.push_back(tok.eot_id());  // a new story starts after an end of text
+    const std::vector<text::TokenId> ids = tok.encode_prompt(args.prompt);  // after <|endoftext|>, or from BOS
     std::vector<int32_t> context(ids.begin(), ids.end());
     auto t0 = Clock::now();
     int64_t produced = 0;
@@ -69,10 +68,12 @@ int main(int argc, char** argv) {
                                        .seed = args.seed + uint64_t(sample), .use_cache = !args.no_cache,
                                        .vocab_limit = int64_t(tok.vocab_size())};
       write(args.prompt);
+      text::TokenId last = ids.back();
       gpt::generate(model, context, args.max_new_tokens, options, [&](int32_t id) {
         ++produced;
         if (args.stop_at_end && text::TokenId(id) == tok.eot_id()) return false;
-        write(tok.token_bytes(text::TokenId(id)));
+        write(std::string(tok.decode_next(last, text::TokenId(id))));
+        last = text::TokenId(id);
         return true;
       });
       write("\n");

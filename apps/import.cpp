@@ -1,6 +1,6 @@
 // import: a Hugging Face folder (gpt2, gpt_neox or llama computing our model, as export writes it)
 // as an ordinary checkpoint, weights bit for bit, with its tokenizer in our format; or a llama2.c
-// .bin (gpt/llama2c.h), its rotary rows reordered to ours.
+// .bin (gpt/llama2c.h; its rotations pair neighbours) with its tokenizer.bin (text/tokenizer.h).
 #include <cstdio>
 #include <filesystem>
 
@@ -32,6 +32,22 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         throw AppError(e.what());
       }
+      if (!args.tokenizer_path.empty()) {
+        tokenizer = args.tokenizer_path;
+        require_file(tokenizer, "tokenizer", "pass llama2.c's tokenizer.bin for this model");
+        text::Tokenizer tok;
+        try {
+          tok = text::Tokenizer::load(tokenizer);
+        } catch (const std::exception& e) {
+          throw AppError(e.what());
+        }
+        // run.c reads as many pieces as the model has ids: another count is another model's tokenizer.
+        if (int64_t(tok.vocab_size()) != loaded.model->config().vocab_size)
+          throw AppError(tokenizer + " has " + std::to_string(tok.vocab_size()) + " pieces but " + args.from +
+                         " has a vocabulary of " + std::to_string(loaded.model->config().vocab_size) +
+                         "; pass the tokenizer.bin the model was trained with");
+        tokenizer_json = tok.to_json();
+      }
     } else {
       const std::string config = (fs::path(args.from) / "config.json").string();
       require_file(config, "Hugging Face config", "pass the folder export or save_pretrained wrote");
@@ -58,7 +74,8 @@ int main(int argc, char** argv) {
                 format_count(loaded.model->num_parameters()).c_str(), args.from.c_str(),
                 llama2c ? ("llama2.c, " + loaded.metadata.at("llama2c_format")).c_str()
                         : gpt::hf::architecture(loaded.model->config()).c_str(),
-                tokenizer.empty() ? ", no tokenizer" : ", with its tokenizer");
+                tokenizer.empty() ? (llama2c ? ", no tokenizer (pass --tokenizer tokenizer.bin to include it)" : ", no tokenizer")
+                                  : ", with its tokenizer");
     return 0;
   });
 }

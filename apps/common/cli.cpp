@@ -360,7 +360,7 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
   add_precision_flag(*app, a.precision);
   app->add_flag("--no-cache", a.no_cache, "run the whole window again for each token");
-  app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>)");
+  app->add_flag("--stop-at-end", a.stop_at_end, "stop at the end of the story (<|endoftext|>, or BOS with llama2.c's tokenizer, as run.c does)");
   app->final_callback([&a] { check_device_flag(a.device_flag); });
   add_version_and_examples(*app,
       "  generate --ckpt checkpoints/pretrain-rope --prompt \"Once upon a time\"\n"
@@ -402,13 +402,19 @@ std::unique_ptr<CLI::App> import_cli(ImportArgs& a) {
   auto app = std::make_unique<CLI::App>(
       "Reads another ecosystem's model into a checkpoint: a Hugging Face folder (gpt2, gpt_neox or llama that computes\n"
       "our model, such as export writes; weights bit for bit; evaluate, context and generate also load one directly), or\n"
-      "a llama2.c .bin (legacy or export.py --version 1; its tokenizer.bin is not read).", "import");
+      "a llama2.c .bin (legacy or export.py --version 1) with its tokenizer.bin.", "import");
   app->add_option("--from", a.from, "the Hugging Face folder, or the llama2.c .bin file")->required();
   app->add_option("--format", a.format, "hf or llama2c")->check(CLI::IsMember({"hf", "llama2c"}))->capture_default_str();
   app->add_option("--out", a.out_dir, "the new checkpoint folder (must not exist yet, or be empty)")->required();
+  app->add_option("--tokenizer", a.tokenizer_path,
+                  "llama2c: the model's tokenizer.bin, saved with the checkpoint as tokenizer.json");
   add_version_and_examples(*app,
       "  import --from hf/pretrain-rope --out checkpoints/from-hf\n"
-      "  import --format llama2c --from stories15M.bin --out checkpoints/stories15M\n");
+      "  import --format llama2c --from stories15M.bin --tokenizer tokenizer.bin --out checkpoints/stories15M\n");
+  app->final_callback([&a] {
+    if (!a.tokenizer_path.empty() && a.format != "llama2c")
+      throw UsageError("--tokenizer is for --format llama2c; a Hugging Face folder brings its own tokenizer.json");
+  });
   return app;
 }
 

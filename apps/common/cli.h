@@ -120,6 +120,7 @@ struct ExportArgs {
 };
 struct ImportArgs {
   std::string from, format = "hf", out_dir;
+  std::string tokenizer_path;  // llama2c: its tokenizer.bin
 };
 
 // Each app's CLI::App with its flags bound to `args` (which must outlive it); parsing it fills

@@ -184,21 +184,62 @@ std::vector<TokenId> Tokenizer::encode_pieces(const std::vector<Piece>& pieces, 
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, const ProgressFn& progress) const {
+  if (scored_) {
+    std::vector<TokenId> ids = encode_scored(text);
+    if (progress) progress(text.size(), text.size());
+    return ids;
+  }
   std::vector<Piece> pieces;
   for (const auto& [piece, special] : split_pieces(text, /*recognize_special=*/true)) pieces.push_back({piece, special});
   return encode_pieces(pieces, text.size(), progress);
 }
 
 std::vector<TokenId> Tokenizer::encode_ordinary(std::string_view text, const ProgressFn& progress) const {
+  if (scored_) return encode(text, progress);  // no special text
   std::vector<Piece> pieces;
   for (const auto& [piece, special] : split_pieces(text, /*recognize_special=*/false)) pieces.push_back({piece, special});
   return encode_pieces(pieces, text.size(), progress);
 }
 
+namespace {
+
+// llama2.c's pretokenization: each story is BOS and its text with the whitespace around it
+// stripped; separator lines only separate.
+std::vector<TokenId> encode_stories_scored(const Tokenizer& tokenizer, std::string_view all, const ProgressFn& progress) {
+  std::vector<std::string_view> stories;
+  auto add_story = [&](std::string_view s) {
+    const size_t b = s.find_first_not_of(" \t\r\n\f\v");
+    if (b == std::string_view::npos) return;
+    stories.push_back(s.substr(b, s.find_last_not_of(" \t\r\n\f\v") + 1 - b));
+  };
+  size_t story_start = 0, line = 0;
+  while (line < all.size()) {
+    size_t end = all.find('\n', line);
+    if (end == std::string_view::npos) end = all.size();
+    std::string_view content = all.substr(line, end - line);
+    if (!content.empty() && content.back() == '\r') content.remove_suffix(1);
+    if (content == kEndOfText) {
+      add_story(all.substr(story_start, line - story_start));
+      story_start = end + 1;
+    }
+    line = end + 1;
+  }
+  if (story_start < all.size()) add_story(all.substr(story_start));
+  std::vector<std::vector<TokenId>> encoded(stories.size());
+  tbb::parallel_for(size_t(0), stories.size(), [&](size_t i) { encoded[i] = tokenizer.encode_prompt(stories[i]); });
+  std::vector<TokenId> out;
+  for (const auto& ids : encoded) out.insert(out.end(), ids.begin(), ids.end());
+  if (progress) progress(all.size(), all.size());
+  return out;
+}
+
+}  // namespace
+
 std::vector<TokenId> encode_stories_file(const Tokenizer& tokenizer, const std::string& path,
                                          const ProgressFn& progress) {
   const std::string text = util::read_file(path);
   const std::string_view all = text;
+  if (tokenizer.kind() == TokenizerKind::sentencepiece) return encode_stories_scored(tokenizer, all, progress);
   std::vector<Tokenizer::Piece> pieces;
   auto add_text = [&](std::string_view t) {
     detail::TextPieces parts;

@@ -1,5 +1,6 @@
 // The vocabulary: the merges, the bytes of every token, and decoding. Its other jobs have files of
-// their own: pre_tokenizer.cpp (chunks), encode.cpp, bpe_train.cpp and tokenizer_json.cpp.
+// their own: pre_tokenizer.cpp (chunks), encode.cpp, bpe_train.cpp, tokenizer_json.cpp and
+// sentencepiece.cpp (the other kind's vocabulary and encoding).
 #include <mvgpt/text/tokenizer.h>
 
 #include <stdexcept>
@@ -86,8 +87,29 @@ std::string Tokenizer::decode(std::span<const TokenId> ids) const {
   }
   std::string text;
   text.reserve(bytes);
-  for (const TokenId id : ids) text += token_bytes_[id];
+  for (size_t i = 0; i < ids.size(); ++i) text += i ? decode_next(ids[i - 1], ids[i]) : token_bytes_[ids[i]];
   return text;
+}
+
+std::string_view Tokenizer::decode_next(TokenId prev, TokenId id) const {
+  const std::string_view bytes = token_bytes(id);
+  // run.c looks at the piece, so a byte token "<0x20>" keeps its space.
+  if (scored_ && prev == kBos && !scored_->byte_token[id] && !bytes.empty() && bytes[0] == ' ') return bytes.substr(1);
+  return bytes;
+}
+
+std::vector<TokenId> Tokenizer::encode_prompt(std::string_view text) const {
+  std::vector<TokenId> ids = encode(text);
+  if (scored_) ids.insert(ids.begin(), kBos);
+  else if (ids.empty()) ids.push_back(eot_id());
+  return ids;
+}
+
+bool Tokenizer::operator==(const Tokenizer& other) const {
+  if (kind() != other.kind()) return false;
+  if (!scored_) return merges_ == other.merges_;
+  return scored_ == other.scored_ ||
+         (scored_->pieces == other.scored_->pieces && scored_->scores == other.scored_->scores);
 }
 
 }  // namespace mvgpt::text

@@ -1,11 +1,27 @@
 #pragma once
-// Byte-level BPE, like GPT-2's: ids 0..255 are the bytes (so every input round-trips and nothing is
-// unknown), 256.. are the learned merges in order, and the last id is "<|endoftext|>", which merges
-// never produce. Text is first split into chunks (letters with an optional leading space, digits,
-// runs of other symbols, whitespace) so that merges never cross a word boundary.
+// A tokenizer runs one of two algorithms (TokenizerKind):
+//
+// Byte-level BPE, like GPT-2's (ours; prepare trains it): ids 0..255 are the bytes (so every input
+// round-trips and nothing is unknown), 256.. are the learned merges in order, and the last id is
+// "<|endoftext|>", which merges never produce. Text is first split into chunks (letters with an
+// optional leading space, digits, runs of other symbols, whitespace) so that merges never cross a
+// word boundary.
+//
+// NOTE [ llama2.c's tokenizer ]
+// SentencePiece BPE as Llama's tokenizer and llama2.c's run.c run it, read from llama2.c's
+// tokenizer.bin (or our JSON of it): a vocabulary of pieces with scores, "▁" written as a space; id 0
+// is <unk>, 1 BOS, 2 EOS, 3..258 the byte-fallback tokens "<0x00>".."<0xFF>". encode() is run.c's
+// encode(text, bos=0, eos=0), exactly: a dummy-prefix " " token first (unless the text is empty),
+// then one token per UTF-8 character (a character that is no piece becomes its bytes' fallback
+// tokens), then, as long as some neighbouring pair concatenates to a piece, the pair whose piece
+// scores highest is merged (the leftmost among equals). decode() gives each piece's text and each
+// byte token's byte; a piece right after BOS loses its leading space (the dummy prefix), and BOS
+// and EOS decode to nothing. Stories are documents that each begin with BOS (llama2.c's
+// pretokenization; run.c stops generating at one), so BOS plays the part of <|endoftext|>.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +50,8 @@ using ProgressFn = std::function<void(size_t done, size_t total)>;
 // except punctuation and symbols (curly quotes, dashes, currency, emoji); invalid bytes are "other".
 std::vector<std::string_view> split_chunks(std::string_view text);
 
+enum class TokenizerKind { byte_bpe, sentencepiece };
+
 class Tokenizer {
  public:
   // Bytes only (no merges): vocab 257, "<|endoftext|>" = 256.
@@ -49,11 +67,23 @@ class Tokenizer {
   // From a list of merges (validated: each pair uses only ids defined before it, no duplicates, no
   // token over kMaxTokenBytes and all of them within kMaxVocabularyBytes).
   static Tokenizer from_merges(std::vector<Merge> merges);
+  // A SentencePiece vocabulary (NOTE [ llama2.c's tokenizer ]): pieces with a space for "▁" and their
+  // scores. std::invalid_argument unless ids 0..2 and 3..258 are <unk>, BOS, EOS and the 256 byte
+  // tokens "<0xXX>" in order, " " is a piece (the dummy prefix), no piece is empty, holds a NUL or
+  // is not UTF-8, and there are at most 65536 (the token files are uint16).
+  static Tokenizer from_pieces(std::vector<std::string> pieces, std::vector<float> scores);
+  // llama2.c's tokenizer.bin: int32 max_token_length, then per piece float32 score, int32 length
+  // and the bytes (the vocabulary size is the number of records; run.c takes it from the model).
+  // std::runtime_error naming the file, the record and what is wrong.
+  static Tokenizer load_llama2c(const std::string& path);
 
   // JSON: {"type": "byte-bpe", "version": 1, "merges": [[a, b], ...],
   //        "special_tokens": {"<|endoftext|>": id}, "vocab_size": N}. save() is atomic; load() and
   // from_json() validate everything and throw std::runtime_error naming the file and the problem.
   // load() and from_json() also read the Hugging Face form below (a JSON object with "model").
+  // A SentencePiece tokenizer's JSON: {"type": "sentencepiece-bpe", "version": 1, "pieces": [...],
+  // "scores": [...], "unk_id": 0, "bos_id": 1, "eos_id": 2, "byte_fallback": true,
+  // "add_dummy_prefix": true}. load() also reads llama2.c's tokenizer.bin (a file that is no JSON).
   void save(const std::string& path) const;
   static Tokenizer load(const std::string& path);
   std::string to_json() const;
@@ -70,20 +100,33 @@ class Tokenizer {
   // each string to one id).
   std::string to_hf_json() const;
 
-  // Encodes text; "<|endoftext|>" anywhere in it becomes eot_id(). Big inputs are encoded in
-  // parallel (oneTBB) with the output in order.
+  // Encodes text; "<|endoftext|>" anywhere in it becomes eot_id() (byte-level BPE; SentencePiece
+  // has no special text). Big inputs are encoded in parallel (oneTBB) with the output in order.
   std::vector<TokenId> encode(std::string_view text, const ProgressFn& progress = {}) const;
   // Same, but "<|endoftext|>" is ordinary text (for untrusted input).
   std::vector<TokenId> encode_ordinary(std::string_view text, const ProgressFn& progress = {}) const;
+  // What a story that begins with `text` starts from: byte-level BPE, encode(text), or
+  // <|endoftext|> alone when the text is empty (a new story starts after one); SentencePiece, BOS
+  // and then encode(text) (run.c's encode(text, bos=1, eos=0)).
+  std::vector<TokenId> encode_prompt(std::string_view text) const;
   // Bytes of the tokens, concatenated (invalid UTF-8 is passed through as bytes). Throws
   // std::invalid_argument for an id outside the vocabulary.
   std::string decode(std::span<const TokenId> ids) const;
-  // The bytes one token stands for ("<|endoftext|>" for the special one).
+  // The bytes one token stands for ("<|endoftext|>" for the special one; a byte token's byte).
   const std::string& token_bytes(TokenId id) const;
+  // The bytes `id` adds to a text whose last token is `prev` (run.c's decode(prev, token)): its
+  // token_bytes, less a SentencePiece piece's leading space right after BOS.
+  std::string_view decode_next(TokenId prev, TokenId id) const;
 
+  TokenizerKind kind() const { return scored_ ? TokenizerKind::sentencepiece : TokenizerKind::byte_bpe; }
   size_t vocab_size() const { return token_bytes_.size(); }
-  TokenId eot_id() const { return TokenId(token_bytes_.size() - 1); }
+  // The token between documents: <|endoftext|> (the last id), or BOS for SentencePiece.
+  TokenId eot_id() const { return scored_ ? kBos : TokenId(token_bytes_.size() - 1); }
+  // Byte-level BPE's merges (empty for SentencePiece).
   const std::vector<Merge>& merges() const { return merges_; }
+  // Whether two tokenizers encode and decode alike: the same kind and the same merges, or the same
+  // pieces and scores.
+  bool operator==(const Tokenizer& other) const;
 
   // The tokens of one pre-tokenized chunk (no special tokens), appended to `out`.
   void encode_chunk(std::string_view chunk, std::vector<TokenId>& out) const;
@@ -95,15 +138,22 @@ class Tokenizer {
                                      const ProgressFn& progress) const;
   friend std::vector<TokenId> encode_stories_file(const Tokenizer&, const std::string&, const ProgressFn&);
 
+  // SentencePiece (sentencepiece.cpp).
+  static constexpr TokenId kBos = 1, kEos = 2, kFirstByte = 3;
+  struct Scored;
+  std::vector<TokenId> encode_scored(std::string_view text) const;
+
   std::vector<Merge> merges_;
   std::vector<std::string> token_bytes_;              // id -> bytes, the last one is "<|endoftext|>"
   std::unordered_map<uint64_t, TokenId> merge_rank_;  // (a << 32 | b) -> index of the merge
+  std::shared_ptr<const Scored> scored_;              // set for SentencePiece, which ignores the three above but token_bytes_
 };
 
 // Reads a file of stories separated by lines that hold only "<|endoftext|>" (TinyStories' .txt
 // layout; lines may end in "\n" or "\r\n") and encodes it exactly as it reads: the separator lines
 // become eot_id(), all other text, line endings included, is encoded as ordinary text, so
-// decode(result) == the file's bytes.
+// decode(result) == the file's bytes. SentencePiece encodes each story as llama2.c's pretokenization
+// does: BOS, then the story with the whitespace around it stripped (an empty story is left out).
 std::vector<TokenId> encode_stories_file(const Tokenizer& tokenizer, const std::string& path,
                                          const ProgressFn& progress = {});
 

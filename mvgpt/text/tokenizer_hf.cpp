@@ -41,6 +41,9 @@ const nlohmann::json kByteLevel = {{"type", "ByteLevel"}, {"add_prefix_space", f
 }  // namespace
 
 std::string Tokenizer::to_hf_json() const {
+  if (scored_)
+    throw std::invalid_argument(
+        "Tokenizer::to_hf_json: a SentencePiece tokenizer (llama2.c's) has no Hugging Face form in mvgpt yet");
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (TokenId id = 0; id < vocab_size(); ++id) {
     const std::string s = id == eot_id() ? std::string(kEndOfText) : spelled(token_bytes(id));

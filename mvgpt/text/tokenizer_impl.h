@@ -11,8 +11,23 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <mvgpt/text/tokenizer.h>
+
+namespace mvgpt::text {
+
+// A SentencePiece vocabulary (NOTE [ llama2.c's tokenizer ]), shared by the copies of a Tokenizer.
+struct Tokenizer::Scored {
+  std::vector<std::string> pieces;  // as tokenizer.bin spells them: a space for "▁", "<0x0A>" for a byte
+  std::vector<float> scores;
+  std::unordered_map<std::string, TokenId> id_of;  // piece -> its lowest id
+  std::vector<bool> byte_token;                    // the piece is "<0xXX>" (3..258)
+  TokenId space = 0;                               // the piece " ", the dummy prefix
+  size_t longest_piece = 0;
+};
+
+}  // namespace mvgpt::text
 
 namespace mvgpt::text::detail {
 namespace {

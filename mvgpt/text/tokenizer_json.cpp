@@ -2,6 +2,7 @@
 #include <mvgpt/text/tokenizer.h>
 
 #include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -13,6 +14,15 @@ namespace mvgpt::text {
 
 std::string Tokenizer::to_json() const {
   nlohmann::ordered_json j;
+  if (scored_) {
+    j["type"] = "sentencepiece-bpe";
+    j["version"] = 1;
+    j["pieces"] = scored_->pieces;
+    j["scores"] = scored_->scores;  // floats: written in their shortest form, read back exactly
+    j["unk_id"] = 0, j["bos_id"] = kBos, j["eos_id"] = kEos;
+    j["byte_fallback"] = true, j["add_dummy_prefix"] = true;
+    return j.dump() + "\n";
+  }
   j["type"] = "byte-bpe";
   j["version"] = 1;
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
@@ -32,8 +42,54 @@ Tokenizer Tokenizer::load(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("Tokenizer::load: ") + e.what());
   }
+  // llama2.c's tokenizer.bin starts with a small int32; a JSON file with '{' after any whitespace.
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{') {
+    int32_t max_token_length = 0;
+    if (text.size() >= 4) std::memcpy(&max_token_length, text.data(), 4);
+    if (max_token_length > 0 && uint64_t(max_token_length) <= kMaxTokenBytes) return load_llama2c(path);
+    throw std::runtime_error("Tokenizer::load: " + path +
+                             ": neither a tokenizer.json (a JSON object) nor llama2.c's tokenizer.bin; pass the "
+                             "tokenizer.json that prepare or import wrote");
+  }
   return from_json(text, path);
 }
+
+namespace {
+
+template <typename Fail>
+Tokenizer sentencepiece_from_json(const nlohmann::json& j, const Fail& fail) {
+  using Json = nlohmann::json;
+  // run.c's fixed rules, spelled out so that a file says what it needs.
+  const std::pair<const char*, Json> fixed[] = {{"version", 1},         {"unk_id", 0},           {"bos_id", 1},
+                                                {"eos_id", 2},          {"byte_fallback", true}, {"add_dummy_prefix", true}};
+  for (const auto& [key, value] : j.items()) {
+    if (key == "type" || key == "pieces" || key == "scores") continue;
+    const auto it = std::find_if(std::begin(fixed), std::end(fixed), [&](const auto& f) { return key == f.first; });
+    if (it == std::end(fixed)) throw fail("unexpected field \"" + key + "\"");
+    if (value != it->second)
+      throw fail("\"" + key + "\" is " + value.dump() + "; mvgpt runs llama2.c's rule, " + it->second.dump());
+  }
+  for (const char* key : {"pieces", "scores"})
+    if (!j.contains(key) || !j[key].is_array()) throw fail(std::string("\"") + key + "\" must be an array");
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  for (const Json& p : j["pieces"]) {
+    if (!p.is_string()) throw fail("piece " + std::to_string(pieces.size()) + " is " + p.dump() + ", expected a string");
+    pieces.push_back(p.get<std::string>());
+  }
+  for (const Json& v : j["scores"]) {
+    if (!v.is_number()) throw fail("score " + std::to_string(scores.size()) + " is " + v.dump() + ", expected a number");
+    scores.push_back(v.get<float>());
+  }
+  try {
+    return Tokenizer::from_pieces(std::move(pieces), std::move(scores));
+  } catch (const std::invalid_argument& e) {
+    throw fail(e.what());
+  }
+}
+
+}  // namespace
 
 Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source) {
   auto fail = [&](const std::string& what) -> std::runtime_error {
@@ -49,6 +105,7 @@ Tokenizer Tokenizer::from_json(std::string_view json, const std::string& source)
   }
   if (!j.is_object()) throw fail(std::string("expected a JSON object, found ") + j.type_name());
   if (j.contains("model")) return detail::tokenizer_from_hf_json(json, source);
+  if (j.contains("type") && j["type"] == "sentencepiece-bpe") return sentencepiece_from_json(j, fail);
 
   for (const auto& [key, value] : j.items()) {
     if (key != "type" && key != "version" && key != "merges" && key != "special_tokens" && key != "vocab_size") {
