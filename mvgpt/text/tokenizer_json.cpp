@@ -42,16 +42,13 @@ Tokenizer Tokenizer::load(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("Tokenizer::load: ") + e.what());
   }
-  // llama2.c's tokenizer.bin starts with a small int32; a JSON file with '{' after any whitespace.
+  // llama2.c's tokenizer.bin starts with a small int32 (its longest piece); a JSON file does not.
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos || text[first] != '{') {
-    int32_t max_token_length = 0;
-    if (text.size() >= 4) std::memcpy(&max_token_length, text.data(), 4);
-    if (max_token_length > 0 && uint64_t(max_token_length) <= kMaxTokenBytes) return load_llama2c(path);
-    throw std::runtime_error("Tokenizer::load: " + path +
-                             ": neither a tokenizer.json (a JSON object) nor llama2.c's tokenizer.bin; pass the "
-                             "tokenizer.json that prepare or import wrote");
-  }
+  int32_t max_token_length = 0;
+  if (text.size() >= 4) std::memcpy(&max_token_length, text.data(), 4);
+  if ((first == std::string::npos || text[first] != '{') && max_token_length > 0 &&
+      uint64_t(max_token_length) <= kMaxTokenBytes)
+    return load_llama2c(path);
   return from_json(text, path);
 }
 

@@ -199,7 +199,7 @@ TEST_F(Llama2cTokenizer, BadFilesAreRefusedNamingTheFileAndTheProblem) {
   ASSERT_NE(at, std::string::npos);
   wrong_byte[at + 4] = 'Z';
   refused(wrong_byte, "expected the byte-fallback token \"<0x00>\"");
-  refused("this is not a tokenizer at all\n", "neither a tokenizer.json");
+  refused("this is not a tokenizer at all\n", "not valid JSON");  // neither form: JSON's parser says why
 }
 
 }  // namespace
