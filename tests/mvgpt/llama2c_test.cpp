@@ -1,16 +1,22 @@
 // llama2.c's .bin in (gpt/llama2c.h): where each weight of the file lands (in the file's order, the
-// config saying the rotations pair neighbours: NOTE [ llama2.c's rotary pairs ]), both formats, and
-// the refusals. That the result
+// config saying the rotations pair neighbours: NOTE [ llama2.c's rotary pairs ]), both formats, the
+// refusals, and two small models that llama2.c's export.py wrote, against run.c's own logits and
+// greedy tokens for them (tests/fixtures/llama2c/README.md says how each file was made). That the result
 // computes run.c's function is checked against PyTorch in tests/python/test_llama2c.py.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <vector>
 
+#include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/gpt/generate.h>
 #include <mvgpt/gpt/llama2c.h>
+#include <mvgpt/text/tokenizer.h>
 #include "nn/temp_dir.h"
 
 namespace mvgpt::gpt {
@@ -122,6 +128,63 @@ TEST(Llama2c, BadFilesAreRefusedNamingTheFile) {
   const int32_t heads = 3;  // 8 channels do not split into 3 heads
   std::memcpy(odd.data() + 12, &heads, 4);
   refused(odd, "is not a model");
+}
+
+const std::string kFixtures = std::string(MVGPT_SOURCE_DIR) + "/tests/fixtures/llama2c/";
+
+// generate.jsonl: for each model and prompt, run.c's generate loop at temperature 0 (the prompt's
+// ids, BOS first, then every token it chose, a final BOS left out) and its forward's logits at
+// positions 0, 1, 2 and the last.
+TEST(Llama2c, ModelsLlama2cExportedGiveRunCsLogitsAndGreedyTokens) {
+  const text::Tokenizer tok = text::Tokenizer::load(kFixtures + "tok512.bin");
+  std::ifstream in(kFixtures + "generate.jsonl");
+  ASSERT_TRUE(in);
+  std::map<std::string, LoadedCheckpoint> models;
+  int cases = 0;
+  double worst = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    const std::string file = j["model"], prompt_hex = j["prompt_hex"];
+    std::string prompt;
+    for (size_t i = 0; i + 1 < prompt_hex.size(); i += 2) prompt.push_back(char(std::stoi(prompt_hex.substr(i, 2), nullptr, 16)));
+    SCOPED_TRACE(file + ": \"" + prompt + "\"");
+    if (!models.count(file)) models[file] = load_llama2c(kFixtures + file);
+    const GPT& model = *models[file].model;
+    const std::vector<int32_t> ids = j["ids"].get<std::vector<int32_t>>();
+    const int64_t n_forward = j["n_forward"];
+
+    const std::vector<text::TokenId> prompt_ids = tok.encode_prompt(prompt);
+    ASSERT_LE(prompt_ids.size(), ids.size());
+    ASSERT_TRUE(std::equal(prompt_ids.begin(), prompt_ids.end(), ids.begin()));
+
+    // The logits: one pass over the first n_forward tokens.
+    NoGradGuard no_grad;
+    const std::vector<int32_t> fed(ids.begin(), ids.begin() + n_forward);
+    const Tensor logits = model.forward(Tensor::from_vector(fed, Shape{1, n_forward}));  // (1, T, V)
+    for (const auto& [pos, want] : j["logits"].items()) {
+      const std::vector<float> ours = ops::contiguous(ops::select(ops::select(logits.detach(), 0, 0), 0, std::stoll(pos))).to_vector<float>();
+      const std::vector<float> theirs = want.get<std::vector<float>>();
+      ASSERT_EQ(ours.size(), theirs.size());
+      double err = 0;
+      for (size_t v = 0; v < ours.size(); ++v) err = std::max(err, std::abs(double(ours[v]) - double(theirs[v])));
+      EXPECT_LT(err, 1e-4) << "position " << pos;
+      worst = std::max(worst, err);
+    }
+
+    // The greedy tokens, through the KV cache, stopping where run.c stops (at BOS).
+    const std::vector<int32_t> prompt_tokens(prompt_ids.begin(), prompt_ids.end());
+    const int64_t budget = n_forward - int64_t(prompt_tokens.size()) + 1;
+    std::vector<int32_t> chosen = prompt_tokens;
+    generate(model, prompt_tokens, budget, {.temperature = 0}, [&](int32_t id) {
+      if (id == int32_t(tok.eot_id())) return false;
+      chosen.push_back(id);
+      return true;
+    });
+    EXPECT_EQ(chosen, ids);
+    ++cases;
+  }
+  EXPECT_EQ(cases, 14);
+  std::printf("%d runs of run.c matched; largest |logit difference| %.3g\n", cases, worst);
 }
 
 }  // namespace
