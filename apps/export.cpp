@@ -27,6 +27,14 @@ int main(int argc, char** argv) {
       tok = text::Tokenizer::load(args.tokenizer_path);
       check_tokenizer_fits(*tok, args.tokenizer_path, loaded.model->config(), checkpoint_name(args.ckpt));
     }
+    std::string no_tokenizer = ", no tokenizer (pass --tokenizer FILE to add one)";
+    if (tok && tok->kind() == text::TokenizerKind::sentencepiece) {
+      // Said on the result line; the model itself goes out.
+      no_tokenizer = ", no tokenizer.json: " + args.tokenizer_path +
+                     " is llama2.c's SentencePiece tokenizer, which mvgpt does not write for transformers yet "
+                     "(load its tokenizer.model with LlamaTokenizer)";
+      tok.reset();
+    }
     std::map<std::string, std::string> meta = {{"exported_from", dir}};
     if (loaded.metadata.count("step")) meta["step"] = loaded.metadata.at("step");
     try {
@@ -36,7 +44,7 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote %s: %s (%s parameters)%s\n", args.out_dir.c_str(), gpt::hf::architecture(loaded.model->config()).c_str(),
                 format_count(loaded.model->num_parameters()).c_str(),
-                tok ? (", tokenizer.json from " + args.tokenizer_path).c_str() : ", no tokenizer (pass --tokenizer FILE to add one)");
+                tok ? (", tokenizer.json from " + args.tokenizer_path).c_str() : no_tokenizer.c_str());
     return 0;
   });
 }

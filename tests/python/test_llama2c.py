@@ -115,6 +115,33 @@ for fmt, write in (("legacy", write_legacy), ("v1", write_v1)):
             print(f"{name}: transformers {transformers.__version__} on the exported folder: max |difference| = {err:.3g}")
             check(err <= 1e-4, f"{name}: exported logits differ by {err}")
 
+# The two small models that llama2.c's own export.py wrote (tests/fixtures/llama2c/README.md), imported
+# with their tokenizer.bin and exported for transformers: run.c's logits from generate.jsonl.
+FIXTURES = os.path.join(SOURCE_DIR, "tests", "fixtures", "llama2c")
+if transformers is not None:
+    import json  # noqa: E402
+    for model in ("tiny_legacy", "tiny_v1"):
+        out = run([app("import"), "--format", "llama2c", "--from", os.path.join(FIXTURES, model + ".bin"), "--tokenizer",
+                   os.path.join(FIXTURES, "tok512.bin"), "--out", model], cwd)
+        check("with its tokenizer" in out, out)
+        out = run([app("export"), "--format", "hf", "--ckpt", model, "--out", model + "-hf"], cwd)
+        check("no tokenizer.json" in out and "SentencePiece" in out, out)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(cwd, model + "-hf")).eval()
+        worst = 0.0
+        with open(os.path.join(FIXTURES, "generate.jsonl")) as f:
+            for line in f:
+                g = json.loads(line)
+                if g["model"] != model + ".bin":
+                    continue
+                ids = torch.tensor(g["ids"][:g["n_forward"]])[None]
+                with torch.no_grad():
+                    logits = hf(ids).logits[0].double()
+                for pos, want in g["logits"].items():
+                    worst = max(worst, (logits[int(pos)] - torch.tensor(want, dtype=torch.float64)).abs().max().item())
+        print(f"{model}.bin (llama2.c's export.py) in transformers {transformers.__version__}: "
+              f"max |logits - run.c's| = {worst:.3g}")
+        check(worst <= 1e-4, f"{model}: transformers' logits differ from run.c's by {worst}")
+
 # Bad files: truncated, export.py's int8 version 2, a header that is no model.
 with open(os.path.join(cwd, "v1-h4k4-shared.bin"), "rb") as f:
     good = f.read()
