@@ -30,7 +30,7 @@
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/safetensors.h>
 
-#include <mvgpt/text/tokenizer.h>    // byte-level BPE
+#include <mvgpt/text/tokenizer.h>    // byte-level BPE, and llama2.c's SentencePiece BPE
 #include <mvgpt/text/token_file.h>
 
 #include <mvgpt/gpt/config.h>        // the series' GPT
