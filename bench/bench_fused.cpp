@@ -18,7 +18,6 @@ namespace {
 
 using namespace mvgpt;
 
-Backend& cpu() { return backend_for(Device::cpu()); }
 const fused::AttentionKernels& attention_cpu() {
   static const fused::AttentionKernels k = fused::attention_cpu_kernels();
   return k;

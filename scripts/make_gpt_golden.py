@@ -59,7 +59,7 @@ VARIANTS = {
 
 DEFAULTS = dict(vocab_size=10000, block_size=256, n_layer=6, n_head=6, n_embd=384, rope=False, rope_base=10000.0,
                 norm="layernorm", mlp="gelu", n_kv_head=0, mlp_hidden=0, bias=True, tie_embeddings=True,
-                norm_eps=1e-5, dropout=0.0)
+                norm_eps=1e-5, dropout=0.0, gelu_approximate="tanh")
 
 
 def full_config(fields):
@@ -205,7 +205,8 @@ class Model:
 
     def mlp(self, prefix, x):
         if self.c["mlp"] == "gelu":
-            return self.linear(prefix + ".c_proj", F.gelu(self.linear(prefix + ".c_fc", x), approximate="tanh"))
+            return self.linear(prefix + ".c_proj",
+                               F.gelu(self.linear(prefix + ".c_fc", x), approximate=self.c["gelu_approximate"]))
         return self.linear(prefix + ".w2", F.silu(self.linear(prefix + ".w1", x)) * self.linear(prefix + ".w3", x))
 
     def forward(self, idx, start=0, cache=None):

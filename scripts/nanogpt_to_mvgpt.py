@@ -100,7 +100,8 @@ def convert(ckpt_path):
         sd.pop("lm_head.weight", None)
     config = {"vocab_size": int(args["vocab_size"]), "block_size": int(args["block_size"]),
               "n_layer": int(args["n_layer"]), "n_head": int(args["n_head"]), "n_embd": int(args["n_embd"]),
-              "rope": False, "bias": bool(args["bias"]), "tie_embeddings": tied, "norm_eps": 1e-5, "dropout": 0.0}
+              "rope": False, "bias": bool(args["bias"]), "tie_embeddings": tied, "norm_eps": 1e-5, "dropout": 0.0,
+              "gelu_approximate": "none"}  # nanoGPT's MLP is nn.GELU(): the exact x Phi(x)
     expected = ["transformer.wte.weight", "transformer.wpe.weight"]
     for i in range(config["n_layer"]):
         for part in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"):

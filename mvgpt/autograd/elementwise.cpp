@@ -84,6 +84,12 @@ Tensor gelu(const Tensor& x) {
                [](const Tensor& g, const Tensor& x) { return ops::gelu_backward(x, g); });
 }
 
+Tensor gelu_erf(const Tensor& x) {
+  // y = x Phi(x): dy/dx = Phi(x) + x phi(x), fused.
+  return unary("gelu_erf", x, ops::gelu_erf, Saves::input,
+               [](const Tensor& g, const Tensor& x) { return ops::gelu_erf_backward(x, g); });
+}
+
 Tensor silu(const Tensor& x) {
   // y = x s(x): dy/dx = s (1 + x (1 - s)), fused.
   return unary("silu", x, ops::silu, Saves::input,
@@ -275,6 +281,7 @@ void register_elementwise_gradchecks(OpRegistry& r) {
   unary("sigmoid", sigmoid, input({2, 3}, -3, 3));
   unary("relu", relu, gc::away_from_zero({2, 3}));
   unary("gelu", gelu, input({2, 3}, -3, 3));
+  unary("gelu_erf", gelu_erf, input({2, 3}, -3, 3));
   unary("silu", silu, input({2, 3}, -3, 3));
   unary("abs", abs, gc::away_from_zero({2, 3}));
   unary("square", square, input({2, 3}));
@@ -282,6 +289,7 @@ void register_elementwise_gradchecks(OpRegistry& r) {
   r.add("exp", {{"transposed", {gc::transposed({3, 4})}, [](const Inputs& x) { return exp(x[0]); }}});
   r.add("relu", {{"sliced", {gc::sliced({2, 4})}, [](const Inputs& x) { return relu(x[0] * 2.0 + 0.05); }}});
   r.add("gelu", {{"transposed", {gc::transposed({3, 2})}, [](const Inputs& x) { return gelu(x[0]); }}});
+  r.add("gelu_erf", {{"transposed", {gc::transposed({3, 2})}, [](const Inputs& x) { return gelu_erf(x[0]); }}});
   r.add("pow", {{"cube", {input({2, 3})}, [](const Inputs& x) { return pow(x[0], 3.0); }},
                 {"fractional, sliced", {gc::sliced({2, 3}, 0.5, 2)}, [](const Inputs& x) { return pow(x[0], 1.5); }}});
   r.add("add", {{"tensor + scalar", {input({2, 3})}, [](const Inputs& x) { return x[0] + 1.5; }},

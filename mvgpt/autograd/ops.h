@@ -55,7 +55,8 @@ Tensor rsqrt(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);  // gradient 0 at 0
-Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+Tensor gelu(const Tensor& x);      // tanh approximation, as GPT-2
+Tensor gelu_erf(const Tensor& x);  // exact, x Phi(x): PyTorch's F.gelu default, nanoGPT's nn.GELU()
 Tensor silu(const Tensor& x);
 Tensor abs(const Tensor& x);  // gradient 0 at 0
 Tensor square(const Tensor& x);

@@ -36,13 +36,15 @@ CudaStatus cuda_status() {
 const char* unary_op_name(UnaryOp op) {
   static const char* names[] = {"neg",      "exp",        "log",        "sqrt",       "rsqrt",       "tanh",
                                 "sigmoid",  "relu",       "gelu",       "silu",       "abs",         "pow",
-                                "add",      "mul",        "rsub",       "rdiv",       "sign",        "square"};
+                                "add",      "mul",        "rsub",       "rdiv",       "sign",        "square",
+                                "gelu_erf"};
   return names[int(op)];
 }
 
 const char* binary_op_name(BinaryOp op) {
   static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq",           "ne",
-                                "lt",  "le",  "gt",  "ge",  "gelu_backward", "silu_backward"};
+                                "lt",  "le",  "gt",  "ge",  "gelu_backward", "silu_backward",
+                                "gelu_erf_backward"};
   return names[int(op)];
 }
 

@@ -23,6 +23,7 @@ enum class UnaryOp : uint8_t {
   rsub_scalar,  // scalar - x
   rdiv_scalar,  // scalar / x
   sign, square,
+  gelu_erf,  // the exact GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (PyTorch's default, nanoGPT's)
 };
 
 enum class BinaryOp : uint8_t {
@@ -30,6 +31,7 @@ enum class BinaryOp : uint8_t {
   // Fused backward passes (floating point only): out = b * f'(a), a the forward input, b the gradient.
   gelu_backward,  // f = GELU, tanh approximation
   silu_backward,  // f = x sigmoid(x)
+  gelu_erf_backward,  // f = the exact GELU
 };
 
 enum class ReduceOp : uint8_t { sum, max, min, argmax };

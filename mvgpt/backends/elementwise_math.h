@@ -29,6 +29,8 @@ MVGPT_HOST_DEVICE inline float m_tanh(float x) { return tanhf(x); }
 MVGPT_HOST_DEVICE inline double m_tanh(double x) { return tanh(x); }
 MVGPT_HOST_DEVICE inline float m_pow(float x, float y) { return powf(x, y); }
 MVGPT_HOST_DEVICE inline double m_pow(double x, double y) { return pow(x, y); }
+MVGPT_HOST_DEVICE inline float m_erf(float x) { return erff(x); }
+MVGPT_HOST_DEVICE inline double m_erf(double x) { return erf(x); }
 MVGPT_HOST_DEVICE inline float m_abs(float x) { return fabsf(x); }
 MVGPT_HOST_DEVICE inline double m_abs(double x) { return fabs(x); }
 
@@ -54,6 +56,17 @@ MVGPT_HOST_DEVICE inline T gelu_tanh_grad(T x) {
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * a * x2);
 }
 
+// The exact GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2, and its derivative Phi(x) + x phi(x),
+// phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+template <typename T>
+MVGPT_HOST_DEVICE inline T gelu_erf(T x) {
+  return T(0.5) * x * (T(1) + m_erf(x * T(0.70710678118654752440)));
+}
+template <typename T>
+MVGPT_HOST_DEVICE inline T gelu_erf_grad(T x) {
+  return T(0.5) * (T(1) + m_erf(x * T(0.70710678118654752440))) + x * T(0.39894228040143267794) * m_exp(T(-0.5) * x * x);
+}
+
 // d/dx x sigmoid(x) = s (1 + x (1 - s)), s = sigmoid(x).
 template <typename T>
 MVGPT_HOST_DEVICE inline T silu_grad(T x) {
@@ -74,6 +87,7 @@ MVGPT_HOST_DEVICE inline T unary_float(UnaryOp op, T v, T s) {
     case UnaryOp::sigmoid: return sigmoid(v);
     case UnaryOp::relu: return v < T(0) ? T(0) : v;  // keeps NaN
     case UnaryOp::gelu: return gelu_tanh(v);
+    case UnaryOp::gelu_erf: return gelu_erf(v);
     case UnaryOp::silu: return v * sigmoid(v);
     case UnaryOp::abs: return m_abs(v);
     case UnaryOp::pow_scalar:
@@ -130,6 +144,9 @@ MVGPT_HOST_DEVICE inline T binary_arith(BinaryOp op, T x, T y) {
       return x;
     case BinaryOp::silu_backward:
       if constexpr (std::is_floating_point_v<T>) return y * silu_grad(x);
+      return x;
+    case BinaryOp::gelu_erf_backward:
+      if constexpr (std::is_floating_point_v<T>) return y * gelu_erf_grad(x);
       return x;
     default: return x;
   }

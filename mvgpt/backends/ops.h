@@ -66,6 +66,7 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+Tensor gelu_erf(const Tensor& x);  // exact, x Phi(x)
 Tensor silu(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor square(const Tensor& x);
@@ -84,6 +85,7 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 // approximation) and SiLU.
 Tensor gelu_backward(const Tensor& x, const Tensor& grad);
 Tensor silu_backward(const Tensor& x, const Tensor& grad);
+Tensor gelu_erf_backward(const Tensor& x, const Tensor& grad);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 

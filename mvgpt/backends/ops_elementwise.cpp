@@ -57,6 +57,7 @@ Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
 Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x); }
 Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x); }
 Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x); }
+Tensor gelu_erf(const Tensor& x) { return unary(UnaryOp::gelu_erf, x); }
 Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
 Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
 Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
@@ -92,6 +93,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maxim
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
 Tensor gelu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_backward, x, grad); }
 Tensor silu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::silu_backward, x, grad); }
+Tensor gelu_erf_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_erf_backward, x, grad); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_no_grad("where", {&a, &b});

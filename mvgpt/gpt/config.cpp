@@ -88,6 +88,9 @@ void GPTConfig::validate() const {
   if (rope && head_dim() % 2 != 0)
     throw std::invalid_argument("GPTConfig: rotary embeddings need an even head size, found " + std::to_string(head_dim()));
   if (rope && rope_base <= 1) throw std::invalid_argument("GPTConfig: rope_base must be above 1");
+  if (exact_gelu && mlp != MlpKind::gelu)
+    throw std::invalid_argument("GPTConfig: gelu_approximate \"none\" (the exact GELU) needs the GELU MLP, this model has " +
+                                to_string(mlp));
   if (rope_layout != RopeLayout::split_half && !rope)
     throw std::invalid_argument("GPTConfig: rope_layout " + to_string(rope_layout) +
                                 " needs rotary positions (rope), this model has a learned table");
@@ -141,6 +144,7 @@ std::string GPTConfig::to_json() const {
   };
   // Written only when set: a model without them keeps the config.json it always had.
   if (rope_layout != RopeLayout::split_half) j["rope_layout"] = to_string(rope_layout);
+  if (exact_gelu) j["gelu_approximate"] = "none";
   if (rope_scaling.enabled()) j["rope_scaling"] = {{"type", type_name(rope_scaling.type)}, {"factor", rope_scaling.factor}};
   return j.dump(2) + "\n";
 }
@@ -212,6 +216,10 @@ GPTConfig GPTConfig::from_json(const std::string& text, const std::string& sourc
       if (!value.contains("type")) fail(key, "has no \"type\"");
       if (r.enabled() && !has_factor) fail(key, "has no \"factor\"");
       c.rope_scaling = r.enabled() ? r : RopeScaling{};
+    } else if (key == "gelu_approximate") {
+      if (value == "tanh") c.exact_gelu = false;
+      else if (value == "none") c.exact_gelu = true;
+      else fail(key, "must be \"tanh\" or \"none\" (the exact GELU)");
     } else if (key == "rope_layout") {
       if (value == "split_half") c.rope_layout = RopeLayout::split_half;
       else if (value == "interleaved") c.rope_layout = RopeLayout::interleaved;

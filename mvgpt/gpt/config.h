@@ -48,6 +48,10 @@ struct GPTConfig {
   RopeScaling rope_scaling;  // none unless config.json has "rope_scaling": {"type": ..., "factor": ...}
   NormKind norm = NormKind::layernorm;
   MlpKind mlp = MlpKind::gelu;
+  // The GELU MLP's activation: the tanh approximation (GPT-2's, the default) or, when set, the exact
+  // x Phi(x) (nanoGPT's nn.GELU()). config.json's "gelu_approximate": "tanh" or "none" (PyTorch's
+  // spelling), written only when exact.
+  bool exact_gelu = false;
   int64_t n_kv_head = 0;   // 0: n_head (plain multi-head attention)
   int64_t mlp_hidden = 0;  // 0: 4 * n_embd for GELU, the Llama rule (8/3 * n_embd, to a multiple of 64) for SwiGLU
   bool bias = true;

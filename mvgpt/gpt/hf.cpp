@@ -177,7 +177,7 @@ std::string config_json(const GPTConfig& c, int64_t eot_id) {
   json j = {{"architectures", {architecture(c)}}, {"model_type", model_type(f)}, {"vocab_size", c.vocab_size}};
   if (f == Family::gpt2) {
     j.update({{"n_positions", c.block_size}, {"n_ctx", c.block_size}, {"n_embd", c.n_embd}, {"n_layer", c.n_layer},
-              {"n_head", c.n_head}, {"n_inner", c.hidden_size()}, {"activation_function", "gelu_new"},
+              {"n_head", c.n_head}, {"n_inner", c.hidden_size()}, {"activation_function", c.exact_gelu ? "gelu" : "gelu_new"},
               {"layer_norm_epsilon", c.norm_eps}, {"resid_pdrop", 0.0}, {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0},
               {"scale_attn_weights", true}, {"scale_attn_by_inverse_layer_idx", false}});
   } else {
@@ -186,7 +186,7 @@ std::string config_json(const GPTConfig& c, int64_t eot_id) {
               {"rope_scaling", rope_scaling_json(c)}});
     if (f == Family::neox) {
       j.update({{"rotary_pct", 1.0}, {"rotary_emb_base", c.rope_base}, {"use_parallel_residual", false},
-                {"hidden_act", "gelu_new"}, {"layer_norm_eps", c.norm_eps}, {"attention_bias", true},
+                {"hidden_act", c.exact_gelu ? "gelu" : "gelu_new"}, {"layer_norm_eps", c.norm_eps}, {"attention_bias", true},
                 {"attention_dropout", 0.0}, {"hidden_dropout", 0.0}});
     } else {
       j.update({{"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_dim()}, {"hidden_act", "silu"},
@@ -250,10 +250,13 @@ GPTConfig config_from_hf_json(const nlohmann::json& j, const std::string& source
   auto require = [&](const char* key, bool holds, const std::string& want) {
     if (!holds) throw fail(key, "is " + (j.contains(key) ? j[key].dump() : std::string("missing")) + "; mvgpt computes " + want);
   };
-  auto tanh_gelu = [&](const char* key, const char* fallback) {
+  // transformers' "gelu" is the exact x Phi(x); "gelu_new", "gelu_pytorch_tanh" and "gelu_fast" the
+  // tanh approximation.
+  auto gelu = [&](GPTConfig& c, const char* key, const char* fallback) {
     const std::string act = get_string(key, fallback);
-    require(key, act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
-            "the tanh GELU (gelu_new); an exact GELU model would compute other logits");
+    require(key, act == "gelu" || act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast",
+            "the exact GELU (gelu) or its tanh approximation (gelu_new)");
+    c.exact_gelu = act == "gelu";
   };
   auto rope_scaling = [&](GPTConfig& c) {
     if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return;
@@ -275,7 +278,7 @@ GPTConfig config_from_hf_json(const nlohmann::json& j, const std::string& source
     c.block_size = get_int("n_positions");
     c.mlp_hidden = get_int("n_inner", 0);
     c.norm_eps = get_double("layer_norm_epsilon", 1e-5);
-    tanh_gelu("activation_function", "gelu_new");
+    gelu(c, "activation_function", "gelu_new");
     require("scale_attn_weights", get_bool("scale_attn_weights", true), "scores scaled by 1/sqrt(D)");
     require("scale_attn_by_inverse_layer_idx", !get_bool("scale_attn_by_inverse_layer_idx", false), "scores scaled by 1/sqrt(D)");
     c.tie_embeddings = get_bool("tie_word_embeddings", true);
@@ -291,7 +294,7 @@ GPTConfig config_from_hf_json(const nlohmann::json& j, const std::string& source
       require("rotary_pct", get_double("rotary_pct", 0.25) == 1.0, "rotary positions on every channel (rotary_pct 1)");
       require("use_parallel_residual", !get_bool("use_parallel_residual", true), "sequential residuals (false)");
       require("attention_bias", get_bool("attention_bias", true), "biases in attention");
-      tanh_gelu("hidden_act", "gelu");
+      gelu(c, "hidden_act", "gelu");
       c.tie_embeddings = get_bool("tie_word_embeddings", false);
     } else {
       c.norm = NormKind::rmsnorm, c.mlp = MlpKind::swiglu;

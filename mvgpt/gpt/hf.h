@@ -6,10 +6,10 @@
 // Each variant goes to the transformers class that computes the same function:
 //   learned positions (LayerNorm, tanh GELU, biases)  -> GPT2LMHeadModel ("gpt2"): our names,
 //     with the Conv1D weights (c_attn, c_proj, c_fc) stored transposed, (in, out);
-//     activation_function "gelu_new" (GPT-2's tanh GELU).
+//     activation_function "gelu_new" (GPT-2's tanh GELU), or "gelu" for the exact GELU.
 //   RoPE with LayerNorm, GELU, biases               -> GPTNeoXForCausalLM ("gpt_neox"): rotary_pct 1
 //     (every channel rotates, split-half like ours), use_parallel_residual false (x + attn, then
-//     x + mlp, as ours), hidden_act "gelu_new"; the fused query_key_value is per head
+//     x + mlp, as ours), hidden_act "gelu_new" (or "gelu"); the fused query_key_value is per head
 //     ([q_h, k_h, v_h] for each head h) where ours is [all q, all k, all v].
 //   RoPE with RMSNorm and SwiGLU (Llama)             -> LlamaForCausalLM ("llama"): c_attn split by
 //     rows into q_proj, k_proj, v_proj (grouped KV heads as num_key_value_heads); w1, w3, w2 are

@@ -45,6 +45,7 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   ln_2 = register_module("ln_2", make_norm(config, init));
   if (config.mlp == MlpKind::gelu) {
     auto m = std::make_shared<nn::MLP>(config.n_embd, config.hidden_size(), config.bias, init);
+    m->exact_gelu = config.exact_gelu;
     reinit_weight(m->c_proj->weight, residual_init);
     mlp = register_module("mlp", m);
   } else {

@@ -10,7 +10,10 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
   c_proj = register_module("c_proj", std::make_shared<Linear>(hidden, n_embd, bias, init));
 }
 
-Tensor MLP::forward(const Tensor& x) const { return c_proj->forward(gelu(c_fc->forward(x))); }
+Tensor MLP::forward(const Tensor& x) const {
+  const Tensor h = c_fc->forward(x);
+  return c_proj->forward(exact_gelu ? gelu_erf(h) : gelu(h));
+}
 
 SwiGLU::SwiGLU(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
   if (hidden <= 0) hidden = 4 * n_embd;

@@ -1,6 +1,7 @@
 #pragma once
 // The feed-forward blocks of a transformer.
-//   MLP (GPT-2):   c_proj(gelu_tanh(c_fc(x))), c_fc (hidden, C), c_proj (C, hidden), hidden = 4C.
+//   MLP (GPT-2):   c_proj(gelu_tanh(c_fc(x))), c_fc (hidden, C), c_proj (C, hidden), hidden = 4C;
+//                  or the exact GELU (nanoGPT's nn.GELU()) with exact_gelu.
 //   SwiGLU (Llama): w2(silu(w1(x)) * w3(x)), w1/w3 gate and up (hidden, C), w2 down (C, hidden).
 #include <memory>
 
@@ -20,6 +21,7 @@ class MLP : public Module {
   Tensor forward(const Tensor& x) const override;
 
   std::shared_ptr<Linear> c_fc, c_proj;
+  bool exact_gelu = false;  // x Phi(x) instead of the tanh approximation
 };
 
 class SwiGLU : public Module {

@@ -60,7 +60,10 @@ Tokenizer sentencepiece_from_json(const nlohmann::json& j, const Fail& fail) {
   // run.c's fixed rules, spelled out so that a file says what it needs.
   const std::pair<const char*, Json> fixed[] = {{"version", 1},         {"unk_id", 0},           {"bos_id", 1},
                                                 {"eos_id", 2},          {"byte_fallback", true}, {"add_dummy_prefix", true}};
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named references, not a structured binding: clang before 16 cannot capture bindings in lambdas.
+    const std::string& key = item.key();
+    const Json& value = item.value();
     if (key == "type" || key == "pieces" || key == "scores") continue;
     const auto it = std::find_if(std::begin(fixed), std::end(fixed), [&](const auto& f) { return key == f.first; });
     if (it == std::end(fixed)) throw fail("unexpected field \"" + key + "\"");

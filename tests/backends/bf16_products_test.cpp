@@ -160,7 +160,9 @@ TEST(Bf16Products, CpuSupportMatchesProcCpuinfo) {
   const bool amx = flags.find(" amx_bf16 ") != std::string::npos && flags.find(" amx_tile ") != std::string::npos;
   const cpu::bf16::CpuSupport &s = cpu::bf16::cpu_support();
   EXPECT_EQ(s.avx512_bf16, avx512_bf16);
-  if (!amx) EXPECT_FALSE(s.amx_bf16);  // with AMX, Linux may still refuse its state
+  if (!amx) {
+    EXPECT_FALSE(s.amx_bf16);  // with AMX, Linux may still refuse its state
+  }
   const Backend::Bf16Support support = backend_for(Device::cpu()).bf16_support();
   EXPECT_EQ(support.native, s.native());
   EXPECT_NE(support.what.find("oneDNN kernel"), std::string::npos) << support.what;

@@ -18,7 +18,7 @@ constexpr UnaryOp kFloatUnary[] = {UnaryOp::neg,   UnaryOp::exp,        UnaryOp:
                                    UnaryOp::rsqrt, UnaryOp::tanh,       UnaryOp::sigmoid,    UnaryOp::relu,
                                    UnaryOp::gelu,  UnaryOp::silu,       UnaryOp::abs,        UnaryOp::pow_scalar,
                                    UnaryOp::add_scalar, UnaryOp::mul_scalar, UnaryOp::rsub_scalar,
-                                   UnaryOp::rdiv_scalar, UnaryOp::sign, UnaryOp::square};
+                                   UnaryOp::rdiv_scalar, UnaryOp::sign, UnaryOp::square, UnaryOp::gelu_erf};
 
 template <typename T>
 void check_unary_against_cpu(DType dt, double tol) {

@@ -113,7 +113,7 @@ std::vector<OpCase> op_cases() {
       Tensor x = input(d, {6, 9}, dt, 7, Kind::transposed, -3, 3);
       Tensor pos = input(d, {6, 9}, dt, 8, Kind::sliced, 0.1, 4);
       for (UnaryOp op : {UnaryOp::neg, UnaryOp::exp, UnaryOp::tanh, UnaryOp::sigmoid, UnaryOp::relu, UnaryOp::gelu,
-                         UnaryOp::silu, UnaryOp::abs, UnaryOp::sign, UnaryOp::square})
+                         UnaryOp::gelu_erf, UnaryOp::silu, UnaryOp::abs, UnaryOp::sign, UnaryOp::square})
         r.push_back(ops::unary(op, x));
       for (UnaryOp op : {UnaryOp::log, UnaryOp::sqrt, UnaryOp::rsqrt}) r.push_back(ops::unary(op, pos));
       for (double s : {2.0, 3.0, 0.5, -1.0, 1.7}) r.push_back(ops::pow(pos, s));
@@ -269,6 +269,7 @@ std::vector<OpCase> op_cases() {
       Tensor g = input(d, {8}, dt, 82);  // broadcast gradient
       r.push_back(ops::gelu_backward(x, g));
       r.push_back(ops::silu_backward(x, g));
+      r.push_back(ops::gelu_erf_backward(x, g));
       r.push_back(ops::binary(BinaryOp::gelu_backward, input(d, {6, 7}, dt, 83, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 84)));
       r.push_back(ops::binary(BinaryOp::silu_backward, input(d, {6, 7}, dt, 85, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 86)));
     }

@@ -34,6 +34,7 @@ const UnaryCase kUnaryCases[] = {
     {UnaryOp::sigmoid, 0, [](double x, double) { return 1 / (1 + std::exp(-x)); }, -30, 30},
     {UnaryOp::relu, 0, [](double x, double) { return x > 0 ? x : 0.0; }, -3, 3},
     {UnaryOp::gelu, 0, [](double x, double) { return gelu_ref(x); }, -8, 8},
+    {UnaryOp::gelu_erf, 0, [](double x, double) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, -8, 8},
     {UnaryOp::silu, 0, [](double x, double) { return x / (1 + std::exp(-x)); }, -20, 20},
     {UnaryOp::abs, 0, [](double x, double) { return std::abs(x); }, -3, 3},
     {UnaryOp::pow_scalar, 2.5, [](double x, double s) { return std::pow(x, s); }, 0, 4},

@@ -23,6 +23,11 @@ double gelu_grad_ref(double x) {
   const double t = std::tanh(k * (x + a * x * x * x));
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x);
 }
+// d/dx x Phi(x) = Phi(x) + x phi(x), Phi through erfc (accurate in both tails).
+double gelu_erf_grad_ref(double x) {
+  return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846);
+}
+
 double silu_grad_ref(double x) {
   const double s = 1 / (1 + std::exp(-x));
   return s * (1 + x * (1 - s));
@@ -47,7 +52,8 @@ TEST(FusedActivationBackward, MatchesNaiveLoopForEveryLayoutAndDtype) {
   };
   const Case cases[] = {{BinaryOp::gelu_backward, gelu_grad_ref, -8, 8},
                         {BinaryOp::gelu_backward, gelu_grad_ref, -0.5, 0.5},  // the tanh series branch
-                        {BinaryOp::silu_backward, silu_grad_ref, -20, 20}};
+                        {BinaryOp::silu_backward, silu_grad_ref, -20, 20},
+                        {BinaryOp::gelu_erf_backward, gelu_erf_grad_ref, -8, 8}};
   for (const auto& c : cases) {
     for (DType dt : {DType::f32, DType::f64}) {
       for (Kind kx : testing::kAllKinds) {

@@ -172,6 +172,30 @@ TEST(GPTConfig, InterleavedRopeLayoutIsSavedAndHonoured) {
   EXPECT_GT(max_abs_diff(interleaved.forward(ids), same_weights.forward(ids)), 100 * err + 1e-5);
 }
 
+TEST(GPTConfig, ExactGeluIsSavedAndHonoured) {
+  GPTConfig c = tiny(false);
+  EXPECT_EQ(c.to_json().find("gelu_approximate"), std::string::npos);  // absent unless exact: old configs are unchanged
+  GPTConfig e = c;
+  e.exact_gelu = true;
+  EXPECT_NE(e.to_json().find(R"("gelu_approximate": "none")"), std::string::npos) << e.to_json();
+  EXPECT_TRUE(GPTConfig::from_json(e.to_json()).exact_gelu);
+  EXPECT_FALSE(GPTConfig::from_json(R"({"gelu_approximate": "tanh"})").exact_gelu);
+  EXPECT_NE(config_error(R"({"gelu_approximate": "erf"})").find(R"(must be "tanh" or "none")"), std::string::npos);
+  EXPECT_NE(config_error(R"({"mlp": "swiglu", "gelu_approximate": "none"})").find("needs the GELU MLP"), std::string::npos);
+  // The same weights through either GELU: the logits differ by about what the two functions do.
+  // Weights of std 0.5, so that the MLP sees inputs of order 1 where the two GELUs part.
+  GPT tanh_model(c), exact_model(e);
+  nn::NamedTensors state = tanh_model.state_dict();
+  Generator g(3);
+  for (auto& [name, t] : state) t = ops::mul(ops::randn(t.shape(), DType::f32, Device::cpu(), &g), 0.5);
+  tanh_model.load_state_dict(state), exact_model.load_state_dict(state);
+  tanh_model.eval(), exact_model.eval();
+  const Tensor ids = random_ids(2, 8, c.vocab_size, 9);
+  const double gap = max_abs_diff(tanh_model.forward(ids), exact_model.forward(ids));
+  EXPECT_GT(gap, 1e-4);  // about 1e-3 here; the float32 noise of one model is about 1e-6
+  EXPECT_LT(gap, 1e-1);
+}
+
 TEST(GPTConfig, RopeScalingParseAndEffectiveRotation) {
   EXPECT_EQ(RopeScaling::parse("none"), RopeScaling{});
   EXPECT_EQ(RopeScaling::parse("linear:4"), (RopeScaling{RopeScalingType::linear, 4.0}));

@@ -47,6 +47,9 @@ check(header[0] == 20240520 and header[2] == len(valid_ids), f"valid.bin header 
 VARIANTS = {
     "learned": ("GPT2LMHeadModel", dict(rope=False)),
     "rope": ("GPTNeoXForCausalLM", dict(rope=True, rope_base=500.0)),
+    # The exact GELU (nanoGPT's) goes out as transformers' "gelu" (GELUActivation, erf).
+    "learned-exact-gelu": ("GPT2LMHeadModel", dict(rope=False, gelu_approximate="none")),
+    "rope-exact-gelu": ("GPTNeoXForCausalLM", dict(rope=True, gelu_approximate="none")),
     "llama": ("LlamaForCausalLM", dict(rope=True, rope_base=500.0, norm="rmsnorm", mlp="swiglu", n_head=4, n_kv_head=2,
                                        bias=False, tie_embeddings=False, norm_eps=1e-6)),
 }

@@ -121,6 +121,7 @@ void unary_typed(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) 
       case UnaryOp::sigmoid: return map_unary<T, T>(x, out, [](T v) { return vsigmoid(v); });
       case UnaryOp::relu: return map_unary<T, T>(x, out, [](T v) { return v < T(0) ? T(0) : v; });  // keeps NaN
       case UnaryOp::gelu: return map_unary<T, T>(x, out, [](T v) { return gelu_tanh(v); });
+      case UnaryOp::gelu_erf: return map_unary<T, T>(x, out, [](T v) { return math::gelu_erf(v); });
       case UnaryOp::silu: return map_unary<T, T>(x, out, [](T v) { return v * vsigmoid(v); });
       case UnaryOp::abs: return map_unary<T, T>(x, out, [](T v) { return std::abs(v); });
       case UnaryOp::pow_scalar:
@@ -182,6 +183,10 @@ void arith_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& ou
       return map_binary<T, T>(a, b, out, [](T x, T g) { return g * math::gelu_tanh_grad(x); });
     if (op == BinaryOp::silu_backward)
       return map_binary<T, T>(a, b, out, [](T x, T g) { return g * math::silu_grad(x); });
+  }
+  if constexpr (is_math_type<T>) {
+    if (op == BinaryOp::gelu_erf_backward)
+      return map_binary<T, T>(a, b, out, [](T x, T g) { return g * math::gelu_erf_grad(x); });
   }
   if constexpr (is_math_type<T> || is_int_type<T>) {
     switch (op) {
