@@ -141,6 +141,16 @@ if transformers is not None:
         print(f"{model}.bin (llama2.c's export.py) in transformers {transformers.__version__}: "
               f"max |logits - run.c's| = {worst:.3g}")
         check(worst <= 1e-4, f"{model}: transformers' logits differ from run.c's by {worst}")
+        # And back in: the folder imports as a split-half model (its rows as transformers has them),
+        # computing the same function as the interleaved import.
+        run([app("import"), "--from", model + "-hf", "--out", model + "-back"], cwd)
+        with open(os.path.join(cwd, model + "-back", "config.json")) as f:
+            check("rope_layout" not in json.load(f), f"{model}: the folder came back interleaved")
+        for ckpt in (model, model + "-back"):
+            run([TOOL, "logits", ckpt, "tokens.safetensors", ckpt + ".logits.safetensors"], cwd)
+        a, b = (read_safetensors(os.path.join(cwd, c + ".logits.safetensors"))[0]["logits"] for c in (model, model + "-back"))
+        err = (a - b).abs().max().item()
+        check(err <= 1e-5, f"{model}: imported back from transformers, the logits moved by {err}")
 
 # Bad files: truncated, export.py's int8 version 2, a header that is no model.
 with open(os.path.join(cwd, "v1-h4k4-shared.bin"), "rb") as f:
