@@ -112,7 +112,9 @@ TEST(HuggingFace, LlamaSplitsQkvByRows) {
 TEST(HuggingFace, SavedFolderLoadsBackBitForBitWithTheSameConfig) {
   GPTConfig scaled = tiny(true);
   scaled.rope_scaling = RopeScaling::parse("linear:2");
-  for (GPTConfig c : {tiny(false), tiny(true), scaled, tiny_llama(false), tiny_llama(true)}) {
+  GPTConfig exact_learned = tiny(false), exact_rope = tiny(true);  // transformers' "gelu"
+  exact_learned.exact_gelu = exact_rope.exact_gelu = true;
+  for (GPTConfig c : {tiny(false), tiny(true), scaled, exact_learned, exact_rope, tiny_llama(false), tiny_llama(true)}) {
     c.vocab_size = 257;  // the bytes and <|endoftext|>
     TempDir dir;
     auto model = random_model(c, 4);
@@ -141,7 +143,7 @@ TEST(HuggingFace, ConfigsThatComputeAnotherFunctionAreRefusedNamingTheField) {
       EXPECT_NE(what.find(needle), std::string::npos) << what;
     }
   };
-  refused(gpt2, "\"gelu_new\"", "\"gelu\"", "\"activation_function\" is \"gelu\"");
+  refused(gpt2, "\"gelu_new\"", "\"relu\"", "\"activation_function\" is \"relu\"");
   refused(gpt2, "\"model_type\": \"gpt2\"", "\"model_type\": \"bert\"", "gpt2, gpt_neox and llama");
   refused(gpt2, "\"n_head\": 2", "\"n_head\": 3", "n_head");
   const std::string neox = hf::config_json(tiny(true));
