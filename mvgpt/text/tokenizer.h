@@ -128,10 +128,9 @@ class Tokenizer {
   // pieces and scores.
   bool operator==(const Tokenizer& other) const;
 
-  // The tokens of one pre-tokenized chunk (no special tokens), appended to `out`.
-  void encode_chunk(std::string_view chunk, std::vector<TokenId>& out) const;
-
  private:
+  // Byte-level BPE: the tokens of one pre-tokenized chunk (no special tokens), appended to `out`.
+  void encode_chunk(std::string_view chunk, std::vector<TokenId>& out) const;
   struct Piece;
   void build_tables();
   std::vector<TokenId> encode_pieces(const std::vector<Piece>& pieces, size_t total_bytes,
