@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
         } catch (const std::exception& e) {
           throw AppError(e.what());
         }
+        if (tok.kind() != text::TokenizerKind::sentencepiece)
+          throw AppError(tokenizer + " is a byte-level BPE tokenizer; a llama2.c model needs its tokenizer.bin");
         // run.c reads as many pieces as the model has ids: another count is another model's tokenizer.
         if (int64_t(tok.vocab_size()) != loaded.model->config().vocab_size)
           throw AppError(tokenizer + " has " + std::to_string(tok.vocab_size()) + " pieces but " + args.from +

@@ -1,7 +1,10 @@
 // Tokenizer::load on arbitrary files: llama2.c's tokenizer.bin (a file that is no JSON; JSON goes to
 // fuzz_tokenizer). A tokenizer that loads must round-trip a fixed story from BOS, and encodes and
 // decodes its own input.
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "fuzz/fuzz_input_file.h"
 #include <mvgpt/text/tokenizer.h>

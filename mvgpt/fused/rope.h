@@ -3,13 +3,10 @@
 // pair of channels rotated by position * position_scale * base^(-2i/D), angles in float64.
 #include <cstdint>
 
+#include <mvgpt/fused/rope_layout.h>
 #include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
-
-// Rotary embedding pairs: channel i with i + d/2 (Llama, GPT-NeoX, our model), or 2i with 2i + 1
-// (RoFormer, llama2.c).
-enum class RopeLayout : uint8_t { split_half, interleaved };
 
 // Differentiable (in x). x (B, H, T, D) or (H, T, D), positions (T) or (B, T) int; the backward is
 // the inverse rotation. A position_scale of 1/f is position interpolation by f.

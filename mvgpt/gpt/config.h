@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <mvgpt/fused/rope.h>
+#include <mvgpt/fused/rope_layout.h>
 
 namespace mvgpt::gpt {
 

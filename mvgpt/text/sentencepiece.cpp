@@ -9,7 +9,6 @@
 #include <stdexcept>
 
 #include <mvgpt/text/tokenizer_impl.h>
-#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::text {
 
@@ -62,7 +61,9 @@ Tokenizer Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<fl
                    "\" (ids 3..258 are the bytes, after <unk>, BOS and EOS)");
       scored->byte_token[id] = true;
     }
-    scored->id_of.emplace(p, TokenId(id));  // a piece spelled twice keeps its first id
+    // <unk>, BOS and EOS are never looked up: text cannot turn into them. A piece spelled twice
+    // keeps its first id.
+    if (id >= kFirstByte) scored->id_of.emplace(p, TokenId(id));
     scored->longest_piece = std::max(scored->longest_piece, p.size());
   }
   const auto space = scored->id_of.find(" ");
@@ -85,13 +86,7 @@ Tokenizer Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<fl
   return t;
 }
 
-Tokenizer Tokenizer::load_llama2c(const std::string& path) {
-  std::string bytes;
-  try {
-    bytes = util::read_file(path);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("Tokenizer::load: ") + e.what());
-  }
+Tokenizer Tokenizer::from_llama2c_bin(const std::string& bytes, const std::string& path) {
   auto fail = [&](const std::string& what) {
     return std::runtime_error("Tokenizer::load: " + path + ": " + what + " (expected llama2.c's tokenizer.bin)");
   };
@@ -137,6 +132,9 @@ std::vector<TokenId> Tokenizer::encode_scored(std::string_view text) const {
   const Scored& v = *scored_;
   std::vector<TokenId> ids;
   if (text.empty()) return ids;
+  if (text.size() >= size_t(std::numeric_limits<int32_t>::max()))
+    throw std::invalid_argument("Tokenizer::encode: " + std::to_string(text.size()) +
+                                " bytes in one SentencePiece text, past 2^31; encode it in parts (a story at a time)");
   ids.reserve(text.size() + 1);
   ids.push_back(v.space);  // the dummy prefix
   // One token per UTF-8 character: a byte and the continuation bytes after it, four bytes at most
@@ -169,7 +167,9 @@ std::vector<TokenId> Tokenizer::encode_scored(std::string_view text) const {
   auto consider = [&](int left) {
     const int right = next[left];
     if (right < 0) return;
-    pair.assign(v.pieces[ids[left]]).append(v.pieces[ids[right]]);
+    const std::string &a = v.pieces[ids[left]], &b = v.pieces[ids[right]];
+    if (a.size() + b.size() > v.longest_piece) return;  // no piece is that long
+    pair.assign(a).append(b);
     const auto it = v.id_of.find(pair);
     if (it == v.id_of.end() || !(v.scores[it->second] > -1e10f)) return;
     heap.push({v.scores[it->second], left, right, ids[left], ids[right], it->second});

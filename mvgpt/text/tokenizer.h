@@ -18,6 +18,12 @@
 // byte token's byte; a piece right after BOS loses its leading space (the dummy prefix), and BOS
 // and EOS decode to nothing. Stories are documents that each begin with BOS (llama2.c's
 // pretokenization; run.c stops generating at one), so BOS plays the part of <|endoftext|>.
+// Where run.c's behaviour is undefined or not the text's, mvgpt differs: a NUL byte is encoded
+// (as <0x00>) where run.c's C string ends; text never becomes <unk>, BOS or EOS (run.c looks them up
+// too, which only a hostile vocabulary can reach); a piece spelled twice is always its first id
+// (run.c's binary search takes either); only ids 3..258 are bytes (run.c's sscanf would take any
+// piece that starts "<0x" and a hex digit); and run.c's printf drops a lone unprintable byte, which
+// decode() keeps.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -68,14 +74,11 @@ class Tokenizer {
   // token over kMaxTokenBytes and all of them within kMaxVocabularyBytes).
   static Tokenizer from_merges(std::vector<Merge> merges);
   // A SentencePiece vocabulary (NOTE [ llama2.c's tokenizer ]): pieces with a space for "▁" and their
-  // scores. std::invalid_argument unless ids 0..2 and 3..258 are <unk>, BOS, EOS and the 256 byte
-  // tokens "<0xXX>" in order, " " is a piece (the dummy prefix), no piece is empty, holds a NUL or
-  // is not UTF-8, and there are at most 65536 (the token files are uint16).
+  // scores. Ids 0..2 are <unk>, BOS and EOS whatever their text. std::invalid_argument unless ids
+  // 3..258 are the 256 byte tokens "<0xXX>" in order, " " is a piece (the dummy prefix), no piece is
+  // empty, holds a NUL or is not UTF-8, every score is finite, and there are 259 to 65536 pieces
+  // (the token files are uint16).
   static Tokenizer from_pieces(std::vector<std::string> pieces, std::vector<float> scores);
-  // llama2.c's tokenizer.bin: int32 max_token_length, then per piece float32 score, int32 length
-  // and the bytes (the vocabulary size is the number of records; run.c takes it from the model).
-  // std::runtime_error naming the file, the record and what is wrong.
-  static Tokenizer load_llama2c(const std::string& path);
 
   // JSON: {"type": "byte-bpe", "version": 1, "merges": [[a, b], ...],
   //        "special_tokens": {"<|endoftext|>": id}, "vocab_size": N}. save() is atomic; load() and
@@ -83,7 +86,10 @@ class Tokenizer {
   // load() and from_json() also read the Hugging Face form below (a JSON object with "model").
   // A SentencePiece tokenizer's JSON: {"type": "sentencepiece-bpe", "version": 1, "pieces": [...],
   // "scores": [...], "unk_id": 0, "bos_id": 1, "eos_id": 2, "byte_fallback": true,
-  // "add_dummy_prefix": true}. load() also reads llama2.c's tokenizer.bin (a file that is no JSON).
+  // "add_dummy_prefix": true}. load() also reads llama2.c's tokenizer.bin: int32 max_token_length,
+  // then per piece a float32 score, an int32 length and the bytes (the vocabulary size is the number
+  // of records; run.c takes it from the model). It is told from JSON by its first int32, a length
+  // (1..2^20), which the first four characters of a JSON text never spell.
   void save(const std::string& path) const;
   static Tokenizer load(const std::string& path);
   std::string to_json() const;
@@ -101,7 +107,9 @@ class Tokenizer {
   std::string to_hf_json() const;
 
   // Encodes text; "<|endoftext|>" anywhere in it becomes eot_id() (byte-level BPE; SentencePiece
-  // has no special text). Big inputs are encoded in parallel (oneTBB) with the output in order.
+  // has no special text). Big byte-level inputs are encoded in parallel (oneTBB) with the output in
+  // order; a SentencePiece text is one sequence (encode_stories_file runs stories in parallel), and
+  // reports its progress once, at the end.
   std::vector<TokenId> encode(std::string_view text, const ProgressFn& progress = {}) const;
   // Same, but "<|endoftext|>" is ordinary text (for untrusted input).
   std::vector<TokenId> encode_ordinary(std::string_view text, const ProgressFn& progress = {}) const;
@@ -141,6 +149,7 @@ class Tokenizer {
   static constexpr TokenId kBos = 1, kEos = 2, kFirstByte = 3;
   struct Scored;
   std::vector<TokenId> encode_scored(std::string_view text) const;
+  static Tokenizer from_llama2c_bin(const std::string& bytes, const std::string& path);
 
   std::vector<Merge> merges_;
   std::vector<std::string> token_bytes_;              // id -> bytes, the last one is "<|endoftext|>"
@@ -151,8 +160,9 @@ class Tokenizer {
 // Reads a file of stories separated by lines that hold only "<|endoftext|>" (TinyStories' .txt
 // layout; lines may end in "\n" or "\r\n") and encodes it exactly as it reads: the separator lines
 // become eot_id(), all other text, line endings included, is encoded as ordinary text, so
-// decode(result) == the file's bytes. SentencePiece encodes each story as llama2.c's pretokenization
-// does: BOS, then the story with the whitespace around it stripped (an empty story is left out).
+// decode(result) == the file's bytes. SentencePiece encodes each story much as llama2.c's
+// pretokenization does: BOS, then the story with the ASCII whitespace around it stripped (an empty
+// story is left out), by run.c's rule (llama2.c ran SentencePiece itself and Python's strip()).
 std::vector<TokenId> encode_stories_file(const Tokenizer& tokenizer, const std::string& path,
                                          const ProgressFn& progress = {});
 

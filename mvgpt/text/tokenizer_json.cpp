@@ -42,13 +42,11 @@ Tokenizer Tokenizer::load(const std::string& path) {
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("Tokenizer::load: ") + e.what());
   }
-  // llama2.c's tokenizer.bin starts with a small int32 (its longest piece); a JSON file does not.
-  const size_t first = text.find_first_not_of(" \t\r\n");
+  // llama2.c's tokenizer.bin starts with a small int32 (its longest piece); a JSON text's first four
+  // characters, read as one, are at least 0x09000000.
   int32_t max_token_length = 0;
   if (text.size() >= 4) std::memcpy(&max_token_length, text.data(), 4);
-  if ((first == std::string::npos || text[first] != '{') && max_token_length > 0 &&
-      uint64_t(max_token_length) <= kMaxTokenBytes)
-    return load_llama2c(path);
+  if (max_token_length > 0 && uint64_t(max_token_length) <= kMaxTokenBytes) return from_llama2c_bin(text, path);
   return from_json(text, path);
 }
 

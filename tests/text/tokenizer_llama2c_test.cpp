@@ -142,6 +142,20 @@ TEST_F(Llama2cTokenizer, HeapOfMergesPicksWhatRunCsRescanPicks) {
   }
 }
 
+// Text never becomes <unk>, BOS or EOS, whatever they are spelled (run.c would look them up too).
+TEST_F(Llama2cTokenizer, TextNeverBecomesAControlToken) {
+  std::vector<std::string> pieces = {"<unk>", ",", "\n</s>\n"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    pieces.push_back(buf);
+  }
+  pieces.push_back(" ");
+  const Tokenizer tok = Tokenizer::from_pieces(pieces, std::vector<float>(pieces.size(), 0.0f));
+  EXPECT_EQ(tok.encode(","), (std::vector<TokenId>{259, 3 + ','}));  // the dummy prefix, then ',' as a byte
+  EXPECT_EQ(tok.decode(tok.encode_prompt("a,b")), "a,b");
+}
+
 TEST_F(Llama2cTokenizer, JsonFormIsTheSameTokenizerAndLoadTellsTheFormsApart) {
   const Tokenizer bin = Tokenizer::load(kFixtures + "tok512.bin");
   bin.save(path("tokenizer.json"));
