@@ -87,6 +87,17 @@ TEST_F(Llama2cTokenizer, A512PieceTokenizerTrainedAsLlama2cDoesEncodesAndDecodes
   expect_like_run_c("tok512.bin", "tok512_encode.jsonl");
 }
 
+// Ids 0..258 of a llama2.c vocabulary: <unk>, BOS spelled `bos`, EOS, and the 256 byte tokens.
+std::vector<std::string> control_and_byte_pieces(const std::string& bos) {
+  std::vector<std::string> pieces = {"<unk>", bos, "\n</s>\n"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    pieces.push_back(buf);
+  }
+  return pieces;
+}
+
 // run.c's merge loop as it is written: rescan every pair, take the best score (the first among
 // equals), merge, repeat. The slow reference for the heap in sentencepiece.cpp.
 std::vector<TokenId> run_c_merges(const std::vector<std::string>& pieces, const std::vector<float>& scores,
@@ -109,12 +120,7 @@ std::vector<TokenId> run_c_merges(const std::vector<std::string>& pieces, const 
 
 TEST_F(Llama2cTokenizer, HeapOfMergesPicksWhatRunCsRescanPicks) {
   // A vocabulary with many equal scores, so that ties (the leftmost wins) are everywhere.
-  std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    pieces.push_back(buf);
-  }
+  std::vector<std::string> pieces = control_and_byte_pieces("\n<s>\n");
   std::vector<std::string> base = {" ", "a", "b", "c", "é", "ab", "ba", "aa", "bc", " a", " ab", "aba", "bab", "abc",
                                    "aaa", " aa", "cab", "abab", "ca", "éa", "aé", "  "};
   for (const auto& p : base) pieces.push_back(p);
@@ -144,12 +150,7 @@ TEST_F(Llama2cTokenizer, HeapOfMergesPicksWhatRunCsRescanPicks) {
 
 // Text never becomes <unk>, BOS or EOS, whatever they are spelled (run.c would look them up too).
 TEST_F(Llama2cTokenizer, TextNeverBecomesAControlToken) {
-  std::vector<std::string> pieces = {"<unk>", ",", "\n</s>\n"};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    pieces.push_back(buf);
-  }
+  std::vector<std::string> pieces = control_and_byte_pieces(",");
   pieces.push_back(" ");
   const Tokenizer tok = Tokenizer::from_pieces(pieces, std::vector<float>(pieces.size(), 0.0f));
   EXPECT_EQ(tok.encode(","), (std::vector<TokenId>{259, 3 + ','}));  // the dummy prefix, then ',' as a byte
