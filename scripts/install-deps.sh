@@ -38,7 +38,7 @@ fi
 # into Debian's python3 (where python3-torch is; 4.46 is among the last transformers for PyTorch 1.13).
 # Best effort: without network the checks print "skipped: <package> not installed". Already there: nothing.
 # MVGPT_SKIP_PYTHON_DEPS=1 skips this part.
-python_packages=(transformers==4.46.3 tokenizers==0.20.3 safetensors==0.4.5 tensorboard==2.18.0)
+python_packages=(transformers==4.46.3 tokenizers==0.20.3 safetensors==0.4.5 tensorboard==2.18.0 sentencepiece==0.2.0)
 if [ "${MVGPT_SKIP_PYTHON_DEPS:-0}" != 1 ] && ! /usr/bin/python3 - "${python_packages[@]}" <<'PY' 2> /dev/null
 import importlib.metadata as m, sys
 sys.exit(any(m.version(p.split("==")[0]) != p.split("==")[1] for p in sys.argv[1:]))
