@@ -7,6 +7,7 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "apps/common/app.h"
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> context(ids.begin(), ids.end());
     auto t0 = Clock::now();
     int64_t produced = 0;
-    auto write = [&](const std::string& text) {
+    auto write = [&](std::string_view text) {
       // Stop at the first failed write (a full disk) instead of generating the rest into nothing.
       if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
         throw AppError(std::string("cannot write the story to standard output (") + std::strerror(errno) + ")");
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
       gpt::generate(model, context, args.max_new_tokens, options, [&](int32_t id) {
         ++produced;
         if (args.stop_at_end && text::TokenId(id) == tok.eot_id()) return false;
-        write(std::string(tok.decode_next(last, text::TokenId(id))));
+        write(tok.decode_next(last, text::TokenId(id)));
         last = text::TokenId(id);
         return true;
       });

@@ -9,7 +9,7 @@
 // matmul, kv heads repeated for GQA) is kept as the reference the fused one is tested against.
 #include <memory>
 
-#include <mvgpt/fused/rope.h>
+#include <mvgpt/fused/rope_layout.h>
 #include <mvgpt/nn/init.h>
 #include <mvgpt/nn/kv_cache.h>
 #include <mvgpt/nn/linear.h>

@@ -203,6 +203,20 @@ std::vector<TokenId> Tokenizer::encode_ordinary(std::string_view text, const Pro
 
 namespace {
 
+// Calls separator(begin, end) for each whole line "<|endoftext|>" of a stories file, in order: begin
+// is where the line starts, end where its "\n" is (or the file ends). A CRLF file's separators count.
+template <typename Separator>
+void for_each_separator_line(std::string_view all, Separator&& separator) {
+  for (size_t line = 0; line < all.size();) {
+    size_t end = all.find('\n', line);
+    if (end == std::string_view::npos) end = all.size();
+    std::string_view content = all.substr(line, end - line);
+    if (!content.empty() && content.back() == '\r') content.remove_suffix(1);
+    if (content == kEndOfText) separator(line, end);
+    line = end + 1;
+  }
+}
+
 // llama2.c's pretokenization: each story is BOS and its text with the whitespace around it
 // stripped; separator lines only separate.
 std::vector<TokenId> encode_stories_scored(const Tokenizer& tokenizer, std::string_view all, const ProgressFn& progress) {
@@ -212,18 +226,11 @@ std::vector<TokenId> encode_stories_scored(const Tokenizer& tokenizer, std::stri
     if (b == std::string_view::npos) return;
     stories.push_back(s.substr(b, s.find_last_not_of(" \t\r\n\f\v") + 1 - b));
   };
-  size_t story_start = 0, line = 0;
-  while (line < all.size()) {
-    size_t end = all.find('\n', line);
-    if (end == std::string_view::npos) end = all.size();
-    std::string_view content = all.substr(line, end - line);
-    if (!content.empty() && content.back() == '\r') content.remove_suffix(1);
-    if (content == kEndOfText) {
-      add_story(all.substr(story_start, line - story_start));
-      story_start = end + 1;
-    }
-    line = end + 1;
-  }
+  size_t story_start = 0;
+  for_each_separator_line(all, [&](size_t line, size_t end) {
+    add_story(all.substr(story_start, line - story_start));
+    story_start = end + 1;
+  });
   if (story_start < all.size()) add_story(all.substr(story_start));
   std::vector<std::vector<TokenId>> encoded(stories.size());
   tbb::parallel_for(size_t(0), stories.size(), [&](size_t i) { encoded[i] = tokenizer.encode_prompt(stories[i]); });
@@ -248,19 +255,12 @@ std::vector<TokenId> encode_stories_file(const Tokenizer& tokenizer, const std::
   };
   // Only whole lines "<|endoftext|>" separate stories; the text around them, newlines included,
   // is kept as it is.
-  size_t text_start = 0, line = 0;
-  while (line < all.size()) {
-    size_t end = all.find('\n', line);
-    if (end == std::string_view::npos) end = all.size();
-    std::string_view content = all.substr(line, end - line);
-    if (!content.empty() && content.back() == '\r') content.remove_suffix(1);  // a CRLF file's separator too
-    if (content == kEndOfText) {
-      add_text(all.substr(text_start, line - text_start));
-      pieces.push_back({all.substr(line, kEndOfText.size()), true});
-      text_start = line + kEndOfText.size();  // the line ending after the separator starts the next story's text
-    }
-    line = end + 1;
-  }
+  size_t text_start = 0;
+  for_each_separator_line(all, [&](size_t line, size_t) {
+    add_text(all.substr(text_start, line - text_start));
+    pieces.push_back({all.substr(line, kEndOfText.size()), true});
+    text_start = line + kEndOfText.size();  // the line ending after the separator starts the next story's text
+  });
   add_text(all.substr(text_start));
   return tokenizer.encode_pieces(pieces, all.size(), progress);
 }

@@ -8,6 +8,7 @@
 #include <queue>
 #include <stdexcept>
 
+#include <mvgpt/text/pre_tokenizer.h>
 #include <mvgpt/text/tokenizer_impl.h>
 
 namespace mvgpt::text {
@@ -16,14 +17,14 @@ namespace {
 
 constexpr size_t kMaxPieces = size_t(1) << 16;  // token files hold uint16 ids
 
+// The pre-tokenizer's reading of UTF-8, which takes a non-ASCII byte that starts no valid character
+// (a cut, overlong or surrogate sequence) as one byte alone; JSON can hold only valid UTF-8.
 bool valid_utf8(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += n;
+    const size_t len = detail::unit_at(b, i, s.size()).len;
+    if (b[i] >= 0x80 && len == 1) return false;
+    i += len;
   }
   return true;
 }
@@ -43,7 +44,6 @@ Tokenizer Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<fl
     throw fail(std::to_string(pieces.size()) + " pieces; a SentencePiece vocabulary with byte fallback has from " +
                std::to_string(kFirstByte + 256) + " (<unk>, BOS, EOS and the 256 bytes) to " + std::to_string(kMaxPieces));
   auto scored = std::make_shared<Scored>();
-  scored->byte_token.assign(pieces.size(), false);
   uint64_t total = 0;
   for (size_t id = 0; id < pieces.size(); ++id) {
     const std::string& p = pieces[id];
@@ -54,12 +54,11 @@ Tokenizer Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<fl
     if (p.size() > kMaxTokenBytes || (total += p.size()) > kMaxVocabularyBytes)
       throw fail(name + " takes the vocabulary past " + std::to_string(kMaxVocabularyBytes) + " bytes");
     if (!std::isfinite(scores[id])) throw fail(name + " (\"" + p + "\") has the score " + std::to_string(scores[id]));
-    if (id >= kFirstByte && id < kFirstByte + 256) {
+    if (is_byte_token(TokenId(id))) {
       const std::string want = byte_piece(unsigned(id - kFirstByte));
       if (p != want)
         throw fail(name + " is \"" + p + "\", expected the byte-fallback token \"" + want +
                    "\" (ids 3..258 are the bytes, after <unk>, BOS and EOS)");
-      scored->byte_token[id] = true;
     }
     // <unk>, BOS and EOS are never looked up: text cannot turn into them. A piece spelled twice
     // keeps its first id.
@@ -75,7 +74,7 @@ Tokenizer Tokenizer::from_pieces(std::vector<std::string> pieces, std::vector<fl
   t.token_bytes_.reserve(pieces.size());
   for (size_t id = 0; id < pieces.size(); ++id) {
     if (id == kBos || id == kEos) t.token_bytes_.emplace_back();
-    else if (scored->byte_token[id]) t.token_bytes_.emplace_back(1, char(id - kFirstByte));
+    else if (is_byte_token(TokenId(id))) t.token_bytes_.emplace_back(1, char(id - kFirstByte));
     else t.token_bytes_.push_back(pieces[id]);
   }
   t.merges_.clear();

@@ -94,7 +94,7 @@ std::string Tokenizer::decode(std::span<const TokenId> ids) const {
 std::string_view Tokenizer::decode_next(TokenId prev, TokenId id) const {
   const std::string_view bytes = token_bytes(id);
   // run.c looks at the piece, so a byte token "<0x20>" keeps its space.
-  if (scored_ && prev == kBos && !scored_->byte_token[id] && !bytes.empty() && bytes[0] == ' ') return bytes.substr(1);
+  if (scored_ && prev == kBos && !is_byte_token(id) && !bytes.empty() && bytes[0] == ' ') return bytes.substr(1);
   return bytes;
 }
 

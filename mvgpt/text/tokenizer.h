@@ -147,6 +147,7 @@ class Tokenizer {
 
   // SentencePiece (sentencepiece.cpp).
   static constexpr TokenId kBos = 1, kEos = 2, kFirstByte = 3;
+  static constexpr bool is_byte_token(TokenId id) { return id >= kFirstByte && id < kFirstByte + 256; }
   struct Scored;
   std::vector<TokenId> encode_scored(std::string_view text) const;
   static Tokenizer from_llama2c_bin(const std::string& bytes, const std::string& path);

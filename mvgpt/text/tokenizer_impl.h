@@ -22,7 +22,6 @@ struct Tokenizer::Scored {
   std::vector<std::string> pieces;  // as tokenizer.bin spells them: a space for "▁", "<0x0A>" for a byte
   std::vector<float> scores;
   std::unordered_map<std::string, TokenId> id_of;  // piece -> its lowest id
-  std::vector<bool> byte_token;                    // the piece is "<0xXX>" (3..258)
   TokenId space = 0;                               // the piece " ", the dummy prefix
   size_t longest_piece = 0;
 };
