@@ -5,13 +5,16 @@
 #include <nlohmann/json.hpp>
 
 #include "app_runner.h"
+#include "llama2c_fixtures.h"
 
 #include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::apps::testing {
 namespace {
 
-const fs::path kFixtures = fs::path(MVGPT_SOURCE_DIR) / "tests" / "fixtures" / "llama2c";
+using mvgpt::testing::llama2c::from_hex;
+using mvgpt::testing::llama2c::read_jsonl;
+const fs::path kFixtures = mvgpt::testing::llama2c::kFixtures;
 
 class Llama2cApps : public AppsTest {
  protected:
@@ -29,30 +32,16 @@ class Llama2cApps : public AppsTest {
   }
 };
 
-std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return out;
-}
-
-std::vector<nlohmann::json> read_jsonl(const fs::path& path) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(slurp(path));
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 TEST_F(Llama2cApps, GenerateAtTemperatureZeroPrintsWhatRunCPrints) {
   const text::Tokenizer tok = text::Tokenizer::load((kFixtures / "tok512.bin").string());
   // generate.jsonl has the decoded text of each run: run.c's printf drops lone bytes that are not
   // printable (a character split into byte tokens), which mvgpt prints.
   std::map<std::string, std::string> text_of;
-  for (const auto& g : read_jsonl(kFixtures / "generate.jsonl"))
+  for (const auto& g : read_jsonl("generate.jsonl"))
     text_of[g["model"].get<std::string>() + g["prompt_hex"].get<std::string>() + std::to_string(g["steps"].get<int>())] =
         from_hex(g["text_hex"]);
   int runs = 0, identical = 0;
-  for (const auto& run : read_jsonl(kFixtures / "run_c_output" / "index.jsonl")) {
+  for (const auto& run : read_jsonl("run_c_output/index.jsonl")) {
     const std::string model = run["model"], prompt = from_hex(run["prompt_hex"]);
     const int64_t steps = run["steps"];
     SCOPED_TRACE(model + ": \"" + prompt + "\", " + std::to_string(steps) + " steps");

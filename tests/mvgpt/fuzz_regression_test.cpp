@@ -13,6 +13,7 @@
 #include <mvgpt/text/token_file.h>
 #include <mvgpt/text/tokenizer.h>
 #include <mvgpt/nn/safetensors.h>
+#include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt {
 namespace {
@@ -26,13 +27,6 @@ std::vector<fs::path> inputs(const std::string& parser) {
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_regular_file()) files.push_back(e.path());
   return files;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // Runs `parse`; an exception derived from std::exception is a clean rejection.
@@ -51,7 +45,7 @@ TEST(FuzzRegression, Config) {
     parses_or_throws(f, [&] {
       // What the fuzzer does: a config that validates must also count and print (crash-74bd805d4141
       // validated with n_embd near 2^63 and overflowed 4 * n_embd).
-      gpt::GPTConfig c = gpt::GPTConfig::from_json(slurp(f), f.string());
+      gpt::GPTConfig c = gpt::GPTConfig::from_json(util::read_file(f.string()), f.string());
       c.validate();
       EXPECT_GT(c.num_parameters(), 0);
       EXPECT_FALSE(c.to_json().empty());

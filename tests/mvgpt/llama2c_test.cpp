@@ -17,6 +17,7 @@
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/gpt/llama2c.h>
 #include <mvgpt/text/tokenizer.h>
+#include "llama2c_fixtures.h"
 #include "nn/temp_dir.h"
 
 namespace mvgpt::gpt {
@@ -130,23 +131,20 @@ TEST(Llama2c, BadFilesAreRefusedNamingTheFile) {
   refused(odd, "is not a model");
 }
 
-const std::string kFixtures = std::string(MVGPT_SOURCE_DIR) + "/tests/fixtures/llama2c/";
+using mvgpt::testing::llama2c::from_hex;
+using mvgpt::testing::llama2c::kFixtures;
+using mvgpt::testing::llama2c::read_jsonl;
 
 // generate.jsonl: for each model and prompt, run.c's generate loop at temperature 0 (the prompt's
 // ids, BOS first, then every token it chose, a final BOS left out) and its forward's logits at
 // positions 0, 1, 2 and the last.
 TEST(Llama2c, ModelsLlama2cExportedGiveRunCsLogitsAndGreedyTokens) {
   const text::Tokenizer tok = text::Tokenizer::load(kFixtures + "tok512.bin");
-  std::ifstream in(kFixtures + "generate.jsonl");
-  ASSERT_TRUE(in);
   std::map<std::string, LoadedCheckpoint> models;
   int cases = 0;
   double worst = 0;
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    const std::string file = j["model"], prompt_hex = j["prompt_hex"];
-    std::string prompt;
-    for (size_t i = 0; i + 1 < prompt_hex.size(); i += 2) prompt.push_back(char(std::stoi(prompt_hex.substr(i, 2), nullptr, 16)));
+  for (const auto& j : read_jsonl("generate.jsonl")) {
+    const std::string file = j["model"], prompt = from_hex(j["prompt_hex"]);
     SCOPED_TRACE(file + ": \"" + prompt + "\"");
     if (!models.count(file)) models[file] = load_llama2c(kFixtures + file);
     const GPT& model = *models[file].model;

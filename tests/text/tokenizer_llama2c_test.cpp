@@ -9,41 +9,21 @@
 
 #include <cctype>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <map>
-#include <sstream>
 
 #include <mvgpt/text/tokenizer.h>
+#include <mvgpt/util/atomic_file.h>
+#include "llama2c_fixtures.h"
 #include "text/text_test_util.h"
 
 namespace mvgpt::text {
 namespace {
 
-const std::string kFixtures = std::string(MVGPT_SOURCE_DIR) + "/tests/fixtures/llama2c/";
-
-std::string from_hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(char(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return out;
-}
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in) << path;
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using mvgpt::testing::llama2c::from_hex;
+using mvgpt::testing::llama2c::kFixtures;
+using mvgpt::testing::llama2c::read_jsonl;
 
 class Llama2cTokenizer : public testing_util::ScratchDir {};
 
@@ -58,7 +38,7 @@ std::string printed(std::string_view piece) {
 void expect_like_run_c(const std::string& tokenizer_bin, const std::string& encodings) {
   const Tokenizer tok = Tokenizer::load(kFixtures + tokenizer_bin);
   EXPECT_EQ(tok.kind(), TokenizerKind::sentencepiece);
-  const auto lines = read_jsonl(kFixtures + encodings);
+  const auto lines = read_jsonl(encodings);
   ASSERT_GE(lines.size(), 30u);
   for (const auto& line : lines) {
     const std::string prompt = from_hex(line["prompt_hex"]);
@@ -183,7 +163,7 @@ TEST_F(Llama2cTokenizer, StoriesAreEncodedAsLlama2cPretokenizesThem) {
 }
 
 TEST_F(Llama2cTokenizer, BadFilesAreRefusedNamingTheFileAndTheProblem) {
-  const std::string good = slurp(kFixtures + "tok512.bin");
+  const std::string good = util::read_file(kFixtures + "tok512.bin");
   auto refused = [&](const std::string& bytes, const std::string& needle) {
     const std::string file = write("bad.bin", bytes);
     try {
