@@ -17,6 +17,7 @@
 #include "apps/common/context_methods.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/plot.h"
+#include "apps/common/run_folder.h"
 #include <mvgpt/util/atomic_file.h>
 
 namespace fs = std::filesystem;
@@ -91,6 +92,13 @@ std::string summary_script(const std::string& csv, const std::string& png) {
   return s;
 }
 
+// What context writes into --out-dir (and their atomic writes' temporary names).
+bool is_context_output(const std::string& name) {
+  for (const char* own : {"context_losses.csv", "context_losses.png", "context_methods.csv", "context_methods.png"})
+    if (name == own || is_temporary_of(name, own)) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +109,11 @@ int main(int argc, char** argv) {
     const PrecisionChoice precision = choose_precision(args.precision, device);
     const PrecisionGuard guard(precision.precision);
     check_output_folder("--out-dir", args.out_dir);  // now, not after all the measuring
+    // A folder of context's own (NOTE [ Nothing lost in a run folder ] applied to its outputs): new,
+    // empty, or holding only what context writes there.
+    if (const auto others = others_in_folder(args.out_dir, is_context_output); !others.empty())
+      throw AppError("--out-dir " + args.out_dir + " holds files context did not write (" + list_names(others) +
+                     "); context writes only into a folder of its own: choose another --out-dir, such as runs/context-2");
     const text::TokenFile tokens = open_held_out_tokens(args.tokens_path);
     if (int64_t(tokens.size()) < args.tokens_needed)
       throw AppError(args.tokens_path + " holds " + format_count(int64_t(tokens.size())) + " tokens, fewer than " +
@@ -189,6 +202,9 @@ int main(int argc, char** argv) {
         }
         row.loss /= double(scored);
         row.ms_per_token = 1e3 * seconds / double(scored);
+        require_finite(row.loss, m.name + ": the " + to_string(method) + " loss on " + args.tokens_path,
+                       "its weights" + std::string(args.adapter.empty() ? "" : " with " + args.adapter) +
+                           " overflow in the forward pass; use another checkpoint" + (args.adapter.empty() ? "" : " or adapter"));
         progress.clear();
         std::fprintf(table, "%-24s %-7s %8.4f %13.3f\n", m.name.c_str(), to_string(method).c_str(), row.loss,
                      row.ms_per_token);

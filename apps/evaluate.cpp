@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
         byte_lengths = token_byte_lengths(text::Tokenizer::load(own));
       EvalResult r = evaluate_windows(model, tokens, args.batch_size, args.max_windows, device,
                                       byte_lengths.empty() ? nullptr : &byte_lengths);
+      require_finite(r.loss, names[i] + ": the loss on " + args.tokens_path,
+                     "its weights" + std::string(args.adapter.empty() ? "" : " with " + args.adapter) +
+                         " overflow in the forward pass; use another checkpoint" + (args.adapter.empty() ? "" : " or adapter"));
       const double bpb = r.bits_per_byte();
       out.push_back({{"model", names[i]}, {"loss", r.loss}, {"perplexity", r.perplexity()}, {"top1", r.top1},
                      {"bits_per_byte", std::isfinite(bpb) ? nlohmann::ordered_json(bpb) : nlohmann::ordered_json(nullptr)},

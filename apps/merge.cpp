@@ -10,6 +10,7 @@
 #include "apps/common/run_folder.h"
 #include <mvgpt/gpt/checkpoint.h>
 #include <mvgpt/nn/lora.h>
+#include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
 
 namespace fs = std::filesystem;
@@ -27,6 +28,12 @@ int main(int argc, char** argv) {
     if (lora.rank == 0)
       throw AppError(dir + " has no LoRA adapters to merge; pass --adapter FILE, or a run trained with --lora-rank");
     nn::merge_lora(*loaded.model);
+    // W + alpha / r B A can overflow float32 even from finite parts: nothing that is not finite is written.
+    for (const auto& [name, t] : loaded.model->state_dict())
+      if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
+        throw AppError("merging " + dir + (args.adapter.empty() ? "" : " + " + args.adapter) + " makes " + name +
+                       " non-finite at element " + std::to_string(i) + " (alpha " + format("%g", lora.alpha) + ", rank " +
+                       std::to_string(lora.rank) + "): the adapter's weights or scale are not a trained adapter's; nothing was written");
     std::map<std::string, std::string> meta = {{"merged_from", dir}};
     if (loaded.metadata.count("step")) meta["step"] = loaded.metadata.at("step");
     const std::string tokenizer = checkpoint_tokenizer(dir);

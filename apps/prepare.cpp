@@ -5,6 +5,7 @@
 // (apps/common/data_folder.h), so a failure leaves the previous files as they were, all three.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <mvgpt/text/token_file.h>
 #include <mvgpt/text/tokenizer.h>
 #include <mvgpt/util/atomic_file.h>
+#include <mvgpt/util/hash.h>
 
 namespace fs = std::filesystem;
 using namespace mvgpt;
@@ -56,6 +58,33 @@ Encoded encode_file(const text::Tokenizer& tok, const std::string& path, const s
   return e;
 }
 
+// Held-out loss measured on the training text would only measure memory: the same file (by any
+// path) or the same bytes is refused.
+void check_held_out_is_not_training(const std::string& train, const std::string& valid) {
+  std::error_code ec;
+  const bool same_file = fs::equivalent(train, valid, ec);
+  const bool same_bytes = !same_file && fs::file_size(train) == fs::file_size(valid) &&
+                          util::digest_file(train).xxh64 == util::digest_file(valid).xxh64;
+  if (same_file || same_bytes)
+    throw AppError("the held-out stories " + valid + (same_file ? " are the training file " : " hold the same bytes as ") +
+                   train + ": a held-out loss on them would measure what the model memorised; pass stories kept out of "
+                   "training with --valid (or --data-dir with its own valid.txt)");
+}
+
+// Stories are separated by lines of <|endoftext|>; a file without one is a single story (a play, a
+// book): encoded as it is, but said, since a wrong file looks just like that.
+void note_if_one_story(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  for (std::string line; std::getline(in, line);) {  // stops at the first separator: stories files start with them
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == text::kEndOfText) return;
+  }
+  const std::string sep(text::kEndOfText);
+  std::printf("note: %s has no %s line between stories: it is encoded as one text (pass stories separated by lines "
+              "of %s to have each one end with it)\n",
+              path.c_str(), sep.c_str(), sep.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +101,11 @@ int main(int argc, char** argv) {
     require_file(args.valid_path, "held-out stories", hint);
     if (fs::file_size(args.train_path) == 0) throw AppError("training stories " + args.train_path + ": the file is empty");
     if (fs::file_size(args.valid_path) == 0) throw AppError("held-out stories " + args.valid_path + ": the file is empty");
+    check_held_out_is_not_training(args.train_path, args.valid_path);
+    // Before any work: the folder must be one prepare may write into (NOTE [ What prepare writes into ]).
+    const std::vector<std::string> inputs = {args.train_path, args.valid_path, args.tokenizer_path};
+    check_prepare_folder(args.out_dir, inputs);
+    for (const std::string& path : {args.train_path, args.valid_path}) note_if_one_story(path);
 
     text::Tokenizer tok;
     if (!args.tokenizer_path.empty()) {
@@ -98,7 +132,7 @@ int main(int argc, char** argv) {
     Encoded valid = encode_file(tok, args.valid_path, "valid");
 
     // All computed: now the three files, as one.
-    PreparedFolderWriter out(args.out_dir);
+    PreparedFolderWriter out(args.out_dir, inputs);
     const std::string tok_out = (fs::path(args.out_dir) / "tokenizer.json").string();
     const std::string train_out = (fs::path(args.out_dir) / "train.bin").string();
     const std::string valid_out = (fs::path(args.out_dir) / "valid.bin").string();

@@ -256,7 +256,14 @@ int main(int argc, char** argv) {
     // --- the run: new, resumed from last/, or new from another run's weights (--init-from) ---
     if (!args.resume && folder) folder->check_fresh(args.overwrite);
     RunStart run;
-    if (args.resume) run = resume_run(args, paths, device);
+    if (args.resume) {
+      run = resume_run(args, paths, device);
+      // Without --steps or --minutes a resumed run ends where it was started to end.
+      if (!args.given.has("--steps") && !args.given.has("--minutes")) {
+        if (run.state.until_steps > 0) args.steps = run.state.until_steps;
+        else if (run.state.until_minutes > 0) args.minutes = run.state.until_minutes;
+      }
+    }
     else if (!args.init_from.empty()) run = init_from_run(args, paths, device);
     else run.config = config_from_flags(args);
     gpt::GPTConfig& config = run.config;
@@ -307,6 +314,7 @@ int main(int argc, char** argv) {
                      .log_interval = args.log_interval,
                      .skip_nonfinite = args.skip_nonfinite,
                      .inject_nan_step = args.inject_nan_step,
+                     .kill_after_save_step = args.kill_after_save_step,
                      .debug_step_seconds = args.debug_step_seconds});
     if (args.resume) trainer.resume();
 
@@ -316,11 +324,18 @@ int main(int argc, char** argv) {
     if (args.resume) {
       std::printf("resuming %s at step %lld (%s used)\n", args.out_dir.c_str(), (long long)st.step,
                   format_duration(st.elapsed_s).c_str());
+      const bool own_end = !args.given.has("--steps") && !args.given.has("--minutes");
       if (args.steps > 0 && st.step >= args.steps)
-        throw AppError("the run is already at step " + std::to_string(st.step) + "; pass a larger --steps to train further");
+        throw AppError(own_end ? format("the run is complete: it was trained to --steps %lld, and last/ holds step %lld; "
+                                        "to train it further, pass a larger --steps with --resume (past its schedule of "
+                                        "%lld steps the rate stays at --min-lr)",
+                                        (long long)args.steps, (long long)st.step, (long long)s.schedule_steps)
+                               : "the run is already at step " + std::to_string(st.step) + "; pass a larger --steps to train further");
       if (args.steps == 0 && st.elapsed_s >= budget_s)
-        throw AppError("the run already used its " + format_duration(st.elapsed_s) +
-                       "; pass a larger --minutes (the run's total) or --steps N to train further");
+        throw AppError((own_end ? "the run is complete: it used its " + format_duration(st.elapsed_s) + " of --minutes " +
+                                      format("%g", args.minutes)
+                                : "the run already used its " + format_duration(st.elapsed_s)) +
+                       "; pass a larger --minutes (the run's total) or --steps N with --resume to train further");
     }
     std::fflush(stdout);
 

@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <regex>
 #include <vector>
 
 #include "apps/common/cli.h"
@@ -67,6 +71,15 @@ static std::string one_line(const std::string& message) {
   return out;
 }
 
+// CLI11's words for a flag given twice ("--lr: At Most 1 required but received 2"), said plainly.
+static std::string plain_parse_error(const std::string& message) {
+  static const std::regex twice(R"(^(--?[A-Za-z0-9_-]+): At Most 1 required but received (\d+)$)");
+  std::smatch m;
+  if (std::regex_match(message, m, twice))
+    return m[1].str() + " is given " + m[2].str() + " times; give it once";
+  return message;
+}
+
 namespace {
 std::vector<std::string>& deferred_warnings() {
   static std::vector<std::string> warnings;
@@ -88,9 +101,13 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
   // before an error's one line. A warning (slow kernels) is repeated once a run has succeeded.
   cpu::set_openblas_notice_handler({});
   const auto usage_error = [&](const std::exception& e) {
-    std::cerr << name << ": error: " << one_line(e.what()) << " (see " << name << " --help)\n";
+    std::cerr << name << ": error: " << one_line(plain_parse_error(e.what())) << " (see " << name << " --help)\n";
     return 2;
   };
+  // A file-size limit (ulimit -f) kills with SIGXFSZ by default: ignored, the write fails with EFBIG
+  // instead, and the app says which file could not be written, removes its temporary outputs and
+  // exits 1 like any other write error.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     app.parse(argc, argv);  // the app's checks of its flags run in here too (apps/common/cli.h)
   } catch (const CLI::Success& e) {  // --help
@@ -183,13 +200,24 @@ void synchronize(Device device) {
   if (device.is_cuda()) backend_for(device).synchronize();
 }
 
+// The top CMakeLists.txt declares project(mvgpt ...).
+static bool is_project_root(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "CMakeLists.txt", ec)) return false;
+  std::ifstream in(dir / "CMakeLists.txt");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("project(mvgpt", 0) == 0) return true;
+  return false;
+}
+
 std::string repository_root() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  // build*/apps/<app>: walk up to the folder that holds the sources.
+  // build*/apps/<app>: walk up to the folder whose CMakeLists.txt is the project's own (whatever
+  // the layout under it; it once looked for a header that has since moved, and never found it).
   for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-    if (fs::exists(p / "mvgpt" / "model.h", ec) && fs::exists(p / "CMakeLists.txt", ec)) return p.string();
+    if (is_project_root(p)) return p.string();
   return "";
 }
 
@@ -216,6 +244,10 @@ std::string find_stories_dir(const std::string& flag) {
   }
   throw AppError("no stories folder found (looked in " + looked +
                  "); pass --data-dir DIR (a folder with train.txt and valid.txt) or set MVGPT_DATA_DIR");
+}
+
+void require_finite(double value, const std::string& what, const std::string& why) {
+  if (!std::isfinite(value)) throw AppError(what + " is " + format("%g", value) + " (not a finite number); " + why);
 }
 
 void require_file(const std::string& path, const std::string& what, const std::string& hint) {

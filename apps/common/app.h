@@ -56,6 +56,10 @@ std::string find_stories_dir(const std::string& flag);
 // The repository root the running executable was built from ("" when not found).
 std::string repository_root();
 
+// Every figure an app reports is a finite number, or the app fails: AppError "<what> is nan (not a
+// finite number); <why>" otherwise.
+void require_finite(double value, const std::string& what, const std::string& why);
+
 // Throws AppError("<what> <path>: no such file; <hint>") when `path` is not a regular file.
 void require_file(const std::string& path, const std::string& what, const std::string& hint);
 

@@ -40,9 +40,15 @@ gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device,
   require_file(adapter, "adapter", "pass the adapter.safetensors a LoRA run saved (pretrain --lora-rank)");
   if (nn::lora_options(*loaded.model).rank > 0)
     throw AppError(resolved_dir + " has adapters of its own already; merge them first (merge --ckpt " + resolved_dir + ")");
+  nn::Adapter file;
   try {
-    nn::apply_adapter(*loaded.model, nn::load_adapter(adapter));
-  } catch (const std::exception& e) {
+    file = nn::load_adapter(adapter);
+  } catch (const std::exception& e) {  // the file itself: damaged, cut, or not an adapter
+    throw AppError(std::string(e.what()) + " (the file is damaged or not an adapter: pass the adapter.safetensors a LoRA run saved)");
+  }
+  try {
+    nn::apply_adapter(*loaded.model, file);
+  } catch (const std::exception& e) {  // a whole adapter that does not fit this model
     throw AppError(adapter + ": " + e.what() + " (an adapter trained on another model?)");
   }
   loaded.model->to(device);

@@ -22,6 +22,49 @@ const CLI::Validator kFinite(
     },
     "");
 
+// The range checks of number flags, in one short line: CLI11's own print the largest double in full
+// ("Value 0 not in range 0.000000 to 17976931348623157...") and claim 0 is outside [0, ...].
+// Each refuses NaN and infinities too. No description, so --help is unchanged.
+CLI::Validator number_check(double lo, double hi, bool lo_open, bool whole) {
+  const auto number = [](double v) { return std::to_string(v).find('.') == std::string::npos ? std::to_string(v) : format("%g", v); };
+  std::string allowed = whole ? "a whole number" : "a number";
+  if (std::isfinite(hi)) allowed += (lo_open ? " above " + number(lo) + " and at most " : " from " + number(lo) + " to ") + number(hi);
+  else allowed += lo_open ? " above " + number(lo) : " of at least " + number(lo);
+  return CLI::Validator(
+      [=](std::string& text) {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return text + " is not a number; expected " + allowed;
+        if (!std::isfinite(v)) return text + " is not a finite number";
+        if (v < lo || (lo_open && v == lo) || v > hi) return text + " is not allowed; expected " + allowed;
+        return std::string();
+      },
+      "");
+}
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+// Counts (steps, batches, ranks): 1 or more; or 0 or more.
+const CLI::Validator kCount = number_check(1, kNoLimit, false, true);
+const CLI::Validator kCountOrZero = number_check(0, kNoLimit, false, true);
+// Rates, times, scales: above 0; or 0 or more.
+const CLI::Validator kPositive = number_check(0, kNoLimit, true, false);
+const CLI::Validator kNonNegative = number_check(0, kNoLimit, false, false);
+CLI::Validator between(double lo, double hi) { return number_check(lo, hi, false, false); }
+CLI::Validator whole_between(double lo, double hi) { return number_check(lo, hi, false, true); }
+
+// "a,b,c" as its names; UsageError for an empty one ("", ",", "a,,b"), with `example` to follow.
+std::vector<std::string> split_names(const std::string& flag, const std::string& text, const std::string& example) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name.empty())
+      throw UsageError(flag + " '" + text + "' names an empty layer; give names separated by commas, such as " + example);
+    names.push_back(std::move(name));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
 void record_given(const CLI::App& app, GivenFlags& given) {
   given.names.clear();
   for (const CLI::Option* opt : app.get_options())
@@ -50,7 +93,7 @@ CLI::Option* add_rope_scaling(CLI::App& app, std::string& spec, const std::strin
 void add_position_flags(CLI::App& app, std::string& rope_scaling, int64_t& block_size) {
   add_rope_scaling(app, rope_scaling, "rotate a rotary model's positions this way instead of its config's (no retraining)");
   app.add_option("--block-size", block_size, "run a rotary model with this context window instead of its config's")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
 }
 
 // --precision fp32|bf16|auto (NOTE [ Precision policy ] in autograd/precision.h).
@@ -138,12 +181,12 @@ std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
   app->add_option("--out", a.out_dir, "output folder")->capture_default_str();
   app->add_option("--vocab-size", a.vocab_size, "tokens in the vocabulary: 256 bytes + merges + <|endoftext|>")
       ->capture_default_str()
-      ->check(CLI::Range(size_t(257), size_t(65536)));
+      ->check(whole_between(257, 65536));
   app->add_option("--tokenizer", a.tokenizer_path, "use this tokenizer.json instead of training one");
   app->add_option("--tokenizer-mb", a.tokenizer_mb,
                   "train the tokenizer on the first N MB of the training stories (0: all of them)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->check(kFinite);
   app->final_callback([&a] {
     // Past what a size_t holds the limit is no limit (and the cast would be undefined).
@@ -171,65 +214,66 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   auto* config_opt = app->add_option("--config", a.config_path, "model shape from a config.json instead of a preset")->excludes(preset_opt);
   auto* minutes_opt = app->add_option("--minutes", a.minutes, "train until the run has used this many minutes")
                           ->capture_default_str()
-                          ->check(CLI::PositiveNumber)
+                          ->check(kPositive)
                           ->check(kFinite);
   app->add_option("--steps", a.steps, "train until this step instead of by the clock")
-      ->check(CLI::PositiveNumber)
+      ->check(kCount)
       ->excludes(minutes_opt);
   app->add_option("--schedule-steps", s.schedule_steps,
                   "steps the cosine schedule spans (default: --steps, else " + std::to_string(kDefaultScheduleSteps) + ")")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   app->add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule, at least min(10, a quarter of it))")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app->add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber)->check(kFinite);
-  app->add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(CLI::NonNegativeNumber)->check(kFinite);
+      ->check(kCountOrZero);
+  app->add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(kCount);
+  app->add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(kPositive)->check(kFinite);
+  app->add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(kNonNegative)->check(kFinite);
   app->add_option("--weight-decay", s.weight_decay, "AdamW weight decay of the matrices and embeddings")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->check(kFinite);
   app->add_option("--grad-clip", s.grad_clip, "clip the gradients' global norm to this (0: off)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->check(kFinite);
-  app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(CLI::Range(0.0, 0.999999))->check(kFinite);
-  app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(CLI::Range(0.0, 0.999999))->check(kFinite);
+  app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(between(0, 0.999999))->check(kFinite);
+  app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(between(0, 0.999999))->check(kFinite);
   app->add_option("--dropout", a.dropout, "dropout probability in training (default: the preset's or config's, 0 for the presets)")
-      ->check(CLI::Range(0.0, 0.99))
+      ->check(between(0, 0.99))
       ->check(kFinite);
   auto* init_opt = app->add_option("--init-from", a.init_from,
                                    "start a new run (step 0, a fresh optimizer) from this checkpoint's weights: fine-tuning")
                        ->excludes(preset_opt)
                        ->excludes(config_opt);
   app->add_option("--block-size", a.block_size, "context length (a new run; with --init-from, rotary models only)")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   add_rope_scaling(*app, a.rope_scaling,
                    "RoPE scaling saved in the run's config (a new run; with --init-from, e.g. linear:4 with --block-size 1024)");
   auto* rank_opt = app->add_option("--lora-rank", a.lora.rank,
                                    "with --init-from: train LoRA adapters of this rank instead of the weights (frozen)")
-                       ->check(CLI::PositiveNumber)
+                       ->check(kCount)
                        ->needs(init_opt);
   app->add_option("--lora-alpha", a.lora.alpha, "the adapters' update is scaled by alpha / rank (default: 2 x rank)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->check(kFinite)
       ->needs(rank_opt);
-  app->add_option("--lora-dropout", a.lora.dropout, "dropout on the adapters' input")->check(CLI::Range(0.0, 0.99))->needs(rank_opt);
-  app->add_option("--lora-targets", a.lora.targets,
+  app->add_option("--lora-dropout", a.lora.dropout, "dropout on the adapters' input")->check(between(0, 0.99))->needs(rank_opt);
+  // One value split here, not CLI11's delimiter: "--lora-targets ," left it wanting values and
+  // taking the next flags as layer names.
+  app->add_option("--lora-targets", a.lora_targets,
                   "linear layers that get adapters, by name (default c_attn,attn.c_proj: attention; add c_fc,mlp.c_proj for the MLP)")
-      ->delimiter(',')
       ->needs(rank_opt);
   app->add_option("--grad-accum-steps", s.grad_accum_steps,
                   "split each batch into this many micro-batches, one forward/backward each, for one update (less memory)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   app->add_option("--seed", s.seed, "seed of the weights and the batches")->capture_default_str();
   app->add_option("--eval-interval", s.eval_interval, "steps between held-out measurements and checkpoints")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   app->add_option("--eval-windows", s.eval_windows, "held-out windows measured each time (the first N of valid.bin)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--log-interval", a.log_interval, "steps between progress lines")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(kCount);
+  app->add_option("--log-interval", a.log_interval, "steps between progress lines")->capture_default_str()->check(kCount);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto (the GPU when there is one)")->capture_default_str();
   add_precision_flag(*app, a.precision);
   app->add_option("--data", a.data_dir, "folder with train.bin, valid.bin and tokenizer.json (from prepare)")->capture_default_str();
@@ -242,11 +286,15 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
                 "skip a step whose loss or gradients hold a NaN or an infinity (default: stop the run there)");
   app->add_option("--debug-inject-nan-at-step", a.inject_nan_step,
                   "testing aid: write NaN into the last parameter's gradient at this step (counted as the progress lines count)")
-      ->check(CLI::PositiveNumber)
+      ->check(kCount)
+      ->group("Testing");
+  app->add_option("--debug-kill-after-save", a.kill_after_save_step,
+                  "testing aid: SIGKILL the run right after the checkpoint of this step is saved")
+      ->check(kCount)
       ->group("Testing");
   app->add_option("--debug-step-seconds", a.debug_step_seconds,
                   "testing aid: time the run on a clock where each step takes this many seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->check(kFinite)
       ->group("Testing");
 
@@ -257,6 +305,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
     if (a.out_dir.empty() || a.out_dir == "." || a.out_dir == ".." || a.out_dir == "/")  // the rest is checked at run time
       throw UsageError("--out " + a.out_dir + " cannot be a run folder; name a folder of the run's own, such as checkpoints/my-run");
     if (a.lora.rank > 0 && !a.given.has("--lora-alpha")) a.lora.alpha = 2.0 * double(a.lora.rank);
+    if (a.given.has("--lora-targets")) a.lora.targets = split_names("--lora-targets", a.lora_targets, "c_attn,attn.c_proj");
     if (a.resume && !a.init_from.empty()) throw UsageError("--init-from starts a new run; --resume continues one: choose one");
     if (!a.resume) {  // a resumed run's settings come from its state.json (the run checks that given ones agree)
       a.settings.fit_schedule = a.steps == 0 && !a.given.has("--schedule-steps");
@@ -283,10 +332,10 @@ std::unique_ptr<CLI::App> evaluate_cli(EvaluateArgs& a) {
   app->add_option("--ckpt", a.ckpts, "checkpoint or run folder (repeat for several)")->required();
   app->add_option("--tokens", a.tokens_path, "llm.c token file")->capture_default_str();
   app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on every --ckpt");
-  app->add_option("--batch-size", a.batch_size, "windows per forward pass")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--batch-size", a.batch_size, "windows per forward pass")->capture_default_str()->check(kCount);
   add_position_flags(*app, a.rope_scaling, a.block_size);
   app->add_option("--max-windows", a.max_windows, "measure at most this many windows (default: the whole file)")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   app->add_option("--device", a.device_flag, "cpu, cuda[:N] or auto")->capture_default_str();
   add_precision_flag(*app, a.precision);
   app->add_flag("--json", a.as_json, "print only a JSON list of {model, loss, perplexity, top1}");
@@ -307,10 +356,10 @@ std::unique_ptr<CLI::App> context_cli(ContextArgs& a) {
   app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on every --ckpt");
   app->add_option("--length", a.length, "tokens per stream (must exceed each model's window)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   app->add_option("--streams", a.streams, "streams, one after another from the start of the file")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   add_position_flags(*app, a.rope_scaling, a.block_size);
   app->add_option("--methods", a.method_names, "only these methods (window, cache, full); default: all a model supports")
       ->delimiter(',')
@@ -339,21 +388,21 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_option("--adapter", a.adapter, "a LoRA adapter file (pretrain --lora-rank) put on the model");
   auto* prompt_opt = app->add_option("--prompt", a.prompt, "text to continue (empty: start a new story)");
   app->add_option("--prompt-file", a.prompt_file, "read the prompt from this file (- for standard input)")->excludes(prompt_opt);
-  app->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")->capture_default_str()->check(kCountOrZero);
   app->add_option("--temperature", a.temperature, "0: always the likeliest token")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->check(kFinite);
   app->add_option("--top-k", a.top_k, "draw among the k likeliest tokens (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kCountOrZero);
   app->add_option("--top-p", a.top_p, "draw among the likeliest tokens whose probability adds up to p (1: all)")
       ->capture_default_str()
-      ->check(CLI::Range(1e-9, 1.0))
+      ->check(number_check(0, 1, true, false))
       ->check(kFinite);
   app->add_option("--num-samples", a.num_samples, "samples to write, each its own draws (seed, seed + 1, ...), separated by a line of dashes")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   app->add_option("--seed", a.seed, "seed of the draws")->capture_default_str();
   app->add_option("--tokenizer", a.tokenizer_path, "tokenizer.json (default: the checkpoint's, else data/tokenizer.json)");
   add_position_flags(*app, a.rope_scaling, a.block_size);

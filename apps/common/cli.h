@@ -64,12 +64,14 @@ struct PretrainArgs {
   PretrainSettings settings;
   bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
   int64_t inject_nan_step = -1;
+  int64_t kill_after_save_step = -1;  // testing aid: SIGKILL right after this step's checkpoint
   double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
   double dropout = -1;            // -1: the config's
   int64_t block_size = -1;        // -1: the config's
   std::string init_from;          // start a new run from this checkpoint's weights
   std::string rope_scaling;       // "": the config's (none for a preset); none, linear:F or ntk:F
   nn::LoRAOptions lora{.rank = 0};  // rank 0: no adapters (full training)
+  std::string lora_targets;         // --lora-targets as given, split into lora.targets
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -19,18 +20,53 @@ namespace {
 
 constexpr const char* kManifest = "prepare.json";
 constexpr const char* kStagingPrefix = ".prepare.staging.";
+constexpr const char* kLockName = ".prepare.lock";
+
+constexpr const char* kOwnFiles[] = {"tokenizer.json", "train.bin", "valid.bin", kManifest};
+
+// A name prepare writes into its folder: its three files, the manifest, the lock, a staging folder,
+// or an atomic write of one of them ("<name>.tmp.<pid>").
+bool is_prepare_name(const std::string& name) {
+  if (name == kLockName || name.rfind(kStagingPrefix, 0) == 0) return true;
+  for (const char* own : kOwnFiles)
+    if (name == own || is_temporary_of(name, own)) return true;
+  return false;
+}
 
 }  // namespace
 
-PreparedFolderWriter::PreparedFolderWriter(std::string out_dir)
-    : dir_((fs::create_directories(out_dir), std::move(out_dir))),
+void check_prepare_folder(const std::string& out_dir, const std::vector<std::string>& inputs) {
+  try {
+    check_run_folder_path(out_dir);
+  } catch (const UsageError&) {
+    throw UsageError("--out " + out_dir + " cannot hold prepare's files; name a folder of their own, such as data");
+  }
+  const std::vector<std::string> others = others_in_folder(out_dir, [&](const std::string& name) {
+    if (is_prepare_name(name)) return true;
+    std::error_code ec;
+    return std::any_of(inputs.begin(), inputs.end(),
+                       [&](const std::string& in) { return !in.empty() && fs::equivalent(fs::path(out_dir) / name, in, ec); });
+  });
+  if (!others.empty())
+    throw AppError("--out " + out_dir + " holds files prepare did not write (" + list_names(others) +
+                   "), which it never replaces; prepare writes into a new or empty folder, or one it wrote before: "
+                   "choose another --out, such as data-new");
+}
+
+PreparedFolderWriter::PreparedFolderWriter(std::string out_dir, const std::vector<std::string>& inputs)
+    : dir_(std::move(out_dir)),
       staging_((fs::path(dir_) / (kStagingPrefix + std::to_string(::getpid()))).string()),
-      lock_((fs::path(dir_) / ".prepare.lock").string(), dir_) {
+      created_(dir_),
+      lock_((fs::path(dir_) / kLockName).string(), dir_) {
+  check_prepare_folder(dir_, inputs);  // again, under the lock
   // Under the lock no other prepare writes here: any staging folder is a killed run's.
   std::error_code ec;
   std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(dir_, ec))
-    if (e.path().filename().string().starts_with(kStagingPrefix)) stale.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(kStagingPrefix) || (is_prepare_name(name) && name.find(".tmp.") != std::string::npos))
+      stale.push_back(e.path());
+  }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
   fs::create_directories(staging_);
 }
@@ -38,6 +74,7 @@ PreparedFolderWriter::PreparedFolderWriter(std::string out_dir)
 PreparedFolderWriter::~PreparedFolderWriter() {
   std::error_code ec;
   fs::remove_all(staging_, ec);
+  if (committed_) created_.keep();
 }
 
 std::string PreparedFolderWriter::staged(const std::string& name) const { return (fs::path(staging_) / name).string(); }
@@ -51,6 +88,7 @@ void PreparedFolderWriter::commit(const std::vector<std::string>& names) {
                           nlohmann::json{{"app", "prepare"}, {"files", files}}.dump(2) + "\n");
   for (const std::string& name : names) fs::rename(staged(name), fs::path(dir_) / name);
   util::fsync_dir(dir_);  // the renames, durable
+  committed_ = true;
 }
 
 void verify_prepared_file(const std::string& path) {

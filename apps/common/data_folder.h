@@ -13,11 +13,21 @@
 
 namespace mvgpt::apps {
 
+// NOTE [ What prepare writes into ]
+// prepare writes only into a folder that is new, empty, or its own: one holding nothing but what
+// prepare writes (tokenizer.json, train.bin, valid.bin, prepare.json, its lock and staging folders)
+// and the inputs of this very run (finetune.sh keeps train.txt beside its token files). A checkpoint
+// (config.json, model.safetensors), a run folder or any other file makes it refuse before any work:
+// `prepare --out ck/base/last` once replaced a checkpoint's tokenizer.json, and the run never loaded
+// again. AppError naming the folder, a few of its other files and what to do; UsageError for a path
+// that cannot be an output folder (the current folder or one above it, the root, a file).
+void check_prepare_folder(const std::string& out_dir, const std::vector<std::string>& inputs);
+
 class PreparedFolderWriter {
  public:
-  // Locks `out_dir` (created when missing) against a second prepare and clears what a killed one
-  // left in it.
-  explicit PreparedFolderWriter(std::string out_dir);
+  // Locks `out_dir` (created when missing) against a second prepare, checks it again under the lock
+  // (check_prepare_folder) and clears what a killed one left in it.
+  PreparedFolderWriter(std::string out_dir, const std::vector<std::string>& inputs);
   // Without commit() (an exception on the way) the staged files are removed; nothing was replaced.
   ~PreparedFolderWriter();
 
@@ -28,7 +38,9 @@ class PreparedFolderWriter {
 
  private:
   std::string dir_, staging_;
+  CreatedFolders created_;  // removed again when nothing was committed
   FolderLock lock_;
+  bool committed_ = false;
 };
 
 // The manifest's check of the file at `path`, when its folder has a prepare.json listing it:

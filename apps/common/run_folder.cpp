@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 
@@ -75,7 +76,14 @@ std::string describe_run(const fs::path& dir) {
   return what;
 }
 
-std::string join_names(std::vector<std::string> names) {
+bool is_same_or_inside(const fs::path& inner, const fs::path& outer) {
+  auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
+}  // namespace
+
+std::string list_names(std::vector<std::string> names) {
   std::sort(names.begin(), names.end());
   std::string s;
   for (size_t i = 0; i < names.size() && i < 3; ++i) s += (i ? ", " : "") + names[i];
@@ -83,12 +91,21 @@ std::string join_names(std::vector<std::string> names) {
   return s;
 }
 
-bool is_same_or_inside(const fs::path& inner, const fs::path& outer) {
-  auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
-  return o == outer.end();
+std::vector<std::string> others_in_folder(const std::string& dir, const std::function<bool(const std::string& name)>& is_own) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return names;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (const std::string name = e.path().filename().string(); !is_own(name)) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
-}  // namespace
+bool is_temporary_of(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp.";
+  return name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
+         name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+}
 
 void check_run_folder_path(const std::string& out) {
   const std::string hint = "; name a folder of the run's own, such as checkpoints/my-run";
@@ -108,6 +125,14 @@ void check_new_output_folder(const std::string& out, const std::string& app, con
     check_run_folder_path(out);
   } catch (const UsageError&) {
     throw UsageError("--out " + out + " cannot hold " + app + "'s output; name a new folder, such as " + example);
+  }
+  // Under the flock each writer holds on its temporary folder (util::write_folder_atomic): a live one
+  // means another process writes this --out now; one we can lock was left by a writer that died.
+  try {
+    for (const std::string& removed : util::remove_abandoned_folder_writes(out))
+      std::printf("removed %s, left by a %s that was stopped before it finished\n", removed.c_str(), app.c_str());
+  } catch (const util::FolderInUse& e) {
+    throw AppError("--out " + out + " is being written by another process (" + e.what() + "); wait for it to end, or choose another --out");
   }
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_empty(out, ec))
@@ -157,11 +182,26 @@ FolderLock::~FolderLock() {
   ::close(fd_);
 }
 
+CreatedFolders::CreatedFolders(const std::string& dir) {
+  std::error_code ec;
+  for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !ec && p.has_relative_path() && !fs::exists(p, ec);
+       p = p.parent_path()) {
+    if (!p.has_filename()) continue;  // "a/b/" names b
+    created_.push_back(p.string());
+  }
+  fs::create_directories(dir);
+}
+
+CreatedFolders::~CreatedFolders() {
+  for (const std::string& dir : created_) {
+    std::error_code ec;
+    if (!fs::remove(dir, ec)) break;  // not empty (or gone): the folders above it are not empty either
+  }
+}
+
 RunFolder::RunFolder(std::string dir) : dir_(std::move(dir)) {
   check_run_folder_path(dir_);
-  std::error_code ec;
-  created_ = !fs::exists(dir_, ec);
-  fs::create_directories(dir_);
+  created_.emplace(dir_);
   lock_.emplace((fs::path(dir_) / kLock).string(), dir_);
   recover();
 }
@@ -169,10 +209,7 @@ RunFolder::RunFolder(std::string dir) : dir_(std::move(dir)) {
 RunFolder::~RunFolder() {
   if (replacing_) restore_replaced();
   lock_.reset();
-  if (created_ && !started_) {
-    std::error_code ec;
-    fs::remove(dir_, ec);  // only when empty: a new folder for a run that never started
-  }
+  created_.reset();  // a new folder for a run that never started goes, with the folders made for it
 }
 
 void RunFolder::recover() {
@@ -241,7 +278,7 @@ void RunFolder::check_fresh(bool overwrite) const {
   } else if (!marked()) {
     const std::vector<std::string> foreign = foreign_entries();
     if (!foreign.empty())
-      throw AppError(dir_ + " is not a run folder and holds other files (" + join_names(foreign) +
+      throw AppError(dir_ + " is not a run folder and holds other files (" + list_names(foreign) +
                      "), which pretrain never deletes; choose another --out, such as checkpoints/my-run");
   }
 }
@@ -261,13 +298,13 @@ void RunFolder::start_fresh(bool overwrite) {
     fs::remove(dir / kReplaced, ec);
     replacing_ = false;
   }
-  started_ = true;
+  created_->keep();
 }
 
 void RunFolder::start_resumed() {
   std::error_code ec;
   if (!fs::exists(fs::path(dir_) / kMarker, ec)) write_marker();
-  started_ = true;
+  created_->keep();
 }
 
 void RunFolder::checkpoint_saved() {

@@ -16,6 +16,7 @@
 //   run's first last/ checkpoint is complete; a new run that fails before that puts the old one back,
 //   and a killed one is put back (or finished) by the next start.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,21 @@ namespace mvgpt::apps {
 
 // What a run folder may hold that pretrain wrote (and may move aside with --overwrite).
 inline const std::vector<std::string> kRunEntries = {"last", "best", "log.csv", "tensorboard"};
+
+// Creates `dir` and the folders above it that are missing, and removes those it created again (deepest
+// first, each only while empty) when destroyed without keep(): a command that fails leaves no empty
+// folders behind (`--out checkpoints/x` with a bad flag once left checkpoints/).
+class CreatedFolders {
+ public:
+  explicit CreatedFolders(const std::string& dir);
+  ~CreatedFolders();
+  CreatedFolders(const CreatedFolders&) = delete;
+  CreatedFolders& operator=(const CreatedFolders&) = delete;
+  void keep() { created_.clear(); }
+
+ private:
+  std::vector<std::string> created_;  // the deepest first
+};
 
 // An exclusive flock() on `lock_path`, created when missing and removed by its holder when released,
 // so the file exists only while someone holds it. AppError naming the holder when it is held.
@@ -39,11 +55,21 @@ class FolderLock {
   int fd_ = -1;
 };
 
+// The names in `dir` that `is_own` does not claim (sorted; none when the folder is missing): what an
+// app that writes into `dir` must not touch, and refuses to share the folder with.
+std::vector<std::string> others_in_folder(const std::string& dir, const std::function<bool(const std::string& name)>& is_own);
+// "a, b, c and 2 more", for messages.
+std::string list_names(std::vector<std::string> names);
+// True for "<base>.tmp.<digits>": an atomic write of `base`, in progress or killed.
+bool is_temporary_of(const std::string& name, const std::string& base);
+
 // UsageError when `out` cannot be a run folder of its own: empty, ".", "..", the filesystem root,
 // the current folder or one above it, or an existing file.
 void check_run_folder_path(const std::string& out);
 // The same for a folder an app writes once and never replaces (merge, export, import): UsageError as
-// above, or AppError when it exists and is not empty; `example` is a folder name to suggest.
+// above, or AppError when it exists and is not empty, or when another process is writing it (its
+// "<out>.tmp.<pid>" is locked); `example` is a folder name to suggest. The temporary folders of
+// writers that died ("<out>.tmp.<pid>", unlocked) are removed, with a line on stdout for each.
 void check_new_output_folder(const std::string& out, const std::string& app, const std::string& example);
 
 class RunFolder {
@@ -86,9 +112,8 @@ class RunFolder {
   void write_marker() const;
 
   std::string dir_;
+  std::optional<CreatedFolders> created_;  // removed again if no run was started in the folder
   std::optional<FolderLock> lock_;
-  bool created_ = false;  // the folder did not exist: removed again if nothing was started in it
-  bool started_ = false;
   bool replacing_ = false;
   std::vector<std::string> notes_;
 };

@@ -73,6 +73,7 @@ json state_json(const TrainState& st, const PretrainSettings& s, const std::stri
             {"settings", json(s)}};
   j["best_val_loss"] = std::isfinite(st.best_val_loss) ? json(st.best_val_loss) : json(nullptr);
   if (!st.init_from.empty()) j["init_from"] = {{"checkpoint", st.init_from}, {"step", st.init_step}};
+  j["until"] = st.until_steps > 0 ? json{{"steps", st.until_steps}} : json{{"minutes", st.until_minutes}};
   return j;
 }
 
@@ -140,6 +141,11 @@ TrainState read_state(const std::string& path, PretrainSettings& settings) {
       st.init_from = j.at("init_from").at("checkpoint").get<std::string>();
       st.init_step = j.at("init_from").at("step").get<std::string>();
     }
+    if (j.contains("until")) {  // since runs said where they end
+      const json& until = j.at("until");
+      if (until.contains("steps")) st.until_steps = until.at("steps").get<int64_t>();
+      else st.until_minutes = until.at("minutes").get<double>();
+    }
   } catch (const json::exception& e) {
     throw AppError(path + ": not a pretrain state file (" + e.what() + "); start a new run with --overwrite");
   }
@@ -150,6 +156,8 @@ TrainState read_state(const std::string& path, PretrainSettings& settings) {
   else if (st.tokens_seen < 0) bad = format("tokens_seen is %lld", (long long)st.tokens_seen);
   else if (st.best_step < -1 || st.best_step > st.step) bad = format("best_step is %lld at step %lld", (long long)st.best_step, (long long)st.step);
   else if (std::isnan(st.best_val_loss) || st.best_val_loss < 0) bad = format("best_val_loss is %g", st.best_val_loss);
+  else if (st.until_steps < 0) bad = format("until.steps is %lld", (long long)st.until_steps);
+  else if (!std::isfinite(st.until_minutes) || st.until_minutes < 0) bad = format("until.minutes is %g", st.until_minutes);
   if (!bad.empty()) throw AppError(path + ": " + bad + "; the file was edited or damaged: start over with --overwrite");
   return st;
 }
@@ -172,6 +180,8 @@ Trainer::Trainer(gpt::GPT& model, const PretrainSettings& settings, const TrainS
            {.lr = s_.lr, .beta1 = s_.beta1, .beta2 = s_.beta2, .eps = 1e-8, .weight_decay = s_.weight_decay}),
       schedule_{s_.lr, s_.min_lr, s_.warmup_steps, s_.schedule_steps},
       tokens_per_step_(s_.batch_size * batches.block_size()) {
+  st_.until_steps = opts_.steps;  // saved with each checkpoint: a --resume without flags ends there too
+  st_.until_minutes = opts_.steps > 0 ? 0 : opts_.minutes;
   manual_seed(s_.seed);                          // dropout's stream
   dist::shard_generator(default_generator());    // rank r draws its rows' share of each mask
   dist::broadcast_tensors(model_.parameters());  // rank 0's weights everywhere (built from the seed or loaded, they agree already)
@@ -343,6 +353,7 @@ void Trainer::record_evaluation(const EvalResult& r, RunFolder* folder) {
   save(last_dir_, true);
   if (folder) folder->checkpoint_saved();  // a run this one replaces goes now
   saved_step_ = st_.step;
+  if (st_.step == opts_.kill_after_save_step) ::raise(SIGKILL);  // the worst moment for what follows a save
   std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, %.3f bits/byte, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
               (long long)st_.step, r.loss, r.perplexity(), r.bits_per_byte(), 100 * r.top1, format_count(r.tokens).c_str(),
               improved ? " best so far" : "", last_dir_.c_str(), improved ? (" and " + best_dir_).c_str() : "");
@@ -388,15 +399,14 @@ int Trainer::run(RunFolder* folder) {
       tb_->add_scalar("tokens_per_s", tok_s, st_.step);
     }
 
-    double val_loss = NAN;
-    if (eval_now) {
-      const EvalResult eval = evaluate();
-      val_loss = eval.loss;
-      record_evaluation(eval, folder);
-    }
+    std::optional<EvalResult> eval;
+    if (eval_now) eval = evaluate();
+    // The step's row before its checkpoint: a kill right after the save must not lose it (resume keeps
+    // the rows up to last/'s step and drops later ones, which it logs again).
+    if (csv_) csv_->row({std::to_string(st_.step), csv_number(r.loss), csv_number(eval ? eval->loss : NAN),
+                         csv_number(r.lr, "%.6e"), csv_number(tok_s, "%.1f"), csv_number(st_.elapsed_s, "%.3f")});
+    if (eval) record_evaluation(*eval, folder);
     if (tb_) tb_->flush();
-    if (csv_) csv_->row({std::to_string(st_.step), csv_number(r.loss), csv_number(val_loss), csv_number(r.lr, "%.6e"),
-                         csv_number(tok_s, "%.1f"), csv_number(st_.elapsed_s, "%.3f")});
     if (done) break;
   }
 

@@ -39,6 +39,11 @@ struct TrainState {
   int64_t best_step = -1;
   uint64_t rng_seed = 0, rng_offset = 0;
   std::string init_from, init_step;  // the checkpoint a fine-tuning run started from ("" for none)
+  // Where the run ends: --steps (until_steps > 0), else the minutes it may use in all. A --resume
+  // without either continues to the same end; one that has reached it says the run is complete.
+  // Both 0 in a state.json from before they were kept.
+  int64_t until_steps = 0;
+  double until_minutes = 0;
 };
 
 // Reads last/state.json: the run's progress, and its settings into `settings`. AppError naming the
@@ -60,6 +65,7 @@ struct TrainerOptions {
   int64_t log_interval = 1;  // a progress line every this many steps
   bool skip_nonfinite = false;    // skip a step whose loss or gradient is not finite, instead of stopping
   int64_t inject_nan_step = -1;   // testing aid: NaN in a gradient at this step
+  int64_t kill_after_save_step = -1;  // testing aid: SIGKILL right after this step's checkpoint
   double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
 };
 

@@ -159,7 +159,9 @@ bool is_hf_config(const std::string& config_json) {
     const auto j = nlohmann::json::parse(config_json);
     return j.is_object() && j.contains("model_type");
   } catch (const nlohmann::json::exception&) {
-    return false;  // from_json names what is wrong with it
+    // Unparsable (a number like 1e400, a stray comma): the loader that reads it names what is wrong,
+    // so send it to the right one; ours never has "model_type".
+    return config_json.find("\"model_type\"") != std::string::npos;
   }
 }
 

@@ -26,6 +26,13 @@ std::vector<std::pair<std::string, Linear*>> adapted_layers(const Module& root) 
   return out;
 }
 
+// "8", "2.5", "1e+38": what a person reads in a message.
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
@@ -57,6 +64,14 @@ NamedTensors add_lora(Module& root, const LoRAOptions& options, const Init& init
   if (options.rank < 1) throw std::invalid_argument("add_lora: rank " + std::to_string(options.rank) + " must be at least 1");
   if (!std::isfinite(options.alpha) || options.alpha <= 0)
     throw std::invalid_argument("add_lora: alpha must be a positive number");
+  // alpha / rank scales every update; trained adapters use 0.5..16. Past kMaxLoRAScale it can only be
+  // a damaged or edited file, and its products overflow float32 (alpha 1e38 made merge write infinities).
+  if (options.alpha / double(options.rank) > kMaxLoRAScale)
+    throw std::invalid_argument("add_lora: alpha " + format_number(options.alpha) + " over rank " + std::to_string(options.rank) +
+                                " scales the update by " + format_number(options.alpha / double(options.rank)) +
+                                ", past the limit of " + format_number(kMaxLoRAScale));
+  if (!(options.dropout >= 0 && options.dropout < 1))
+    throw std::invalid_argument("add_lora: dropout " + format_number(options.dropout) + " must be in [0, 1)");
   std::vector<Linear*> targets;
   std::set<std::string> matched;
   for (auto& [name, m] : root.named_modules()) {
@@ -145,18 +160,41 @@ Adapter load_adapter(const std::string& path) {
   } catch (const std::logic_error&) {
     throw std::runtime_error(path + ": the adapter's rank, alpha or dropout is not a number");
   }
+  // The numbers that scale the weights: checked here, naming the file (add_lora checks them again).
+  if (a.options.rank < 1 || !std::isfinite(a.options.alpha) || a.options.alpha <= 0 ||
+      a.options.alpha / double(a.options.rank) > kMaxLoRAScale || !(a.options.dropout >= 0 && a.options.dropout < 1))
+    throw std::runtime_error(path + ": the adapter's metadata is out of range (lora_rank " + meta("lora_rank") + ", lora_alpha " +
+                             meta("lora_alpha") + ", lora_dropout " + meta("lora_dropout") +
+                             "; expected a rank of at least 1, 0 < alpha <= " + format_number(kMaxLoRAScale) +
+                             " x rank and a dropout in [0, 1))");
   a.options.targets.clear();
   std::istringstream targets(meta("lora_targets"));
   for (std::string t; std::getline(targets, t, ',');)
     if (!t.empty()) a.options.targets.push_back(t);
   for (auto& [name, t] : file.tensors) {
     if (!is_lora_name(name)) throw std::runtime_error(path + ": tensor " + name + " is not an adapter's (lora_A or lora_B)");
+    // As the model's weights are (gpt/checkpoint.cpp): a NaN here gave a finite loss and garbage stories.
+    if (!is_floating(t.dtype()))
+      throw std::runtime_error(path + ": tensor '" + name + "' is " + std::string(safetensors::dtype_to_string(t.dtype())) +
+                               ", expected a float dtype for an adapter's weight");
+    if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
+      throw std::runtime_error(path + ": tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
+                               std::to_string(i) + "; the adapter is unusable");
     a.tensors.emplace_back(name, t);
   }
   return a;
 }
 
 void apply_adapter(Module& root, const Adapter& adapter) {
+  // The rank the metadata declares sizes every adapter add_lora allocates: it must be the file's
+  // tensors' own before anything is allocated (an edited lora_rank of 1e9 would ask for terabytes).
+  for (const auto& [name, t] : adapter.tensors) {
+    const bool is_a = ("." + name).find(".lora_A.") != std::string::npos;
+    const int64_t r = t.dim() != 2 ? -1 : is_a ? t.shape()[0] : t.shape()[1];
+    if (r != adapter.options.rank)
+      throw std::invalid_argument("apply_adapter: " + name + " is " + mvgpt::to_string(t.shape()) + ", not of the rank " +
+                                  std::to_string(adapter.options.rank) + " that lora_rank says");
+  }
   NamedTensors params = add_lora(root, adapter.options);
   std::set<std::string> given;
   for (const auto& [name, t] : adapter.tensors) given.insert(name);

@@ -21,6 +21,10 @@ struct LoRAOptions {
   std::vector<std::string> targets = {"c_attn", "attn.c_proj"};
 };
 
+// The largest alpha / rank an adapter may have: trained ones use 0.5..16, and far past that a merge
+// overflows float32.
+inline constexpr double kMaxLoRAScale = 1e4;
+
 // Gives every target Linear under `root` an adapter and freezes every other parameter of `root`
 // (requires_grad false: no gradient, no optimizer state). A is drawn from `init` (Kaiming-uniform
 // scale as PEFT: U(-1/sqrt(in), 1/sqrt(in))), B is zero. Returns the adapters' parameters by dotted

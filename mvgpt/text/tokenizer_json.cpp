@@ -44,9 +44,15 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
   // llama2.c's tokenizer.bin starts with a small int32 (its longest piece); a JSON text's first four
   // characters, read as one, are at least 0x09000000.
+  // A file that starts with a byte no text starts with (a control character, a byte of no UTF-8
+  // character start other than a BOM's) is binary too: tokenizer.bin with a bad header, whose error
+  // names the header rather than "not valid JSON".
   int32_t max_token_length = 0;
   if (text.size() >= 4) std::memcpy(&max_token_length, text.data(), 4);
   if (max_token_length > 0 && uint64_t(max_token_length) <= kMaxTokenBytes) return from_llama2c_bin(text, path);
+  const auto first = text.empty() ? 0u : unsigned(static_cast<unsigned char>(text[0]));
+  const bool text_start = first == '\t' || first == '\n' || first == '\r' || (first >= 0x20 && first < 0x7f) || first == 0xef;
+  if (text.size() >= 4 && !text_start) return from_llama2c_bin(text, path);
   return from_json(text, path);
 }
 

@@ -1,6 +1,7 @@
 #include <mvgpt/util/atomic_file.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,6 +84,15 @@ void write_folder_atomic(const std::string& dir, const std::function<void(const 
   const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  // Held until the folder is in place (remove_abandoned_folder_writes); the kernel drops it when we die.
+  const int lock_fd = ::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd >= 0) (void)::flock(lock_fd, LOCK_EX | LOCK_NB);
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } unlock{lock_fd};
   try {
     fill(tmp.string());
     swap_into_place(tmp, target);
@@ -91,6 +101,35 @@ void write_folder_atomic(const std::string& dir, const std::function<void(const 
     fs::remove_all(tmp, ignored);
     throw;
   }
+}
+
+std::vector<std::string> remove_abandoned_folder_writes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::path target = fs::path(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::vector<std::string> removed;
+  std::error_code ec;
+  std::vector<fs::path> candidates;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && e.is_directory(ec))
+      candidates.push_back(e.path());
+  }
+  for (const fs::path& p : candidates) {
+    const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (!held) {
+      fs::remove_all(p, ec);  // under our lock: the writer is gone
+      removed.push_back(p.string());
+    }
+    ::close(fd);
+    if (held) throw FolderInUse(p.string());
+  }
+  return removed;
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <stdexcept>
 #include <string_view>
+#include <vector>
 
 namespace mvgpt::util {
 
@@ -40,6 +42,14 @@ void fsync_dir(const std::string& dir);
 // leaves the old folder whole (the temporary one is removed on an exception). Parent folders are
 // created; a trailing slash in `dir` names the same folder.
 void write_folder_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill);
+// write_folder_atomic holds an flock() on its "<dir>.tmp.<pid>" while it writes, so the temporary
+// folders of a writer that died (SIGKILL, a power cut) can be told from a live writer's, whatever
+// its pid means in this PID namespace. Removes the former and returns their paths; throws
+// FolderInUse (its message the temporary folder's path) when another process is writing `dir` now.
+struct FolderInUse : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+std::vector<std::string> remove_abandoned_folder_writes(const std::string& dir);
 // The whole file; throws std::runtime_error naming the path when it cannot be read.
 std::string read_file(const std::string& path);
 
