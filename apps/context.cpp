@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
     check_output_folder("--out-dir", args.out_dir);  // now, not after all the measuring
     // A folder of context's own (NOTE [ Nothing lost in a run folder ] applied to its outputs): new,
     // empty, or holding only what context writes there.
+    if (const std::string above = managed_folder_above(args.out_dir); !above.empty())
+      throw UsageError("--out-dir " + args.out_dir + " is inside " + above +
+                       ", which another app writes and replaces as a whole; choose a folder outside it, such as runs/context");
     if (const auto others = others_in_folder(args.out_dir, is_context_output); !others.empty())
       throw AppError("--out-dir " + args.out_dir + " holds files context did not write (" + list_names(others) +
                      "); context writes only into a folder of its own: choose another --out-dir, such as runs/context-2");

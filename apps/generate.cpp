@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -16,6 +17,7 @@
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/util/atomic_file.h>
 
+namespace fs = std::filesystem;
 using namespace mvgpt;
 using namespace mvgpt::apps;
 
@@ -43,13 +45,24 @@ int main(int argc, char** argv) {
                      "); leave out --tokenizer to use it");
 
     if (!args.prompt_file.empty()) {
+      // A prompt is read whole and encoded before the first token: bounded, so `< /dev/zero` or a
+      // mistaken multi-gigabyte file fails at once instead of filling the memory.
+      constexpr size_t kMaxPromptBytes = size_t(16) << 20;
+      const std::string source = args.prompt_file == "-" ? "the prompt on standard input" : "prompt file " + args.prompt_file;
       if (args.prompt_file == "-") {
-        args.prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+        char buf[65536];
+        while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+          args.prompt.append(buf, size_t(std::cin.gcount()));
+          if (args.prompt.size() > kMaxPromptBytes) break;
+        }
         if (std::cin.bad()) throw AppError("cannot read the prompt from standard input");
       } else {
         require_file(args.prompt_file, "prompt file", "pass an existing file, or - for standard input");
-        args.prompt = util::read_file(args.prompt_file);
+        if (fs::file_size(args.prompt_file) > kMaxPromptBytes) args.prompt.resize(kMaxPromptBytes + 1);
+        else args.prompt = util::read_file(args.prompt_file);
       }
+      if (args.prompt.size() > kMaxPromptBytes)
+        throw AppError(source + " is longer than 16 MiB, far past any model's context; pass the text to continue (its end)");
       while (!args.prompt.empty() && (args.prompt.back() == '\n' || args.prompt.back() == '\r')) args.prompt.pop_back();
     }
     const std::vector<text::TokenId> ids = tok.encode_prompt(args.prompt);  // after <|endoftext|>, or from BOS

@@ -21,6 +21,7 @@
 // Under `mpirun -np N` the run is data-parallel (docs/distributed.md): the same weights on every
 // rank, rank r trains on rows [r B/N, (r+1) B/N) of each global batch of B, the gradients are
 // averaged before clipping, and rank 0 alone prints, evaluates and writes files.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -141,6 +142,13 @@ RunStart resume_run(PretrainArgs& args, const RunPaths& paths, Device device) {
 RunStart init_from_run(const PretrainArgs& args, const RunPaths& paths, Device device) {
   RunStart run;
   const std::string init_dir = run.state.init_from = resolve_checkpoint(args.init_from);
+  // A run never writes over what it reads: --out holding the base would move it aside (--overwrite)
+  // and delete it at the new run's first save.
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(fs::absolute(init_dir), ec), out = fs::weakly_canonical(fs::absolute(args.out_dir), ec);
+  if (std::mismatch(out.begin(), out.end(), base.begin(), base.end()).first == out.end())
+    throw UsageError("--out " + args.out_dir + " holds the checkpoint --init-from reads (" + init_dir +
+                     "); the new run needs a folder of its own, such as " + args.out_dir + "-ft");
   const std::string own_tok = checkpoint_tokenizer(init_dir);
   if (!own_tok.empty() && !same_tokenizer(paths.tokenizer, own_tok))
     throw AppError(paths.tokenizer + " is not the tokenizer " + init_dir + " was trained with; encode the new text with it: "

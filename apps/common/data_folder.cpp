@@ -36,11 +36,7 @@ bool is_prepare_name(const std::string& name) {
 }  // namespace
 
 void check_prepare_folder(const std::string& out_dir, const std::vector<std::string>& inputs) {
-  try {
-    check_run_folder_path(out_dir);
-  } catch (const UsageError&) {
-    throw UsageError("--out " + out_dir + " cannot hold prepare's files; name a folder of their own, such as data");
-  }
+  check_run_folder_path(out_dir, "prepare writes into a folder of its own: name one such as data");
   const std::vector<std::string> others = others_in_folder(out_dir, [&](const std::string& name) {
     if (is_prepare_name(name)) return true;
     std::error_code ec;

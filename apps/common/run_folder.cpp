@@ -107,8 +107,28 @@ bool is_temporary_of(const std::string& name, const std::string& base) {
          name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
 }
 
-void check_run_folder_path(const std::string& out) {
-  const std::string hint = "; name a folder of the run's own, such as checkpoints/my-run";
+std::string managed_folder_above(const std::string& path) {
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(fs::absolute(path), ec);
+  if (ec) return "";
+  for (fs::path p = abs.parent_path(); !p.empty(); p = p.parent_path()) {
+    const char* kind = fs::exists(p / kMarker, ec)                                          ? "a training run's folder"
+                       : fs::exists(p / "checksums.json", ec)                              ? "a checkpoint"
+                       : fs::exists(p / "prepare.json", ec)                                ? "prepare's data folder"
+                       : fs::exists(p / "config.json", ec) && fs::exists(p / "model.safetensors", ec) ? "a model's folder"
+                                                                                           : nullptr;
+    if (kind) {  // as the user would write it: relative to the current folder when inside it
+      const fs::path cwd = fs::weakly_canonical(fs::current_path(ec), ec);
+      const fs::path rel = !ec && is_same_or_inside(p, cwd) ? fs::relative(p, cwd, ec) : p;
+      return (ec || rel.empty() ? p : rel).string() + ", " + kind;
+    }
+    if (p == p.root_path()) break;
+  }
+  return "";
+}
+
+void check_run_folder_path(const std::string& out, const std::string& what_to_do) {
+  const std::string hint = "; " + what_to_do;
   if (out.empty()) throw UsageError("--out is empty" + hint);
   std::error_code ec;
   const fs::path abs = fs::weakly_canonical(fs::absolute(out), ec);
@@ -118,14 +138,14 @@ void check_run_folder_path(const std::string& out) {
   if (!ec && is_same_or_inside(cwd, abs))
     throw UsageError("--out " + out + " is " + (abs == cwd ? "the current folder" : "a folder above the current one") + hint);
   if (fs::exists(abs, ec) && !fs::is_directory(abs, ec)) throw UsageError("--out " + out + " is a file, not a folder" + hint);
+  // A folder inside another app's output goes with it: a checkpoint is replaced whole at the run's
+  // next save (an export into ck/run/last/hf was deleted by it), and the apps that read it check it.
+  if (const std::string above = managed_folder_above(out); !above.empty())
+    throw UsageError("--out " + out + " is inside " + above + ", which another app writes and replaces as a whole" + hint);
 }
 
 void check_new_output_folder(const std::string& out, const std::string& app, const std::string& example) {
-  try {
-    check_run_folder_path(out);
-  } catch (const UsageError&) {
-    throw UsageError("--out " + out + " cannot hold " + app + "'s output; name a new folder, such as " + example);
-  }
+  check_run_folder_path(out, app + " writes a new folder: name a new folder, such as " + example);
   // Under the flock each writer holds on its temporary folder (util::write_folder_atomic): a live one
   // means another process writes this --out now; one we can lock was left by a writer that died.
   try {

@@ -63,9 +63,16 @@ std::string list_names(std::vector<std::string> names);
 // True for "<base>.tmp.<digits>": an atomic write of `base`, in progress or killed.
 bool is_temporary_of(const std::string& name, const std::string& base);
 
+// The folder above `path` (not `path` itself) that an app manages as a whole, as "<folder>, <what
+// it is>": a run folder, a checkpoint, prepare's data folder or a model's folder; "" when none.
+// Nothing is written inside one by another app.
+std::string managed_folder_above(const std::string& path);
+
 // UsageError when `out` cannot be a run folder of its own: empty, ".", "..", the filesystem root,
-// the current folder or one above it, or an existing file.
-void check_run_folder_path(const std::string& out);
+// the current folder or one above it, an existing file, or inside a managed folder (above).
+// `what_to_do` ends each message.
+void check_run_folder_path(const std::string& out,
+                           const std::string& what_to_do = "name a folder of the run's own, such as checkpoints/my-run");
 // The same for a folder an app writes once and never replaces (merge, export, import): UsageError as
 // above, or AppError when it exists and is not empty, or when another process is writing it (its
 // "<out>.tmp.<pid>" is locked); `example` is a folder name to suggest. The temporary folders of

@@ -1,5 +1,6 @@
 #include <mvgpt/nn/lora.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -91,6 +92,13 @@ NamedTensors add_lora(Module& root, const LoRAOptions& options, const Init& init
     if (!matched.count(t)) unmatched.push_back(t);
   if (!unmatched.empty())
     throw std::invalid_argument("add_lora: no Linear layer is named like " + join(unmatched) + " (targets are layer names such as c_attn)");
+  // A rank past a layer's smaller side adds no expressiveness, only memory (a typo of 1e9 asked for
+  // terabytes before this).
+  for (Linear* l : targets)
+    if (options.rank > std::min(l->in_features, l->out_features))
+      throw std::invalid_argument("add_lora: rank " + std::to_string(options.rank) + " is larger than the adapted layers allow (" +
+                                  std::to_string(std::min(l->in_features, l->out_features)) + ", the smaller side of a " +
+                                  std::to_string(l->out_features) + " x " + std::to_string(l->in_features) + " weight)");
   for (Linear* l : targets) {
     Init a_init = init;
     a_init.dtype = l->weight.dtype();

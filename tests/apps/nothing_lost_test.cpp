@@ -83,11 +83,10 @@ TEST_F(NothingLost, PrepareWritesOnlyIntoAFolderOfItsOwn) {
   const fs::path cwd = prepared();
   const fs::path run = trained(true);
   const auto before = snapshot(run);
-  for (const std::string out : {"checkpoints/tiny-rope/best", "checkpoints/tiny-rope"}) {
-    SCOPED_TRACE(out);
-    expect_one_line_error(run_app("prepare", "--data-dir stories --vocab-size 300 --out " + out, cwd), "prepare",
-                          "holds files prepare did not write");
-  }
+  expect_one_line_error(run_app("prepare", "--data-dir stories --vocab-size 300 --out checkpoints/tiny-rope", cwd), "prepare",
+                        "holds files prepare did not write");
+  expect_one_line_error(run_app("prepare", "--data-dir stories --vocab-size 300 --out checkpoints/tiny-rope/best", cwd), "prepare",
+                        "is inside checkpoints/tiny-rope, a training run's folder", 2);
   EXPECT_EQ(snapshot(run), before) << "prepare changed a checkpoint";
   // Someone's folder of notes.
   write_text(cwd / "nl" / "notes" / "todo.txt", "mine\n");
@@ -381,6 +380,42 @@ TEST_F(NothingLost, EachFailureNamesItsRealCause) {
   expect_one_line_error(run_app("pretrain", "--init-from no/such/run --steps 1 --device cpu --out nl/never", cwd), "pretrain",
                         "checkpoint no/such/run: no such folder");
   EXPECT_FALSE(fs::exists(cwd / "nl" / "never"));
+}
+
+// The red-team pass over the apps since "Nothing lost": outputs inside another app's folder, a
+// fine-tune over its own base, a rank no layer allows, a prompt without end.
+TEST_F(NothingLost, NoAppWritesIntoAnotherAppsFolderOrOverWhatItReads) {
+  const fs::path cwd = prepared();
+  const fs::path run = trained(true);
+  lora_run();
+  write_text(cwd / "nl" / "tiny.json", tiny_config(true));
+  const auto before = snapshot(run);
+  // An export inside a run's last/ was deleted by the run's next save.
+  expect_one_line_error(run_app("export", "--ckpt checkpoints/tiny-rope --out checkpoints/tiny-rope/last/hf", cwd), "export",
+                        "is inside checkpoints/tiny-rope/last, a checkpoint", 2);
+  expect_one_line_error(run_app("merge", "--ckpt ft-nl/lora --out ft-nl/lora/best/merged", cwd), "merge",
+                        "is inside ft-nl/lora/best, a checkpoint", 2);
+  expect_one_line_error(run_app("export", "--ckpt checkpoints/tiny-rope --out data/hf", cwd), "export",
+                        "is inside data, prepare's data folder", 2);
+  expect_one_line_error(run_app("pretrain", "--config nl/tiny.json --steps 1 --device cpu --out checkpoints/tiny-rope/sub", cwd),
+                        "pretrain", "is inside checkpoints/tiny-rope, a training run's folder", 2);
+  expect_error_last(run_app("context", "--ckpt checkpoints/tiny-rope --length 40 --streams 1 --no-plot --device cpu "
+                            "--out-dir checkpoints/tiny-rope/best/plots", cwd),
+                    "context", "is inside checkpoints/tiny-rope/best, a checkpoint", 2);
+  // A fine-tune whose --out is its own base: with --overwrite it moved the base aside and deleted it.
+  expect_one_line_error(run_app("pretrain", "--init-from checkpoints/tiny-rope --steps 1 --device cpu --overwrite "
+                                "--out checkpoints/tiny-rope", cwd),
+                        "pretrain", "holds the checkpoint --init-from reads", 2);
+  EXPECT_EQ(snapshot(run), before);
+  // A LoRA rank past the layers' sides (width 32) asked for memory that no adapter needs.
+  expect_one_line_error(run_app("pretrain", "--init-from checkpoints/tiny-rope --lora-rank 1000000000 --steps 1 --device cpu "
+                                "--out nl/rank", cwd),
+                        "pretrain", "rank 1000000000 is larger than the adapted layers allow (32");
+  EXPECT_FALSE(fs::exists(cwd / "nl" / "rank"));
+  // A prompt without end on standard input.
+  RunResult endless = run_command("head -c 20000000 /dev/zero | '" + app_path("generate") +
+                                  "' --ckpt checkpoints/tiny-rope --prompt-file - --device cpu", cwd);
+  expect_one_line_error(endless, "generate", "the prompt on standard input is longer than 16 MiB");
 }
 
 // context's --out-dir is a folder of its own, as every app's output is.
