@@ -17,6 +17,7 @@
 #include "apps/common/context_methods.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/plot.h"
+#include "apps/common/resources.h"
 #include "apps/common/run_folder.h"
 #include <mvgpt/util/atomic_file.h>
 
@@ -138,6 +139,9 @@ int main(int argc, char** argv) {
       m.gpt = load_model(m.dir, device, args.adapter).model;
       m.gpt->eval();
       apply_position_flags(*m.gpt, args.rope_scaling, args.block_size, m.name);
+      // "full" runs the whole stream at once; the others a window at a time.
+      check_inference_fits(m.gpt->config(), 1, std::max(m.gpt->config().block_size, args.length), device, m.name,
+                           "--length or --block-size");
       const auto& config = m.gpt->config();
       check_same_tokenizer(args.tokens_path, m.dir, m.name);
       // Only the streams are read: check their ids, not the whole file's.

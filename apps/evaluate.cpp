@@ -12,6 +12,7 @@
 #include "apps/common/cli.h"
 #include "apps/common/checkpoints.h"
 #include "apps/common/evaluation.h"
+#include "apps/common/resources.h"
 
 using namespace mvgpt;
 using namespace mvgpt::apps;
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
       gpt::GPT& model = *loaded.model;
       model.eval();
       apply_position_flags(model, args.rope_scaling, args.block_size, names[i]);
+      check_inference_fits(model.config(), args.batch_size, model.config().block_size, device, names[i], "--block-size or --batch-size");
       check_tokens_fit(tokens, model.config(), names[i]);
       check_same_tokenizer(args.tokens_path, dirs[i], names[i]);
       if (int64_t(tokens.size()) < model.config().block_size + 1)

@@ -14,6 +14,7 @@
 #include "apps/common/app.h"
 #include "apps/common/cli.h"
 #include "apps/common/checkpoints.h"
+#include "apps/common/resources.h"
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/util/atomic_file.h>
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     gpt::GPT& model = *loaded.model;
     model.eval();
     apply_position_flags(model, args.rope_scaling, args.block_size, name);
+    check_inference_fits(model.config(), 1, model.config().block_size, device, name, "--block-size");
     check_tokenizer_fits(tok, args.tokenizer_path, model.config(), name);
     const std::string own = checkpoint_tokenizer(dir);
     if (!own.empty() && own != args.tokenizer_path && !same_tokenizer(own, args.tokenizer_path))

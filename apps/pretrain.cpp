@@ -308,6 +308,10 @@ int main(int argc, char** argv) {
     gpt::GPT& model = *run.model;
     if (args.lora.rank > 0) {
       if (args.resume) throw UsageError("--lora-rank: a resumed run keeps its adapters (from last/); leave it out");
+      // Past the width the rank adds no expressiveness, only memory (1e9 asked for terabytes).
+      if (args.lora.rank > config.n_embd)
+        throw UsageError(format("--lora-rank %lld is larger than the model's width (%lld), the smaller side of the layers it "
+                                "adapts; adapters use a few (8, 16)", (long long)args.lora.rank, (long long)config.n_embd));
       Generator lora_gen(s.seed);
       nn::add_lora(model, args.lora, {.gen = &lora_gen});
     }

@@ -4,6 +4,7 @@
 
 #include "apps/common/app.h"
 #include <mvgpt/nn/lora.h>
+#include <mvgpt/util/hash.h>
 
 namespace mvgpt::apps {
 
@@ -51,6 +52,11 @@ gpt::LoadedCheckpoint load_model(const std::string& resolved_dir, Device device,
   } catch (const std::exception& e) {  // a whole adapter that does not fit this model
     throw AppError(adapter + ": " + e.what() + " (an adapter trained on another model?)");
   }
+  // Shapes can fit a model of other weights (another run of the same shape): said, not refused, since
+  // putting an adapter on a related base can be meant.
+  if (!file.base_fingerprint.empty() && file.base_fingerprint != util::to_hex(nn::base_weights_fingerprint(*loaded.model)))
+    warn_after_success(adapter + " was trained on other base weights than " + resolved_dir +
+                       "'s: its results hold for the base it was trained on (pretrain --init-from in its run's state.json)");
   loaded.model->to(device);
   loaded.model->eval();
   return loaded;

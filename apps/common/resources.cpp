@@ -85,4 +85,21 @@ void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Devic
   if (!shortfall.empty()) throw AppError(shortfall);
 }
 
+void check_inference_fits(const gpt::GPTConfig& c, int64_t batch_size, int64_t tokens, Device device,
+                          const std::string& model_name, const std::string& flag) {
+  const double weights = estimate_training_memory(c, 1).weights;  // doubles: no overflow for any size
+  const double rows = double(batch_size) * double(tokens);
+  const double cache = 4 * rows * double(c.n_layer) * 2 * double(c.kv_heads()) * double(c.head_dim());
+  const double activations = 4 * rows * (20 * double(c.n_embd) + double(c.n_head) * double(tokens) + 2 * double(c.vocab_size));
+  const double needed = weights + cache + activations;
+  const double available = device.is_cuda() ? available_device_memory_bytes(device) : available_memory_bytes();
+  if (available < 0 || needed <= available) return;
+  throw AppError(format("running %s over %lld positions (batch %lld) needs about %s of %smemory (weights %s, KV cache %s, "
+                        "activations %s), but %s is %s; use a smaller %s",
+                        model_name.c_str(), (long long)tokens, (long long)batch_size, format_bytes(needed).c_str(),
+                        device.is_cuda() ? "GPU " : "", format_bytes(weights).c_str(), format_bytes(cache).c_str(),
+                        format_bytes(activations).c_str(), format_bytes(available).c_str(),
+                        device.is_cuda() ? ("free on " + device.str()).c_str() : "available", flag.c_str()));
+}
+
 }  // namespace mvgpt::apps

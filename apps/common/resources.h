@@ -34,6 +34,14 @@ std::string training_memory_shortfall(const TrainingMemory& m, int64_t batch_siz
 // GPU's free memory with --device cuda (the weights pass through the host on their way, briefly).
 void check_training_fits(const gpt::GPTConfig& config, int64_t batch_size, Device device);
 
+// Running a model (evaluate, context, generate) over `tokens` positions at a time, `batch_size`
+// sequences: float32 weights, the KV cache of those positions, one layer's activations with its
+// attention rows, and the logits. AppError saying what it needs, what there is and that `flag`
+// (--block-size, --length) should be smaller when that does not fit: a --block-size of 16M took a
+// minute and 8 GB for three tokens of a tiny model, and would have taken 300 GB of the series' one.
+void check_inference_fits(const gpt::GPTConfig& config, int64_t batch_size, int64_t tokens, Device device,
+                          const std::string& model_name, const std::string& flag);
+
 // "1.5 GiB", "300.0 MiB".
 std::string format_bytes(double bytes);
 

@@ -9,6 +9,7 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/nn/safetensors.h>
+#include <mvgpt/util/hash.h>
 
 namespace mvgpt::nn {
 
@@ -92,13 +93,6 @@ NamedTensors add_lora(Module& root, const LoRAOptions& options, const Init& init
     if (!matched.count(t)) unmatched.push_back(t);
   if (!unmatched.empty())
     throw std::invalid_argument("add_lora: no Linear layer is named like " + join(unmatched) + " (targets are layer names such as c_attn)");
-  // A rank past a layer's smaller side adds no expressiveness, only memory (a typo of 1e9 asked for
-  // terabytes before this).
-  for (Linear* l : targets)
-    if (options.rank > std::min(l->in_features, l->out_features))
-      throw std::invalid_argument("add_lora: rank " + std::to_string(options.rank) + " is larger than the adapted layers allow (" +
-                                  std::to_string(std::min(l->in_features, l->out_features)) + ", the smaller side of a " +
-                                  std::to_string(l->out_features) + " x " + std::to_string(l->in_features) + " weight)");
   for (Linear* l : targets) {
     Init a_init = init;
     a_init.dtype = l->weight.dtype();
@@ -150,7 +144,19 @@ void save_adapter(const std::string& path, const Module& root, const LoRAOptions
   drop << options.dropout;
   safetensors::save(path, tensors,
                     {{"format", "pt"}, {"lora_rank", std::to_string(options.rank)}, {"lora_alpha", alpha.str()},
-                     {"lora_dropout", drop.str()}, {"lora_targets", join(options.targets)}});
+                     {"lora_dropout", drop.str()}, {"lora_targets", join(options.targets)},
+                     {"base_weights_xxh64", util::to_hex(base_weights_fingerprint(root))}});
+}
+
+uint64_t base_weights_fingerprint(const Module& root) {
+  util::Xxh64 h;
+  for (const auto& [name, p] : root.named_parameters()) {
+    if (is_lora_name(name)) continue;
+    h.update(name.data(), name.size() + 1);  // with its '\0': names and values never run together
+    const Tensor host = ops::contiguous(ops::to(ops::to(p.detach(), Device::cpu()), DType::f32));
+    h.update(host.data<float>(), size_t(host.numel()) * sizeof(float));
+  }
+  return h.digest();
 }
 
 Adapter load_adapter(const std::string& path) {
@@ -175,6 +181,8 @@ Adapter load_adapter(const std::string& path) {
                              meta("lora_alpha") + ", lora_dropout " + meta("lora_dropout") +
                              "; expected a rank of at least 1, 0 < alpha <= " + format_number(kMaxLoRAScale) +
                              " x rank and a dropout in [0, 1))");
+  for (const auto& [k, v] : file.metadata)
+    if (k == "base_weights_xxh64") a.base_fingerprint = v;
   a.options.targets.clear();
   std::istringstream targets(meta("lora_targets"));
   for (std::string t; std::getline(targets, t, ',');)

@@ -50,7 +50,13 @@ void save_adapter(const std::string& path, const Module& root, const LoRAOptions
 struct Adapter {
   LoRAOptions options;
   NamedTensors tensors;
+  // base_weights_fingerprint of the model it was trained on, 16 hex digits ("" in files saved before
+  // adapters recorded it). PEFT names its base; a name says nothing of which weights.
+  std::string base_fingerprint;
 };
+// XXH64 over the names and float32 values of `root`'s parameters that are not adapters, in
+// registration order: which base weights an adapter belongs to.
+uint64_t base_weights_fingerprint(const Module& root);
 Adapter load_adapter(const std::string& path);
 // add_lora with the file's options, then its tensors into the adapters (every one must match a layer
 // and its shape, or std::invalid_argument naming what differs).

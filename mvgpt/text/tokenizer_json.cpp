@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include <mvgpt/text/token_file.h>
 #include <mvgpt/text/tokenizer_impl.h>
 #include <mvgpt/util/atomic_file.h>
 #include <mvgpt/util/json.h>
@@ -50,6 +51,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
   int32_t max_token_length = 0;
   if (text.size() >= 4) std::memcpy(&max_token_length, text.data(), 4);
   if (max_token_length > 0 && uint64_t(max_token_length) <= kMaxTokenBytes) return from_llama2c_bin(text, path);
+  if (max_token_length == kTokenFileMagic)  // the file prepare writes beside it, handed over by mistake
+    throw std::runtime_error("Tokenizer::load: " + path + " is an llm.c token file (train.bin, valid.bin), not a tokenizer; "
+                             "pass the tokenizer.json beside it");
   const auto first = text.empty() ? 0u : unsigned(static_cast<unsigned char>(text[0]));
   const bool text_start = first == '\t' || first == '\n' || first == '\r' || (first >= 0x20 && first < 0x7f) || first == 0xef;
   if (text.size() >= 4 && !text_start) return from_llama2c_bin(text, path);

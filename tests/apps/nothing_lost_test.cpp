@@ -410,12 +410,37 @@ TEST_F(NothingLost, NoAppWritesIntoAnotherAppsFolderOrOverWhatItReads) {
   // A LoRA rank past the layers' sides (width 32) asked for memory that no adapter needs.
   expect_one_line_error(run_app("pretrain", "--init-from checkpoints/tiny-rope --lora-rank 1000000000 --steps 1 --device cpu "
                                 "--out nl/rank", cwd),
-                        "pretrain", "rank 1000000000 is larger than the adapted layers allow (32");
+                        "pretrain", "--lora-rank 1000000000 is larger than the model's width (32)", 2);
   EXPECT_FALSE(fs::exists(cwd / "nl" / "rank"));
+  // A window far past the memory: a --block-size of 16M took a minute and 8 GB for three tokens.
+  RunResult window = run_command("MVGPT_AVAILABLE_MEMORY=2000000000 '" + app_path("generate") +
+                                 "' --ckpt checkpoints/tiny-rope --block-size 16777216 --max-new-tokens 3 --device cpu", cwd);
+  expect_one_line_error(window, "generate", "over 16777216 positions (batch 1) needs about");
+  EXPECT_NE(window.err.find("use a smaller --block-size"), std::string::npos) << window.err;
+  // A token file handed over as the tokenizer.
+  expect_one_line_error(run_app("prepare", "--data-dir stories --tokenizer data/train.bin --out nl/tok2", cwd), "prepare",
+                        "data/train.bin is an llm.c token file (train.bin, valid.bin), not a tokenizer");
   // A prompt without end on standard input.
   RunResult endless = run_command("head -c 20000000 /dev/zero | '" + app_path("generate") +
                                   "' --ckpt checkpoints/tiny-rope --prompt-file - --device cpu", cwd);
   expect_one_line_error(endless, "generate", "the prompt on standard input is longer than 16 MiB");
+}
+
+// An adapter put on a model of the same shapes but other weights computed numbers of neither, unsaid.
+TEST_F(NothingLost, AnAdapterOnOtherBaseWeightsIsSaid) {
+  const fs::path cwd = prepared();
+  lora_run();
+  write_text(cwd / "nl" / "tiny.json", tiny_config(true));
+  ASSERT_EQ(run_app("pretrain", "--config nl/tiny.json --seed 7 --steps 1 --batch-size 2 --eval-windows 2 --device cpu "
+                    "--out nl/other-base", cwd).code, 0);
+  const std::string adapter = " --adapter ft-nl/lora/best/adapter.safetensors --device cpu --max-windows 2";
+  RunResult own = run_app("evaluate", "--ckpt checkpoints/tiny-rope" + adapter, cwd);
+  ASSERT_EQ(own.code, 0) << own.err;
+  EXPECT_EQ(own.err.find("warning"), std::string::npos) << own.err;
+  RunResult other = run_app("evaluate", "--ckpt nl/other-base" + adapter, cwd);
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_NE(other.err.find("evaluate: warning: ft-nl/lora/best/adapter.safetensors was trained on other base weights than "
+                           "nl/other-base/best's"), std::string::npos) << other.err;
 }
 
 // context's --out-dir is a folder of its own, as every app's output is.
