@@ -5,6 +5,7 @@
 
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::gpt {
@@ -113,6 +114,11 @@ LoadedCheckpoint load_llama2c(const std::string& path) {
   }
   state.emplace_back("transformer.ln_f.weight", final_norm);
   if (!shared) state.emplace_back("lm_head.weight", classifier);
+  // As a checkpoint's weights are (checkpoint.cpp): a NaN would only show later, as a nan loss.
+  for (const auto& [name, t] : state)
+    if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
+      throw fail("the weights of " + name + " hold a non-finite value (NaN or infinity) at element " + std::to_string(i) +
+                 "; the model is unusable");
   LoadedCheckpoint out;
   out.model = std::make_shared<GPT>(c);
   out.model->load_state_dict(state);

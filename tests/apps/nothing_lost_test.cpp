@@ -443,6 +443,19 @@ TEST_F(NothingLost, AnAdapterOnOtherBaseWeightsIsSaid) {
                            "nl/other-base/best's"), std::string::npos) << other.err;
 }
 
+// A llama2.c model's floats were taken as they came: a NaN gave a nan loss after import.
+TEST_F(NothingLost, NonFiniteLlama2cWeightsAreRefused) {
+  const fs::path cwd = prepared();
+  std::string bytes = slurp(fs::path(MVGPT_SOURCE_DIR) / "tests" / "fixtures" / "llama2c" / "tiny_v1.bin");
+  ASSERT_GT(bytes.size(), 300u);
+  const float nan = NAN;
+  std::memcpy(bytes.data() + 256 + 4 * 3, &nan, 4);  // export.py --version 1: a 256-byte header, then the first norm
+  write_text(cwd / "nl" / "nan.bin", bytes);
+  expect_one_line_error(run_app("import", "--format llama2c --from nl/nan.bin --out nl/nan-import", cwd), "import",
+                        "nl/nan.bin: the weights of transformer.h.0.ln_1.weight hold a non-finite value (NaN or infinity) at element 3");
+  EXPECT_FALSE(fs::exists(cwd / "nl" / "nan-import"));
+}
+
 // context's --out-dir is a folder of its own, as every app's output is.
 TEST_F(NothingLost, ContextWritesOnlyIntoAFolderOfItsOwn) {
   const fs::path cwd = prepared();

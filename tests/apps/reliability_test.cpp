@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <numeric>
+#include <sstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -198,6 +200,16 @@ TEST_F(Reliability, SigkillAtRandomMomentsNeverLosesTheCheckpoint) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   for (const char* f : {"last/model.safetensors", "last/optimizer.safetensors", "best/model.safetensors"})
     EXPECT_TRUE(slurp(cwd / "kill-a" / "run" / f) == slurp(run / f)) << f << " differs from the uninterrupted run's";
+  // log.csv follows the checkpoints through every kill: each step's row exactly once, in order.
+  std::vector<int64_t> logged;
+  std::istringstream log_rows(slurp(run / "log.csv"));
+  std::string row;
+  std::getline(log_rows, row);  // the header
+  while (std::getline(log_rows, row))
+    if (!row.empty()) logged.push_back(std::stoll(row.substr(0, row.find(','))));
+  std::vector<int64_t> every_step(kSteps);
+  std::iota(every_step.begin(), every_step.end(), 1);
+  EXPECT_EQ(logged, every_step) << slurp(run / "log.csv");
   std::printf("[ info     ] %d kills (%.0f ms a step), %d left a temporary checkpoint folder (killed mid-save), %d resumed starts\n",
               kills, step_ms, mid_save, resumed_starts);
 }
