@@ -36,7 +36,7 @@
 #include "apps/common/run_folder.h"
 #include "apps/common/trainer.h"
 #include <mvgpt/backends/cpu/openblas_core.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/ops.h>
 #include <mvgpt/dist/data_parallel.h>
 #include <mvgpt/dist/world.h>
 #include <mvgpt/gpt/batches.h>

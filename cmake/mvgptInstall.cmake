@@ -12,11 +12,11 @@ install(TARGETS ${modules} EXPORT mvgptTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# The headers keep their repository paths: <mvgpt/tensor/tensor.h>, and the umbrella <mvgpt/mvgpt.h>.
-# Internal headers stay out: the raw ops (no gradient: one public op API, autograd/ops.h), what the
-# op files and the fused units share, and the slow references.
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt
-  FILES_MATCHING PATTERN "*.h"
+# The headers keep their include paths: <mvgpt/tensor/tensor.h> from the layers' folders (a module
+# nested in another's folder, util and fused, under its own name), <mvgpt/gpt/model.h> and the
+# umbrella <mvgpt/mvgpt.h> from mvgpt/. Internal headers stay out: the raw ops (no gradient: one
+# public op API, autograd/ops.h), what the op files and the fused units share, the slow references.
+set(mvgpt_internal_headers
   REGEX "/backends/ops\\.h$" EXCLUDE
   REGEX "/backends/ops_internal\\.h$" EXCLUDE
   REGEX "/backends/reference\\.h$" EXCLUDE
@@ -25,6 +25,17 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLU
   REGEX "/fused/unit\\.h$" EXCLUDE
   REGEX "/text/pre_tokenizer\\.h$" EXCLUDE  # the tokenizer's internal headers, shared by its job files
   REGEX "/text/tokenizer_impl\\.h$" EXCLUDE)
+foreach(entry ${MVGPT_LAYER_FOLDERS})
+  string(REPLACE ":" ";" entry ${entry})
+  list(GET entry 0 module)
+  list(GET entry 1 folder)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt/${module}
+    FILES_MATCHING PATTERN "*.h"
+    PATTERN "util" EXCLUDE PATTERN "fused" EXCLUDE  # installed as modules of their own
+    ${mvgpt_internal_headers})
+endforeach()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt
+  FILES_MATCHING PATTERN "*.h" ${mvgpt_internal_headers})
 install(EXPORT mvgptTargets NAMESPACE mvgpt:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/mvgptConfig.cmake.in
   ${PROJECT_BINARY_DIR}/mvgptConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/mvgpt)

@@ -1,5 +1,27 @@
+# NOTE [ Where <mvgpt/...> headers are ]
+# The framework's layers are top-level folders, each header beside its sources: tensor/ (with the
+# small util/ every layer may use), backends/, autograd/ (with the fused ops' units in fused/), nn/.
+# The GPT package is mvgpt/: gpt/, text/, dist/ and the umbrella mvgpt.h. Every header is included
+# as <mvgpt/<module>/<file>.h>, inside the repository as from the installed package: mvgpt/'s own
+# are where that path says (the repository root is on the include path), and for the layers the
+# build makes an include tree of links, <build>/include/mvgpt/<module> -> the module's folder. The
+# install copies each module's headers to include/mvgpt/<module>/ (cmake/mvgptInstall.cmake).
+# module:folder, bottom to top.
+set(MVGPT_LAYER_FOLDERS util:tensor/util tensor:tensor backends:backends autograd:autograd fused:autograd/fused nn:nn)
+set(MVGPT_INCLUDE_TREE ${PROJECT_BINARY_DIR}/include)
+file(MAKE_DIRECTORY ${MVGPT_INCLUDE_TREE}/mvgpt)
+foreach(entry ${MVGPT_LAYER_FOLDERS})
+  string(REPLACE ":" ";" entry ${entry})
+  list(GET entry 0 module)
+  list(GET entry 1 folder)
+  if(IS_SYMLINK ${MVGPT_INCLUDE_TREE}/mvgpt/${module})
+    file(REMOVE ${MVGPT_INCLUDE_TREE}/mvgpt/${module})
+  endif()
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${folder} ${MVGPT_INCLUDE_TREE}/mvgpt/${module} SYMBOLIC)
+endforeach()
+
 # mvgpt_add_module(name SOURCES ... DEPS ...): one library per layer, headers addressed as
-# <mvgpt/<module>/...> from the repository root and from the installed include/ alike.
+# <mvgpt/<module>/...> from the repository and from the installed include/ alike.
 function(mvgpt_add_module name)
   cmake_parse_arguments(M "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(mvgpt_${name} ${M_SOURCES})
@@ -7,10 +29,17 @@ function(mvgpt_add_module name)
   set_target_properties(mvgpt_${name} PROPERTIES EXPORT_NAME ${name})
   target_include_directories(mvgpt_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<BUILD_INTERFACE:${MVGPT_INCLUDE_TREE}>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(mvgpt_${name} PUBLIC ${M_PUBLIC_DEPS} PRIVATE ${M_PRIVATE_DEPS})
   mvgpt_warnings(mvgpt_${name})
   set_property(GLOBAL APPEND PROPERTY MVGPT_MODULES mvgpt_${name})
+endfunction()
+
+# The layers above autograd use the public op API only: including the raw ops' header is an error
+# in `target`'s own sources (backends/ops.h).
+function(mvgpt_public_ops_only target)
+  target_compile_definitions(${target} PRIVATE MVGPT_PUBLIC_OPS_ONLY)
 endfunction()
 
 function(mvgpt_warnings target)

@@ -5,7 +5,6 @@
 #include "apps/common/app.h"
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
-#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/gpt/kv_cache.h>
 
@@ -34,7 +33,7 @@ namespace {
 // tokens[start, start + n) as a (1, n) int32 tensor on the device.
 Tensor slice(const std::vector<int32_t>& tokens, size_t start, size_t n, Device device) {
   std::vector<int32_t> part(tokens.begin() + std::ptrdiff_t(start), tokens.begin() + std::ptrdiff_t(start + n));
-  return ops::to(Tensor::from_vector(part, {1, int64_t(n)}), device);
+  return mvgpt::to(Tensor::from_vector(part, {1, int64_t(n)}), device);
 }
 
 // Per-position losses of logits (1, T, V) against targets[first, first + T), on the host.
@@ -42,7 +41,7 @@ std::vector<double> losses_of(const Tensor& logits, const std::vector<int32_t>& 
   const int64_t T = logits.size(1), V = logits.size(2);
   Tensor y = slice(targets, first, size_t(T), device);
   Tensor l = cross_entropy(reshape(logits, {T, V}), reshape(y, {T}), -100, Reduction::none);
-  std::vector<float> host = ops::to(l, Device::cpu()).to_vector<float>();
+  std::vector<float> host = mvgpt::to(l, Device::cpu()).to_vector<float>();
   return {host.begin(), host.end()};
 }
 

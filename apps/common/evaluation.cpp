@@ -8,7 +8,6 @@
 #include "apps/common/data_folder.h"
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
-#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/gpt/batches.h>
 
@@ -27,7 +26,7 @@ std::vector<int32_t> token_byte_lengths(const text::Tokenizer& tok) {
   return lengths;
 }
 
-double host_scalar(const Tensor& t) { return ops::to(t.detach(), Device::cpu()).item<double>(); }
+double host_scalar(const Tensor& t) { return mvgpt::to(t.detach(), Device::cpu()).item<double>(); }
 
 EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
                             int64_t max_windows, Device device, const std::vector<int32_t>* byte_lengths) {
@@ -38,11 +37,11 @@ EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens
   int64_t correct = 0, count = 0, bytes = 0;
   for (int64_t i = 0; i < batches.size(); ++i) {
     gpt::Batch b = batches.at(i);
-    Tensor logits = model.forward(ops::to(b.inputs, device));  // (B, T, V)
+    Tensor logits = model.forward(mvgpt::to(b.inputs, device));  // (B, T, V)
     Tensor flat = reshape(logits, {-1, config.vocab_size});
-    Tensor targets = reshape(ops::to(b.targets, device), {-1});
-    Tensor losses = ops::to(ops::contiguous(cross_entropy(flat, targets, -100, Reduction::none)), Device::cpu());
-    Tensor best = ops::to(ops::contiguous(ops::argmax(flat, -1)), Device::cpu());  // (B*T) int64
+    Tensor targets = reshape(mvgpt::to(b.targets, device), {-1});
+    Tensor losses = mvgpt::to(mvgpt::contiguous(cross_entropy(flat, targets, -100, Reduction::none)), Device::cpu());
+    Tensor best = mvgpt::to(mvgpt::contiguous(mvgpt::argmax(flat, -1)), Device::cpu());  // (B*T) int64
     const float* l = losses.data<float>();
     const int64_t* p = best.data<int64_t>();
     const int32_t* y = b.targets.data<int32_t>();

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include <mvgpt/autograd/grad_mode.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/ops.h>
 
 namespace mvgpt::apps {
 
@@ -13,13 +13,13 @@ namespace mvgpt::apps {
 // element is: one reduction per chunk instead of a host copy. Chunks bound the float64 copy.
 static Tensor finite_probe(const Tensor& grad) {
   constexpr int64_t kChunk = int64_t(1) << 20;
-  const Tensor flat = ops::reshape(grad, {-1});
+  const Tensor flat = mvgpt::reshape(grad, {-1});
   Tensor total;
   for (int64_t off = 0; off < flat.numel(); off += kChunk) {
-    const Tensor part = ops::to(ops::narrow(flat, 0, off, std::min(kChunk, flat.numel() - off)), DType::f64);
-    total = total.defined() ? ops::add(total, ops::sum(part)) : ops::sum(part);
+    const Tensor part = mvgpt::to(mvgpt::narrow(flat, 0, off, std::min(kChunk, flat.numel() - off)), DType::f64);
+    total = total.defined() ? mvgpt::add(total, mvgpt::sum(part)) : mvgpt::sum(part);
   }
-  return total.defined() ? total : ops::zeros({}, DType::f64, grad.device());
+  return total.defined() ? total : mvgpt::zeros({}, DType::f64, grad.device());
 }
 
 std::string first_nonfinite_gradient(const nn::NamedTensors& params) {
@@ -33,21 +33,21 @@ std::string first_nonfinite_gradient(const nn::NamedTensors& params) {
     const Tensor probe = finite_probe(p.grad());
     auto it = std::find_if(totals.begin(), totals.end(), [&](const Tensor& t) { return t.device() == probe.device(); });
     if (it == totals.end()) totals.push_back(probe);
-    else *it = ops::add(*it, probe);
+    else *it = mvgpt::add(*it, probe);
   }
   bool finite = true;
-  for (const Tensor& t : totals) finite = finite && std::isfinite(ops::to(t, Device::cpu()).item<double>());
+  for (const Tensor& t : totals) finite = finite && std::isfinite(mvgpt::to(t, Device::cpu()).item<double>());
   if (finite) return "";
   for (const auto& [name, p] : params) {
     if (!p.defined() || !p.grad().defined()) continue;
-    if (!std::isfinite(ops::to(finite_probe(p.grad()), Device::cpu()).item<double>())) return name;
+    if (!std::isfinite(mvgpt::to(finite_probe(p.grad()), Device::cpu()).item<double>())) return name;
   }
   return "";
 }
 
 void poison_gradient(const Tensor& param) {
   NoGradGuard no_grad;
-  ops::copy_(param.grad(), ops::mul(param.grad(), NAN));  // 0 * NaN is NaN too
+  mvgpt::copy_(param.grad(), mvgpt::mul(param.grad(), NAN));  // 0 * NaN is NaN too
 }
 
 }  // namespace mvgpt::apps

@@ -6,7 +6,7 @@
 
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/cuda/cuda_backend.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/ops.h>
 #include <mvgpt/dist/nccl.h>
 #include <mvgpt/dist/world.h>
 
@@ -20,13 +20,13 @@ bool on_device(const Tensor& t) { return nccl::handles(t.device()); }
 // A contiguous tensor with t's values where its collective runs: on t's device for NCCL, else on
 // the CPU (t itself when it already is one).
 Tensor staged(const Tensor& t) {
-  Tensor s = on_device(t) || t.device().is_cpu() ? t : ops::to(t, Device::cpu());
-  return ops::contiguous(s);
+  Tensor s = on_device(t) || t.device().is_cpu() ? t : mvgpt::to(t, Device::cpu());
+  return mvgpt::contiguous(s);
 }
 
 // Writes `s` back into `t` when they are not the same tensor.
 void write_back(const Tensor& t, const Tensor& s) {
-  if (!s.same(t)) ops::copy_(t, s);
+  if (!s.same(t)) mvgpt::copy_(t, s);
   t.bump_version();
 }
 
@@ -92,10 +92,10 @@ int64_t average_group(const std::vector<Tensor>& grads, DType dtype, bool device
   std::vector<Tensor> stage, flat;  // contiguous copies (or the gradients) and their 1-D views
   for (const Tensor& g : grads) {
     stage.push_back(staged(g));
-    flat.push_back(ops::reshape(stage.back(), {g.numel()}));
+    flat.push_back(mvgpt::reshape(stage.back(), {g.numel()}));
   }
   const int64_t capacity = std::min<int64_t>(int64_t(bucket_elems), total);
-  Tensor bucket = ops::empty({capacity}, dtype, device_route ? grads.front().device() : Device::cpu());
+  Tensor bucket = mvgpt::empty({capacity}, dtype, device_route ? grads.front().device() : Device::cpu());
   struct Piece {
     size_t grad;          // index in `grads`
     int64_t from, count;  // elements of that gradient
@@ -105,12 +105,12 @@ int64_t average_group(const std::vector<Tensor>& grads, DType dtype, bool device
   int64_t used = 0, bytes = 0;
   auto flush = [&] {
     if (used == 0) return;
-    if (device_route) nccl::all_reduce_mean(used == capacity ? bucket : ops::narrow(bucket, 0, 0, used));
+    if (device_route) nccl::all_reduce_mean(used == capacity ? bucket : mvgpt::narrow(bucket, 0, 0, used));
     else if (dtype == DType::f32) host_mean(bucket.data<float>(), used);
     else host_mean(bucket.data<double>(), used);
     bytes += used * int64_t(dtype_size(dtype));
     for (const Piece& p : pieces)
-      ops::copy_(ops::narrow(flat[p.grad], 0, p.from, p.count), ops::narrow(bucket, 0, p.at, p.count));
+      mvgpt::copy_(mvgpt::narrow(flat[p.grad], 0, p.from, p.count), mvgpt::narrow(bucket, 0, p.at, p.count));
     pieces.clear();
     used = 0;
   };
@@ -118,7 +118,7 @@ int64_t average_group(const std::vector<Tensor>& grads, DType dtype, bool device
     for (int64_t from = 0, n = flat[g].numel(); from < n;) {
       if (used == capacity) flush();
       const int64_t count = std::min(n - from, capacity - used);
-      ops::copy_(ops::narrow(bucket, 0, used, count), ops::narrow(flat[g], 0, from, count));
+      mvgpt::copy_(mvgpt::narrow(bucket, 0, used, count), mvgpt::narrow(flat[g], 0, from, count));
       pieces.push_back({g, from, count, used});
       used += count;
       from += count;
@@ -200,7 +200,7 @@ Tensor shard_rows(const Tensor& batch, int rank, int n) {
                                 std::to_string(n) + " equal shares; choose a batch size that is a multiple of " +
                                 std::to_string(n));
   const int64_t share = rows / n;
-  return ops::contiguous(ops::narrow(batch, 0, rank * share, share));
+  return mvgpt::contiguous(mvgpt::narrow(batch, 0, rank * share, share));
 }
 
 double mean_over_ranks(double value) {

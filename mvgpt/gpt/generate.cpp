@@ -5,14 +5,14 @@
 #include <stdexcept>
 
 #include <mvgpt/autograd/grad_mode.h>
-#include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/ops.h>
 #include <mvgpt/tensor/philox.h>
 
 namespace mvgpt::gpt {
 
 int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_t draw_index) {
   if (logits.dim() != 1) throw std::invalid_argument("sample_token: expected logits (V), found " + mvgpt::to_string(logits.shape()));
-  std::vector<double> p = ops::to(ops::to(logits, Device::cpu()), DType::f64).to_vector<double>();
+  std::vector<double> p = mvgpt::to(mvgpt::to(logits, Device::cpu()), DType::f64).to_vector<double>();
   if (options.vocab_limit < 0)
     throw std::invalid_argument("sample_token: vocab_limit must be >= 0, found " + std::to_string(options.vocab_limit));
   if (options.vocab_limit > 0 && options.vocab_limit < int64_t(p.size())) p.resize(size_t(options.vocab_limit));
@@ -66,7 +66,7 @@ static Tensor ids_tensor(std::vector<int32_t>::const_iterator begin, std::vector
                          Device device) {
   std::vector<int32_t> ids(begin, end);
   Tensor t = Tensor::from_vector(ids, Shape{1, int64_t(ids.size())});
-  return device.is_cpu() ? t : ops::to(t, device);
+  return device.is_cpu() ? t : mvgpt::to(t, device);
 }
 
 std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -90,7 +90,7 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
 
   Tensor logits = cached ? model.forward(last_window(), &cache, true) : model.forward(last_window(), nullptr, true);
   for (int64_t i = 0; i < max_new_tokens; ++i) {
-    int32_t token = sample_token(ops::reshape(logits, {-1}), options, uint64_t(i));
+    int32_t token = sample_token(mvgpt::reshape(logits, {-1}), options, uint64_t(i));
     out.push_back(token);
     story.push_back(token);
     if (on_token && !on_token(token)) break;

@@ -1,4 +1,3 @@
-#include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/model.h>
 
 #include <cmath>
@@ -23,7 +22,7 @@ std::shared_ptr<nn::Module> make_norm(const GPTConfig& c, const nn::Init& init) 
 // Redraws a residual projection's weight with the smaller GPT-2 scale.
 void reinit_weight(const Tensor& weight, const nn::Init& init) {
   NoGradGuard no_grad;
-  ops::copy_(weight, nn::normal(weight.shape(), init.std, init));
+  mvgpt::copy_(weight, nn::normal(weight.shape(), init.std, init));
 }
 
 }  // namespace

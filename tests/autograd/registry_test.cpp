@@ -40,7 +40,7 @@ INSTANTIATE_TEST_SUITE_P(Registry, OpGradcheck, ::testing::ValuesIn(registered_n
 
 // The declarations between the markers of autograd/ops.h: name -> number of overloads.
 std::map<std::string, int> declared_ops() {
-  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/mvgpt/autograd/ops.h");
+  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/autograd/ops.h");
   EXPECT_TRUE(in.good()) << "cannot read autograd/ops.h";
   std::map<std::string, int> names;
   std::regex decl(R"(^\s*(?:Tensor|std::vector<Tensor>)\s+([a-z_0-9]+)\()");

@@ -398,7 +398,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, OpOnDevice,
 // ---- device coverage: NOTE [ Device coverage ] ----
 
 std::string read_backend_header() {
-  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/mvgpt/backends/backend.h");
+  std::ifstream in(std::string(MVGPT_SOURCE_DIR) + "/backends/backend.h");
   EXPECT_TRUE(in.good()) << "cannot read backends/backend.h";
   std::ostringstream s;
   s << in.rdbuf();

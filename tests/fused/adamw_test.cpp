@@ -1,4 +1,4 @@
-// AdamW (mvgpt/fused/adamw.h): the CPU kernel against hand-computed values, PyTorch's float32
+// AdamW (autograd/fused/adamw.h): the CPU kernel against hand-computed values, PyTorch's float32
 // results bit for bit, the shared device math and the slow reference; the op's checks.
 #include <gtest/gtest.h>
 

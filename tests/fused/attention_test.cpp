@@ -1,4 +1,4 @@
-// Attention (mvgpt/fused/attention.h): the CPU kernels (forward and backward) against naive double
+// Attention (autograd/fused/attention.h): the CPU kernels (forward and backward) against naive double
 // loops and finite differences: causal and not, KV-cache offsets (Tq < Tk), decode (Tq = 1), grouped
 // kv heads, strided inputs; the op's checks and dtypes; the kernels against the slow reference.
 #include <gtest/gtest.h>

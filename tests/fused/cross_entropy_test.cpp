@@ -1,4 +1,4 @@
-// Cross-entropy (mvgpt/fused/cross_entropy.h): the CPU kernels against naive double loops, the op's
+// Cross-entropy (autograd/fused/cross_entropy.h): the CPU kernels against naive double loops, the op's
 // target checks (immediate and deferred), and the kernels against the slow reference.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Layer norm and RMS norm (mvgpt/fused/norms.h): the CPU kernels against naive double loops and
+// Layer norm and RMS norm (autograd/fused/norms.h): the CPU kernels against naive double loops and
 // their backward against finite differences; the ops' layouts, dtypes and errors; the kernels
 // against the slow reference.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Rotary embedding (mvgpt/fused/rope.h): the CPU kernel against naive double loops and the
+// Rotary embedding (autograd/fused/rope.h): the CPU kernel against naive double loops and the
 // rotation's algebraic properties; the op's checks and dtypes; the kernel against the slow reference.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Every fused unit (NOTE [ A fused op is one unit ] in mvgpt/fused/unit.h), from its registration
+// Every fused unit (NOTE [ A fused op is one unit ] in autograd/fused/unit.h), from its registration
 // alone: its gradient checks in float64, and its CPU-vs-device cases, which also cover every kernel
 // it declares. A unit added to units.def is tested here without touching this file.
 #include <gtest/gtest.h>

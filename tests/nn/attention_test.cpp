@@ -113,7 +113,7 @@ TEST(CausalSelfAttention, FusedAndUnfusedMatchNaive) {
     SCOPED_TRACE(c.name);
     Generator gen(21);
     CausalSelfAttention m(c.config, {.gen = &gen, .std = 0.3});
-    if (m.c_attn->bias.defined()) ops::copy_(m.c_attn->bias, testing::randn(m.c_attn->bias.shape(), 4));
+    if (m.c_attn->bias.defined()) { NoGradGuard no_grad; ops::copy_(m.c_attn->bias, testing::randn(m.c_attn->bias.shape(), 4)); }
     Tensor x = testing::randn({2, 5, c.config.n_embd}, 22);
     std::vector<double> want = naive_attention(m, x, iota(0, 5));
     m.use_fused = true;
@@ -149,7 +149,7 @@ TEST(CausalSelfAttention, Gradients) {
   for (bool fused : {true, false}) {
     SCOPED_TRACE(fused ? "fused" : "unfused");
     CausalSelfAttention m({.n_embd = 4, .n_head = 2, .n_kv_head = 1, .rope = true}, {.dtype = DType::f64, .std = 0.5});
-    ops::copy_(m.c_attn->bias, testing::randn(m.c_attn->bias.shape(), 5));
+    { NoGradGuard no_grad; ops::copy_(m.c_attn->bias, testing::randn(m.c_attn->bias.shape(), 5)); }
     m.use_fused = fused;
     std::vector<Tensor> inputs{testing::randn({1, 3, 4}, 6, DType::f64)};
     for (const Tensor& p : m.parameters()) inputs.push_back(p);

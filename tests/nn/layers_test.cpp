@@ -55,7 +55,7 @@ TEST(Linear, MatchesNaiveLoopsOnStridedInput) {
   Linear lin(5, 3, true, {.gen = &gen});
   EXPECT_EQ(lin.weight.shape(), (Shape{3, 5}));
   EXPECT_EQ(lin.bias.shape(), Shape{3});
-  ops::copy_(lin.bias, testing::randn({3}, 9));  // non-zero bias
+  { NoGradGuard no_grad; ops::copy_(lin.bias, testing::randn({3}, 9)); }  // non-zero bias
   // (2, 4, 5) made by transposing a contiguous (2, 5, 4): non-contiguous.
   Tensor x = ops::transpose(testing::randn({2, 5, 4}, 7), 1, 2);
   ASSERT_FALSE(x.is_contiguous());
@@ -86,7 +86,7 @@ TEST(Linear, InitIsNormalWithStd002AndSeeded) {
 
 TEST(Linear, Gradients) {
   Linear lin(3, 2, true, {.dtype = DType::f64});
-  ops::copy_(lin.bias, testing::randn({2}, 2));
+  { NoGradGuard no_grad; ops::copy_(lin.bias, testing::randn({2}, 2)); }
   Tensor x = testing::randn({2, 2, 3}, 4, DType::f64);
   check_layer_gradients("Linear", lin, x, [&](const Tensor& in) { return lin(in); });
 }
@@ -133,8 +133,8 @@ TEST(LayerNorm, MatchesNaiveWithAndWithoutAffine) {
   LayerNorm ln(6);
   EXPECT_EQ(vals(ln.weight), std::vector<double>(6, 1.0));
   EXPECT_EQ(vals(ln.bias), std::vector<double>(6, 0.0));
-  ops::copy_(ln.weight, testing::randn({6}, 1));
-  ops::copy_(ln.bias, testing::randn({6}, 2));
+  { NoGradGuard no_grad; ops::copy_(ln.weight, testing::randn({6}, 1)); }
+  { NoGradGuard no_grad; ops::copy_(ln.bias, testing::randn({6}, 2)); }
   Tensor x = ops::narrow(testing::randn({3, 2, 8}, 3), 2, 1, 6);  // sliced: non-contiguous rows
   expect_close(ln(x), naive_layer_norm(x, ln.weight, ln.bias, 1e-5), 1e-5);
 
@@ -149,14 +149,14 @@ TEST(LayerNorm, MatchesNaiveWithAndWithoutAffine) {
 
 TEST(LayerNorm, Gradients) {
   LayerNorm ln(4, 1e-5, true, true, {.dtype = DType::f64});
-  ops::copy_(ln.weight, testing::randn({4}, 5));
-  ops::copy_(ln.bias, testing::randn({4}, 6));
+  { NoGradGuard no_grad; ops::copy_(ln.weight, testing::randn({4}, 5)); }
+  { NoGradGuard no_grad; ops::copy_(ln.bias, testing::randn({4}, 6)); }
   check_layer_gradients("LayerNorm", ln, testing::randn({3, 4}, 7, DType::f64), [&](const Tensor& in) { return ln(in); });
 }
 
 TEST(RMSNorm, MatchesNaive) {
   RMSNorm rn(5, 1e-6);
-  ops::copy_(rn.weight, testing::randn({5}, 1));
+  { NoGradGuard no_grad; ops::copy_(rn.weight, testing::randn({5}, 1)); }
   Tensor x = ops::transpose(testing::randn({5, 4}, 2), 0, 1);  // (4, 5) transposed
   std::vector<double> xv = vals(x), w = vals(rn.weight), want(xv.size());
   for (int r = 0; r < 4; ++r) {
@@ -170,7 +170,7 @@ TEST(RMSNorm, MatchesNaive) {
 
 TEST(RMSNorm, Gradients) {
   RMSNorm rn(4, 1e-6, true, {.dtype = DType::f64});
-  ops::copy_(rn.weight, testing::randn({4}, 5));
+  { NoGradGuard no_grad; ops::copy_(rn.weight, testing::randn({4}, 5)); }
   check_layer_gradients("RMSNorm", rn, testing::randn({2, 4}, 8, DType::f64), [&](const Tensor& in) { return rn(in); });
 }
 
@@ -179,7 +179,7 @@ TEST(MLP, IsGeluTanhBetweenTwoLinears) {
   MLP mlp(4, 0, true, {.gen = &gen, .std = 0.5});
   EXPECT_EQ(mlp.c_fc->weight.shape(), (Shape{16, 4}));
   EXPECT_EQ(mlp.c_proj->weight.shape(), (Shape{4, 16}));
-  ops::copy_(mlp.c_fc->bias, testing::randn({16}, 1));
+  { NoGradGuard no_grad; ops::copy_(mlp.c_fc->bias, testing::randn({16}, 1)); }
   Tensor x = testing::randn({2, 3, 4}, 12);
   std::vector<double> h = naive_linear(vals(x), mlp.c_fc->weight, mlp.c_fc->bias, 6);
   for (double& v : h) v = gelu_tanh(v);

@@ -45,8 +45,8 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 TEST(LoRA, TheAdapterPathMatchesFiniteDifferences) {
   Tiny m(DType::f64);
   add_lora(m, {.rank = 2, .alpha = 3});
-  ops::copy_(m.c_attn->lora_B->weight, testing::randn({5, 2}, 4, DType::f64));  // B = 0 would hide A's gradient
-  ops::copy_(m.c_proj->lora_B->weight, testing::randn({6, 2}, 5, DType::f64));
+  { NoGradGuard no_grad; ops::copy_(m.c_attn->lora_B->weight, testing::randn({5, 2}, 4, DType::f64)); }  // B = 0 would hide A's gradient
+  { NoGradGuard no_grad; ops::copy_(m.c_proj->lora_B->weight, testing::randn({6, 2}, 5, DType::f64)); }
   std::vector<Tensor> inputs{testing::randn({3, 6}, 1, DType::f64), m.c_attn->lora_A->weight, m.c_attn->lora_B->weight,
                              m.c_proj->lora_A->weight, m.c_proj->lora_B->weight};
   auto r = autograd::gradcheck("LoRA", [&](const autograd::Inputs& in) { return m(in[0]); }, inputs);
@@ -85,7 +85,7 @@ TEST(LoRA, MergedEqualsUnmergedAndLeavesAnOrdinaryModel) {
   // A trained adapter's size: updates of about a tenth of the weights (outputs of order one, so float32
   // rounding stays near 1e-7 of them).
   for (const auto& [n, p] : lora_parameters(m))
-    ops::copy_(p, ops::mul(testing::randn(p.shape(), uint64_t(n.size()), DType::f32), 0.1));
+    { NoGradGuard no_grad; ops::copy_(p, ops::mul(testing::randn(p.shape(), uint64_t(n.size()), DType::f32), 0.1)); }
   const Tensor x = testing::randn({5, 6}, 3);
   const Tensor adapted = m(x);
   merge_lora(m);
@@ -103,7 +103,7 @@ TEST(LoRA, TheAdapterFileRoundTrips) {
   Tiny m(DType::f32);
   const LoRAOptions options{.rank = 2, .alpha = 4, .dropout = 0.1, .targets = {"c_attn", "c_fc"}};
   add_lora(m, options);
-  for (const auto& [n, p] : lora_parameters(m)) ops::copy_(p, testing::randn(p.shape(), uint64_t(7 + n.size()), DType::f32));
+  for (const auto& [n, p] : lora_parameters(m)) { NoGradGuard no_grad; ops::copy_(p, testing::randn(p.shape(), uint64_t(7 + n.size()), DType::f32)); }
   m.eval();
   const Tensor x = testing::randn({2, 6}, 8);
   const std::string path = dir.file("adapter.safetensors");

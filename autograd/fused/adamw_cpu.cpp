@@ -1,0 +1,73 @@
+// The CPU kernel of AdamW (autograd/fused/adamw.h): elementwise over contiguous param, grad, m, v,
+// the float32 loop in explicit 8-wide vectors, each operation rounded as PyTorch's separate kernels
+// round it (no FMA contraction).
+#include <cmath>
+#include <type_traits>
+
+#include <mvgpt/backends/cpu/fused_common.h>
+#include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/fused/adamw.h>
+
+namespace mvgpt::fused {
+namespace {
+
+using cpu::kElementwiseGrain;
+using cpu::parallel_for;
+namespace vec = cpu::fused;
+
+template <typename T>
+void adamw_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+  // Scalars in double, as Python computes them, then cast once.
+  const double bias1 = 1 - std::pow(p.beta1, double(p.step));
+  const double bias2 = 1 - std::pow(p.beta2, double(p.step));
+  const T decay = T(1 - p.lr * p.weight_decay);
+  const T b1 = T(p.beta1), one_minus_b1 = T(1 - p.beta1), b2 = T(p.beta2), one_minus_b2 = T(1 - p.beta2);
+  const T step_size = T(p.lr / bias1), bias2_sqrt = T(std::sqrt(bias2)), eps = T(p.eps);
+  T* pp = param.data<T>();
+  const T* gp = grad.data<T>();
+  T* mp = m.data<T>();
+  T* vp = v.data<T>();
+  parallel_for(param.numel(), kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+    int64_t i = i0;
+    if constexpr (std::is_same_v<T, float>) {
+      // Explicit vectors: the scalar loop does not vectorize because of std::sqrt (errno).
+      using vec::f32x8;
+      for (; i + vec::kVec <= i1; i += vec::kVec) {
+        const f32x8 g = vec::load8(gp + i), m0 = vec::load8(mp + i), v0 = vec::load8(vp + i);
+        const f32x8 pi = vec::no_contract(vec::load8(pp + i) * decay);
+        const f32x8 mi = vec::no_contract(m0 * b1) + one_minus_b1 * g;
+        const f32x8 vi = vec::no_contract(v0 * b2) + one_minus_b2 * g * g;
+        vec::store8(mp + i, mi);
+        vec::store8(vp + i, vi);
+        vec::store8(pp + i, pi - step_size * mi / (vec::sqrt8(vi) / bias2_sqrt + eps));
+      }
+    }
+    for (; i < i1; ++i) {
+      const T g = gp[i];
+      const T pi = vec::no_contract(pp[i] * decay);
+      const T mi = vec::no_contract(mp[i] * b1) + one_minus_b1 * g;
+      const T vi = vec::no_contract(vp[i] * b2) + one_minus_b2 * g * g;
+      mp[i] = mi;
+      vp[i] = vi;
+      pp[i] = pi - step_size * mi / (std::sqrt(vi) / bias2_sqrt + eps);  // addcdiv: (value * m) / denom
+    }
+  });
+}
+
+}  // namespace
+
+AdamWKernels adamw_cpu_kernels() {
+  return {[](const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+    const char* op = "adamw_step (cpu)";
+    vec::require_float(param, op, "param");
+    for (const Tensor* t : {&param, &grad, &m, &v}) {
+      vec::require_contiguous(*t, op, "every tensor");
+      if (t->dtype() != param.dtype() || t->numel() != param.numel())
+        throw std::logic_error("adamw_step (cpu): param, grad, m, v must share dtype and size");
+    }
+    if (param.dtype() == DType::f64) adamw_impl<double>(param, grad, m, v, p);
+    else adamw_impl<float>(param, grad, m, v, p);
+  }};
+}
+
+}  // namespace mvgpt::fused

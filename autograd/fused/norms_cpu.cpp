@@ -1,0 +1,216 @@
+// The CPU kernels of layer norm and RMS norm (autograd/fused/norms.h) over the last axis of a
+// contiguous (N, C) input, forward and backward. One row per task; the weight/bias gradients are
+// sums over rows, computed as partial sums over fixed row chunks (independent of the thread count)
+// added in chunk order, so they are deterministic.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <mvgpt/backends/cpu/fused_common.h>
+#include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/fused/norms.h>
+
+namespace mvgpt::fused {
+namespace {
+
+using cpu::parallel_for;
+namespace vec = cpu::fused;
+
+
+// Rows per task: enough work per task to amortise scheduling (~16k elements).
+int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
+
+// The row chunks of a parameter-gradient reduction: a function of N only, never of the thread count.
+int64_t chunk_rows(int64_t N, int64_t C) { return std::max<int64_t>(row_grain(C), (N + 63) / 64); }
+
+template <typename T>
+void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = x.size(-1), N = rstd.numel();  // rows counted by rstd: x may have C = 0
+  const T* xp = x.data<T>();
+  const T* wp = weight ? weight.data<T>() : nullptr;
+  const T* bp = bias ? bias.data<T>() : nullptr;
+  T* yp = y.data<T>();
+  T* mp = mean.data<T>();
+  T* rp = rstd.data<T>();
+  parallel_for(N, row_grain(C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = xp + r * C;
+      T* yr = yp + r * C;
+      // Two passes (mean, then the centred sum of squares) avoid the cancellation of E[x^2] - E[x]^2.
+      const T mu = vec::row_sum(xr, C) / T(C);
+      const T var = vec::row_sq_centred(xr, mu, C) / T(C);
+      const T rs = T(1) / std::sqrt(var + T(eps));
+      mp[r] = mu;
+      rp[r] = rs;
+      if (wp && bp)
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * wp[i] + bp[i];
+      else if (wp)
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * wp[i];
+      else if (bp)
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs + bp[i];
+      else
+        for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs;
+    }
+  });
+}
+
+// Sums per-chunk partials (nchunks, C) in chunk order into out (C), in T.
+template <typename T>
+void reduce_chunks(const std::vector<T>& partial, int64_t nchunks, int64_t C, T* out) {
+  for (int64_t i = 0; i < C; ++i) out[i] = 0;
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const T* p = partial.data() + c * C;
+    for (int64_t i = 0; i < C; ++i) out[i] += p[i];
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd;
+// dweight = sum_rows dy * xhat, dbias = sum_rows dy.
+template <typename T>
+void layer_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                              const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+  const T* dyp = dy.data<T>();
+  const T* xp = x.data<T>();
+  const T* wp = weight ? weight.data<T>() : nullptr;
+  const T* mp = mean.data<T>();
+  const T* rp = rstd.data<T>();
+  T* dxp = dx ? dx.data<T>() : nullptr;
+  const int64_t chunk = chunk_rows(N, C);
+  const int64_t nchunks = N ? (N + chunk - 1) / chunk : 0;
+  std::vector<T> dw_part(dweight ? size_t(nchunks * C) : 0, T(0));
+  std::vector<T> db_part(dbias ? size_t(nchunks * C) : 0, T(0));
+  parallel_for(nchunks, 1, [&](int64_t c0, int64_t c1) {
+    std::vector<T> g(static_cast<size_t>(C));
+    for (int64_t c = c0; c < c1; ++c) {
+      T* dw = dweight ? dw_part.data() + c * C : nullptr;
+      T* db = dbias ? db_part.data() + c * C : nullptr;
+      for (int64_t r = c * chunk; r < std::min(N, (c + 1) * chunk); ++r) {
+        const T* xr = xp + r * C;
+        const T* dyr = dyp + r * C;
+        const T mu = mp[r], rs = rp[r];
+        if (dw)
+          for (int64_t i = 0; i < C; ++i) dw[i] += dyr[i] * (xr[i] - mu) * rs;
+        if (db)
+          for (int64_t i = 0; i < C; ++i) db[i] += dyr[i];
+        if (!dxp) continue;
+        if (wp)
+          for (int64_t i = 0; i < C; ++i) g[size_t(i)] = dyr[i] * wp[i];
+        else
+          for (int64_t i = 0; i < C; ++i) g[size_t(i)] = dyr[i];
+        const T* gp = g.data();
+        const T g_mean = vec::row_sum(gp, C) / T(C);
+        const T gx_mean = vec::row_dot_centred(gp, xr, mu, C) * rs / T(C);
+        T* dxr = dxp + r * C;
+        for (int64_t i = 0; i < C; ++i) dxr[i] = rs * (gp[i] - g_mean - (xr[i] - mu) * rs * gx_mean);
+      }
+    }
+  });
+  if (dweight) reduce_chunks(dw_part, nchunks, C, dweight.data<T>());
+  if (dbias) reduce_chunks(db_part, nchunks, C, dbias.data<T>());
+}
+
+template <typename T>
+void rms_norm_rows(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+  const int64_t C = x.size(-1), N = rstd.numel();
+  const T* xp = x.data<T>();
+  const T* wp = weight ? weight.data<T>() : nullptr;
+  T* yp = y.data<T>();
+  T* rp = rstd.data<T>();
+  parallel_for(N, row_grain(C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = xp + r * C;
+      T* yr = yp + r * C;
+      const T ms = vec::row_dot(xr, xr, C) / T(C);
+      const T rs = T(1) / std::sqrt(ms + T(eps));
+      rp[r] = rs;
+      if (wp)
+        for (int64_t i = 0; i < C; ++i) yr[i] = xr[i] * rs * wp[i];
+      else
+        for (int64_t i = 0; i < C; ++i) yr[i] = xr[i] * rs;
+    }
+  });
+}
+
+// y = x * r * w with r = (mean(x^2) + eps)^(-1/2): dx = r * g - x * r^3 * mean(g * x), g = dy * w;
+// dweight = sum_rows dy * x * r.
+template <typename T>
+void rms_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                            const Tensor& dx, const Tensor& dweight) {
+  const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
+  const T* dyp = dy.data<T>();
+  const T* xp = x.data<T>();
+  const T* wp = weight ? weight.data<T>() : nullptr;
+  const T* rp = rstd.data<T>();
+  T* dxp = dx ? dx.data<T>() : nullptr;
+  const int64_t chunk = chunk_rows(N, C);
+  const int64_t nchunks = N ? (N + chunk - 1) / chunk : 0;
+  std::vector<T> dw_part(dweight ? size_t(nchunks * C) : 0, T(0));
+  parallel_for(nchunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      T* dw = dweight ? dw_part.data() + c * C : nullptr;
+      for (int64_t r = c * chunk; r < std::min(N, (c + 1) * chunk); ++r) {
+        const T* xr = xp + r * C;
+        const T* dyr = dyp + r * C;
+        const T rs = rp[r];
+        if (dw)
+          for (int64_t i = 0; i < C; ++i) dw[i] += dyr[i] * xr[i] * rs;
+        if (!dxp) continue;
+        const T gx_mean =
+            (wp ? vec::row_dot3(dyr, wp, xr, C) : vec::row_dot(dyr, xr, C)) /
+            T(C);
+        const T k = rs * rs * rs * gx_mean;
+        T* dxr = dxp + r * C;
+        if (wp)
+          for (int64_t i = 0; i < C; ++i) dxr[i] = rs * dyr[i] * wp[i] - xr[i] * k;
+        else
+          for (int64_t i = 0; i < C; ++i) dxr[i] = rs * dyr[i] - xr[i] * k;
+      }
+    }
+  });
+  if (dweight) reduce_chunks(dw_part, nchunks, C, dweight.data<T>());
+}
+
+// Checks the layout contract shared by the norm kernels; all tensors have x's dtype.
+void check_norm_args(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
+  vec::require_float(x, op, "x");
+  vec::require_contiguous(x, op, "x");
+  for (const Tensor* t : others) {
+    if (!t->defined()) continue;
+    vec::require_contiguous(*t, op, "every tensor");
+    if (t->dtype() != x.dtype()) throw std::logic_error(std::string(op) + ": mixed dtypes reached the kernel");
+  }
+}
+
+}  // namespace
+
+NormKernels norms_cpu_kernels() {
+  NormKernels k;
+  k.layer_norm = [](const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd) {
+    check_norm_args("layer_norm (cpu)", x, {&weight, &bias, &y, &mean, &rstd});
+    if (x.dtype() == DType::f64) layer_norm_rows<double>(x, weight, bias, eps, y, mean, rstd);
+    else layer_norm_rows<float>(x, weight, bias, eps, y, mean, rstd);
+  };
+  k.layer_norm_backward = [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+    check_norm_args("layer_norm_backward (cpu)", x, {&dy, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+    if (x.dtype() == DType::f64) layer_norm_rows_backward<double>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+    else layer_norm_rows_backward<float>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+  };
+  k.rms_norm = [](const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+    check_norm_args("rms_norm (cpu)", x, {&weight, &y, &rstd});
+    if (x.dtype() == DType::f64) rms_norm_rows<double>(x, weight, eps, y, rstd);
+    else rms_norm_rows<float>(x, weight, eps, y, rstd);
+  };
+  k.rms_norm_backward = [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                           const Tensor& dx, const Tensor& dweight) {
+    check_norm_args("rms_norm_backward (cpu)", x, {&dy, &weight, &rstd, &dx, &dweight});
+    if (x.dtype() == DType::f64) rms_norm_rows_backward<double>(dy, x, weight, rstd, dx, dweight);
+    else rms_norm_rows_backward<float>(dy, x, weight, rstd, dx, dweight);
+  };
+  return k;
+}
+
+}  // namespace mvgpt::fused

@@ -1,0 +1,92 @@
+// The CPU kernel of rotary embedding (autograd/fused/rope.h). The cos/sin of every (position, pair) are computed once per call, in
+// double (positions can exceed 100k, where a float angle would be off by radians), into a table
+// shared by all heads; the rotation itself is a vectorizable loop over each row of D channels.
+#include <cmath>
+#include <vector>
+
+#include <mvgpt/backends/cpu/fused_common.h>
+#include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/fused/rope.h>
+
+namespace mvgpt::fused {
+namespace {
+
+using cpu::parallel_for;
+namespace vec = cpu::fused;
+
+template <typename T>
+void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+               double position_scale, const Tensor& out) {
+  const bool batched = x.dim() == 4;  // (B, H, T, D), else (H, T, D)
+  const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), T_ = x.size(-2), D = x.size(-1), half = D / 2;
+  const int64_t sb = batched ? x.strides()[0] : 0, sh = x.strides()[x.dim() - 3], st = x.strides()[x.dim() - 2];
+  const int64_t pos_rows = positions.dim() == 2 ? B : 1;  // per-sequence positions or one shared row
+  const int64_t table_rows = pos_rows * T_;
+
+  // (pos_rows * T, D/2) cos and sin.
+  std::vector<T> cos_t(size_t(table_rows * half)), sin_t(size_t(table_rows * half));
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(base, -2.0 * double(i) / double(D));
+  const double sign = inverse ? -1.0 : 1.0;
+  const bool pos64 = positions.dtype() == DType::i64;
+  const int64_t* p64 = pos64 ? positions.data<int64_t>() : nullptr;
+  const int32_t* p32 = pos64 ? nullptr : positions.data<int32_t>();
+  parallel_for(table_rows, std::max<int64_t>(1, 2048 / std::max<int64_t>(half, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      // Scaled before the product with the frequency: a scale of 1 leaves every angle bit for bit.
+      const double pos = (pos64 ? double(p64[r]) : double(p32[r])) * position_scale;
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = sign * pos * inv_freq[size_t(i)];
+        cos_t[size_t(r * half + i)] = T(std::cos(angle));
+        sin_t[size_t(r * half + i)] = T(std::sin(angle));
+      }
+    }
+  });
+
+  const T* xp = x.data<T>();
+  T* op = out.data<T>();
+  const int64_t rows = B * H * T_;
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = r % T_, h = (r / T_) % H, b = r / (T_ * H);
+      const T* xr = xp + b * sb + h * sh + t * st;
+      T* o = op + r * D;
+      const int64_t tr = (pos_rows == 1 ? 0 : b) * T_ + t;
+      const T* c = cos_t.data() + tr * half;
+      const T* s = sin_t.data() + tr * half;
+      if (layout == RopeLayout::split_half) {
+        for (int64_t i = 0; i < half; ++i) {
+          const T a = xr[i], bb = xr[i + half];
+          o[i] = a * c[i] - bb * s[i];
+          o[i + half] = a * s[i] + bb * c[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const T a = xr[2 * i], bb = xr[2 * i + 1];
+          o[2 * i] = a * c[i] - bb * s[i];
+          o[2 * i + 1] = a * s[i] + bb * c[i];
+        }
+      }
+    }
+  });
+}
+
+// x may be any view with a unit stride on D; positions and out are contiguous.
+void rotate(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+            double position_scale, const Tensor& out) {
+  const char* op = "rope (cpu)";
+  vec::require_float(x, op, "x");
+  vec::require_unit_last_stride(x, op, "x");
+  vec::require_contiguous(positions, op, "positions");
+  vec::require_contiguous(out, op, "out");
+  if (positions.dtype() != DType::i32 && positions.dtype() != DType::i64)
+    throw std::logic_error("rope (cpu): positions must be int32 or int64");
+  if (x.dtype() == DType::f64) rope_impl<double>(x, positions, base, layout, inverse, position_scale, out);
+  else rope_impl<float>(x, positions, base, layout, inverse, position_scale, out);
+}
+
+}  // namespace
+
+RopeKernels rope_cpu_kernels() { return {rotate}; }
+
+}  // namespace mvgpt::fused
