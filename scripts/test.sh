@@ -33,7 +33,8 @@ cmake --install "$build" --prefix "$build/install" > /dev/null
 done
 cmake -S examples -B "$build/examples" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$build/install" > /dev/null
 cmake --build "$build/examples" > /dev/null
-for app in prepare pretrain evaluate context generate merge; do "$build/install/bin/$app" --version > /dev/null; done
+# Installed as mvgpt-<app> on PATH (a bare export or import is another program's).
+for app in prepare pretrain evaluate context generate merge export import; do "$build/install/bin/mvgpt-$app" --version > /dev/null; done
 "$build/examples/consumer"
 "$build/examples/mlp_spirals"
 "$build/examples/llama"

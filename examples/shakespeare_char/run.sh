@@ -18,7 +18,7 @@ build="$(cd "${1:-$repo/build}" && pwd)"
 steps=${2:-2000}
 text=${MVGPT_SHAKESPEARE:-$repo/../shared/data/tinyshakespeare/input.txt}
 bin="$build/apps"
-[ -x "$bin/pretrain" ] || bin="$build/install/bin"
+[ -x "$bin/pretrain" ] || bin="$build/install/libexec/mvgpt"  # installed: bin/mvgpt-<app> links to these
 work="$build/shakespeare_char"
 mkdir -p "$work"
 [ -f "$text" ] || { echo "shakespeare_char: $text: no such file; set MVGPT_SHAKESPEARE to tinyshakespeare's input.txt" >&2; exit 1; }

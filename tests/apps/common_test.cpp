@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -115,6 +117,26 @@ TEST(CsvLog, AResumedRunDropsTheRowsAfterItsCheckpoint) {
   }
   EXPECT_EQ(util::read_file(path.string()), "step,loss\n");
   fs::remove(path);
+}
+
+// It looked for a header that had moved (mvgpt/model.h), so it never found the repository, and
+// prepare's default stories folder was only found from the current folder.
+TEST(Repository, TheRootIsFoundFromTheExecutable) {
+  std::error_code ec;
+  const fs::path source = fs::weakly_canonical(MVGPT_SOURCE_DIR, ec), binary = fs::weakly_canonical(MVGPT_BINARY_DIR, ec);
+  const bool build_inside = std::mismatch(source.begin(), source.end(), binary.begin(), binary.end()).first == source.end();
+  if (!build_inside) GTEST_SKIP() << "skipped: the build folder " << binary << " is outside the sources";
+  EXPECT_EQ(fs::path(repository_root()), source);
+  // From a folder with nothing above it, the stories are still found from the executable's repository.
+  if (fs::is_directory(source / ".." / "shared" / "data" / "tinystories")) {
+    const fs::path cwd = fs::current_path();
+    fs::current_path(fs::temp_directory_path());
+    ::unsetenv("MVGPT_DATA_DIR");
+    std::string found;
+    EXPECT_NO_THROW(found = find_stories_dir(""));
+    fs::current_path(cwd);
+    EXPECT_EQ(fs::path(found), fs::weakly_canonical(source / ".." / "shared" / "data" / "tinystories"));
+  }
 }
 
 TEST(Format, DurationsAndCounts) {
