@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     nn::merge_lora(*loaded.model);
     // W + alpha / r B A can overflow float32 even from finite parts: nothing that is not finite is written.
     for (const auto& [name, t] : loaded.model->state_dict())
-      if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
+      if (const int64_t i = safetensors::first_non_finite(t.detach()); i >= 0)
         throw AppError("merging " + dir + (args.adapter.empty() ? "" : " + " + args.adapter) + " makes " + name +
                        " non-finite at element " + std::to_string(i) + " (alpha " + format("%g", lora.alpha) + ", rank " +
                        std::to_string(lora.rank) + "): the adapter's weights or scale are not a trained adapter's; nothing was written");
