@@ -21,6 +21,7 @@
 extern "C" {
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
+int blas_thread_shutdown_(void) __attribute__((weak));
 }
 
 // NOTE [ Switching OpenBLAS's kernel set in-process ]
@@ -33,9 +34,14 @@ void gotoblas_dynamic_quit(void) __attribute__((weak));
 //  - each table's init() derives GEMM_R from that same BUFFER_SIZE and its own P/Q, so any core's
 //    blocking fits the buffers already allocated; no buffer is sized from the boot-time core;
 //  - the pthread server's workers read `gotoblas` at each call, they cache nothing of the old core.
-// The one hazard is a BLAS call running on another thread during the swap (it would see a null
+// The one hazard is OpenBLAS code running on another thread during the swap (it would see a null
 // table), so we switch once, under std::call_once, from CpuBackend's constructor, before our first
-// GEMM. Hence no re-exec of the process: it would lose state and surprise debuggers and tests.
+// GEMM, and first stop OpenBLAS's own worker threads (blas_thread_shutdown_ joins them; we hold
+// OpenBLAS to one thread, so they are never needed again, and a threaded call would restart them).
+// Before that, a worker still starting up while we swapped crashed the process now and then under
+// load: three SIGSEGVs in one suite run on a loaded 2-core Xeon, all at gotoblas_dynamic_init+0x248,
+// the call of gotoblas->init with the table pointer null. Hence no re-exec of the process either: it
+// would lose state and surprise debuggers and tests.
 
 namespace mvgpt::cpu {
 namespace {
@@ -153,6 +159,7 @@ void check_and_fix() {
 
   // See NOTE [ Switching OpenBLAS's kernel set in-process ].
   setenv("OPENBLAS_CORETYPE", s.wanted.c_str(), /*overwrite=*/1);
+  if (blas_thread_shutdown_ != nullptr) blas_thread_shutdown_();  // no OpenBLAS thread but ours during the swap
   gotoblas_dynamic_quit();
   gotoblas_dynamic_init();
   s.core = current_corename();
