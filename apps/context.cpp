@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/context.h"
 #include "apps/common/checkpoints.h"
 #include "apps/common/context_methods.h"
 #include "apps/common/evaluation.h"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/evaluate.h"
 #include "apps/common/checkpoints.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/resources.h"

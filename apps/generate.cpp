@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/generate.h"
 #include "apps/common/checkpoints.h"
 #include "apps/common/resources.h"
 #include <mvgpt/gpt/generate.h>

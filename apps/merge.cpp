@@ -6,7 +6,7 @@
 
 #include "apps/common/app.h"
 #include "apps/common/checkpoints.h"
-#include "apps/common/cli.h"
+#include "apps/flags/merge.h"
 #include "apps/common/run_folder.h"
 #include <mvgpt/gpt/checkpoint.h>
 #include <mvgpt/nn/lora.h>

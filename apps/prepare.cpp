@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/prepare.h"
 #include "apps/common/data_folder.h"
 #include <mvgpt/text/token_file.h>
 #include <mvgpt/text/tokenizer.h>

@@ -29,7 +29,7 @@
 
 #include "apps/common/app.h"
 #include "apps/common/checkpoints.h"
-#include "apps/common/cli.h"
+#include "apps/flags/pretrain.h"
 #include "apps/common/data_folder.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/resources.h"

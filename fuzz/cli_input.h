@@ -4,7 +4,7 @@
 //
 // An input is lines (split on '\n' or '\0'): the first names the app ("pretrain"; otherwise its first
 // byte picks one, byte % 5), the others are argv[1..] (at most kMaxWords). It is parsed and validated
-// as the app would (apps/common/cli.h), which must end in args, a CLI::ParseError or a UsageError with
+// as the app would (apps/flags/<app>.h), which must end in args, a CLI::ParseError or a UsageError with
 // a message; args that parse must hold what the run relies on (finite rates, a warm-up inside its
 // schedule, a device that names one, ...): check_command_line returns the first that does not.
 #include <cmath>
@@ -18,7 +18,14 @@
 #include <vector>
 
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/context.h"
+#include "apps/flags/evaluate.h"
+#include "apps/flags/export.h"
+#include "apps/flags/generate.h"
+#include "apps/flags/import.h"
+#include "apps/flags/merge.h"
+#include "apps/flags/prepare.h"
+#include "apps/flags/pretrain.h"
 #include <mvgpt/tensor/device.h>
 
 namespace mvgpt::fuzz {

@@ -1,4 +1,4 @@
-// The apps' command lines (apps/common/cli.h): parse and validate, as each app does before it runs,
+// The apps' command lines (apps/flags/<app>.h): parse and validate, as each app does before it runs,
 // arbitrary argv words. Input format and checks: fuzz/cli_input.h. Nothing here opens a file, trains
 // or exits: --help ends in CLI::CallForHelp, which the harness catches.
 #include <cstdint>

@@ -109,7 +109,7 @@ int run_app(CLI::App& app, int argc, char** argv, const std::function<int()>& bo
   // exits 1 like any other write error.
   std::signal(SIGXFSZ, SIG_IGN);
   try {
-    app.parse(argc, argv);  // the app's checks of its flags run in here too (apps/common/cli.h)
+    app.parse(argc, argv);  // the app's checks of its flags run in here too (apps/flags/<app>.h)
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/pretrain.h"
 #include "apps/common/csv_log.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/run_folder.h"

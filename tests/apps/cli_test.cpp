@@ -1,4 +1,4 @@
-// The apps' command lines, parsed in process (apps/common/cli.h): what each flag sets, the defaults
+// The apps' command lines, parsed in process (apps/flags/<app>.h): what each flag sets, the defaults
 // filled in, the combinations refused, the numbers CLI11 would let through (NaN); and the replay of
 // fuzz_cli's corpus (tests/fixtures/fuzz/cli/: seeds, a sample of the corpus, every crasher found).
 #include <cstdint>
@@ -8,7 +8,14 @@
 
 #include "app_runner.h"
 #include "apps/common/app.h"
-#include "apps/common/cli.h"
+#include "apps/flags/context.h"
+#include "apps/flags/evaluate.h"
+#include "apps/flags/export.h"
+#include "apps/flags/generate.h"
+#include "apps/flags/import.h"
+#include "apps/flags/merge.h"
+#include "apps/flags/prepare.h"
+#include "apps/flags/pretrain.h"
 #include "fuzz/cli_input.h"
 
 namespace mvgpt::apps::testing {
