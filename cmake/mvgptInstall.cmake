@@ -29,10 +29,16 @@ foreach(entry ${MVGPT_LAYER_FOLDERS})
   string(REPLACE ":" ";" entry ${entry})
   list(GET entry 0 module)
   list(GET entry 1 folder)
+  # A module nested in this one's folder is installed as a module of its own, not under this one.
+  # (A PATTERN matches the end of any path, the folder being installed included: so only here.)
+  set(nested "")
+  if(module STREQUAL "tensor")
+    set(nested PATTERN "util" EXCLUDE)
+  elseif(module STREQUAL "autograd")
+    set(nested PATTERN "fused" EXCLUDE)
+  endif()
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt/${module}
-    FILES_MATCHING PATTERN "*.h"
-    PATTERN "util" EXCLUDE PATTERN "fused" EXCLUDE  # installed as modules of their own
-    ${mvgpt_internal_headers})
+    FILES_MATCHING PATTERN "*.h" ${nested} ${mvgpt_internal_headers})
 endforeach()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/mvgpt/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mvgpt
   FILES_MATCHING PATTERN "*.h" ${mvgpt_internal_headers})
