@@ -10,21 +10,12 @@
 
 namespace mvgpt::apps {
 
-// CLI11's PositiveNumber and NonNegativeNumber let "nan" through (every comparison with it is false):
-// a NaN learning rate or temperature would poison the whole run. No description, so --help is unchanged.
-const CLI::Validator kFinite(
-    [](std::string& text) {
-      double v = 0;
-      if (CLI::detail::lexical_cast(text, v) && std::isfinite(v)) return std::string();
-      return text + " is not a finite number";
-    },
-    "");
-
 // The range checks of number flags, in one short line: CLI11's own print the largest double in full
 // ("Value 0 not in range 0.000000 to 17976931348623157...") and claim 0 is outside [0, ...].
-// Each refuses NaN and infinities too. No description, so --help is unchanged.
+// Each refuses NaN and infinities too, which CLI11's PositiveNumber and NonNegativeNumber let
+// through (every comparison with NaN is false). No description, so --help is unchanged.
 CLI::Validator number_check(double lo, double hi, bool lo_open, bool whole) {
-  const auto number = [](double v) { return std::to_string(v).find('.') == std::string::npos ? std::to_string(v) : format("%g", v); };
+  const auto number = [](double v) { return format("%g", v); };
   std::string allowed = whole ? "a whole number" : "a number";
   if (std::isfinite(hi)) allowed += (lo_open ? " above " + number(lo) + " and at most " : " from " + number(lo) + " to ") + number(hi);
   else allowed += lo_open ? " above " + number(lo) : " of at least " + number(lo);

@@ -31,7 +31,6 @@ void record_given(const CLI::App& app, GivenFlags& given);
 // The range checks of number flags, in one short line ("--lr: -1 is not allowed; expected a number
 // above 0"); each refuses NaN and infinities too.
 CLI::Validator number_check(double lo, double hi, bool lo_open, bool whole);
-extern const CLI::Validator kFinite;        // any finite number
 extern const CLI::Validator kCount;         // a whole number >= 1 (steps, batches, streams)
 extern const CLI::Validator kCountOrZero;   // a whole number >= 0
 extern const CLI::Validator kPositive;      // a number > 0 (rates, times, scales)

@@ -13,15 +13,13 @@ std::unique_ptr<CLI::App> generate_cli(GenerateArgs& a) {
   app->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")->capture_default_str()->check(kCountOrZero);
   app->add_option("--temperature", a.temperature, "0: always the likeliest token")
       ->capture_default_str()
-      ->check(kNonNegative)
-      ->check(kFinite);
+      ->check(kNonNegative);
   app->add_option("--top-k", a.top_k, "draw among the k likeliest tokens (0: all)")
       ->capture_default_str()
       ->check(kCountOrZero);
   app->add_option("--top-p", a.top_p, "draw among the likeliest tokens whose probability adds up to p (1: all)")
       ->capture_default_str()
-      ->check(number_check(0, 1, true, false))
-      ->check(kFinite);
+      ->check(number_check(0, 1, true, false));
   app->add_option("--num-samples", a.num_samples, "samples to write, each its own draws (seed, seed + 1, ...), separated by a line of dashes")
       ->capture_default_str()
       ->check(kCount);

@@ -22,8 +22,7 @@ std::unique_ptr<CLI::App> prepare_cli(PrepareArgs& a) {
   app->add_option("--tokenizer-mb", a.tokenizer_mb,
                   "train the tokenizer on the first N MB of the training stories (0: all of them)")
       ->capture_default_str()
-      ->check(kNonNegative)
-      ->check(kFinite);
+      ->check(kNonNegative);
   app->final_callback([&a] {
     // Past what a size_t holds the limit is no limit (and the cast would be undefined).
     const double bytes = a.tokenizer_mb * 1e6;

@@ -59,8 +59,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   auto* config_opt = app->add_option("--config", a.config_path, "model shape from a config.json instead of a preset")->excludes(preset_opt);
   auto* minutes_opt = app->add_option("--minutes", a.minutes, "train until the run has used this many minutes")
                           ->capture_default_str()
-                          ->check(kPositive)
-                          ->check(kFinite);
+                          ->check(kPositive);
   app->add_option("--steps", a.steps, "train until this step instead of by the clock")
       ->check(kCount)
       ->excludes(minutes_opt);
@@ -70,21 +69,18 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_option("--warmup-steps", s.warmup_steps, "linear warm-up steps (default: 5% of the schedule, at least min(10, a quarter of it))")
       ->check(kCountOrZero);
   app->add_option("--batch-size", s.batch_size, "sequences per step")->capture_default_str()->check(kCount);
-  app->add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(kPositive)->check(kFinite);
-  app->add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(kNonNegative)->check(kFinite);
+  app->add_option("--lr", s.lr, "peak learning rate")->capture_default_str()->check(kPositive);
+  app->add_option("--min-lr", s.min_lr, "final learning rate (default: lr / 10)")->check(kNonNegative);
   app->add_option("--weight-decay", s.weight_decay, "AdamW weight decay of the matrices and embeddings")
       ->capture_default_str()
-      ->check(kNonNegative)
-      ->check(kFinite);
+      ->check(kNonNegative);
   app->add_option("--grad-clip", s.grad_clip, "clip the gradients' global norm to this (0: off)")
       ->capture_default_str()
-      ->check(kNonNegative)
-      ->check(kFinite);
-  app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(between(0, 0.999999))->check(kFinite);
-  app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(between(0, 0.999999))->check(kFinite);
+      ->check(kNonNegative);
+  app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(between(0, 0.999999));
+  app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(between(0, 0.999999));
   app->add_option("--dropout", a.dropout, "dropout probability in training (default: the preset's or config's, 0 for the presets)")
-      ->check(between(0, 0.99))
-      ->check(kFinite);
+      ->check(between(0, 0.99));
   auto* init_opt = app->add_option("--init-from", a.init_from,
                                    "start a new run (step 0, a fresh optimizer) from this checkpoint's weights: fine-tuning")
                        ->excludes(preset_opt)
@@ -99,7 +95,6 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
                        ->needs(init_opt);
   app->add_option("--lora-alpha", a.lora.alpha, "the adapters' update is scaled by alpha / rank (default: 2 x rank)")
       ->check(kPositive)
-      ->check(kFinite)
       ->needs(rank_opt);
   app->add_option("--lora-dropout", a.lora.dropout, "dropout on the adapters' input")->check(between(0, 0.99))->needs(rank_opt);
   // One value split here, not CLI11's delimiter: "--lora-targets ," left it wanting values and
@@ -140,7 +135,6 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_option("--debug-step-seconds", a.debug_step_seconds,
                   "testing aid: time the run on a clock where each step takes this many seconds")
       ->check(kPositive)
-      ->check(kFinite)
       ->group("Testing");
 
   app->final_callback([&a, self = app.get()] {
