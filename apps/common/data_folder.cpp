@@ -29,7 +29,7 @@ constexpr const char* kOwnFiles[] = {"tokenizer.json", "train.bin", "valid.bin",
 bool is_prepare_name(const std::string& name) {
   if (name == kLockName || name.rfind(kStagingPrefix, 0) == 0) return true;
   for (const char* own : kOwnFiles)
-    if (name == own || is_temporary_of(name, own)) return true;
+    if (name == own || util::is_temporary_name(name, own)) return true;
   return false;
 }
 
@@ -70,7 +70,6 @@ PreparedFolderWriter::PreparedFolderWriter(std::string out_dir, const std::vecto
 PreparedFolderWriter::~PreparedFolderWriter() {
   std::error_code ec;
   fs::remove_all(staging_, ec);
-  if (committed_) created_.keep();
 }
 
 std::string PreparedFolderWriter::staged(const std::string& name) const { return (fs::path(staging_) / name).string(); }
@@ -84,7 +83,7 @@ void PreparedFolderWriter::commit(const std::vector<std::string>& names) {
                           nlohmann::json{{"app", "prepare"}, {"files", files}}.dump(2) + "\n");
   for (const std::string& name : names) fs::rename(staged(name), fs::path(dir_) / name);
   util::fsync_dir(dir_);  // the renames, durable
-  committed_ = true;
+  created_.keep();
 }
 
 void verify_prepared_file(const std::string& path) {

@@ -38,9 +38,8 @@ class PreparedFolderWriter {
 
  private:
   std::string dir_, staging_;
-  CreatedFolders created_;  // removed again when nothing was committed
+  CreatedFolders created_;  // removed again unless commit() ran
   FolderLock lock_;
-  bool committed_ = false;
 };
 
 // The manifest's check of the file at `path`, when its folder has a prepare.json listing it:
