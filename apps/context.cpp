@@ -96,7 +96,7 @@ std::string summary_script(const std::string& csv, const std::string& png) {
 // What context writes into --out-dir (and their atomic writes' temporary names).
 bool is_context_output(const std::string& name) {
   for (const char* own : {"context_losses.csv", "context_losses.png", "context_methods.csv", "context_methods.png"})
-    if (name == own || is_temporary_of(name, own)) return true;
+    if (name == own || util::is_temporary_name(name, own)) return true;
   return false;
 }
 

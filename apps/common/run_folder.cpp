@@ -101,12 +101,6 @@ std::vector<std::string> others_in_folder(const std::string& dir, const std::fun
   return names;
 }
 
-bool is_temporary_of(const std::string& name, const std::string& base) {
-  const std::string prefix = base + ".tmp.";
-  return name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
-         name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
-}
-
 std::string managed_folder_above(const std::string& path) {
   std::error_code ec;
   const fs::path abs = fs::weakly_canonical(fs::absolute(path), ec);

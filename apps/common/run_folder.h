@@ -60,8 +60,6 @@ class FolderLock {
 std::vector<std::string> others_in_folder(const std::string& dir, const std::function<bool(const std::string& name)>& is_own);
 // "a, b, c and 2 more", for messages.
 std::string list_names(std::vector<std::string> names);
-// True for "<base>.tmp.<digits>": an atomic write of `base`, in progress or killed.
-bool is_temporary_of(const std::string& name, const std::string& base);
 
 // The folder above `path` (not `path` itself) that an app manages as a whole, as "<folder>, <what
 // it is>": a run folder, a checkpoint, prepare's data folder or a model's folder; "" when none.

@@ -73,13 +73,24 @@ void swap_into_place(const std::filesystem::path& tmp, const std::filesystem::pa
   fsync_dir(dir.parent_path().string());
 }
 
+// The folder `dir` names: "runs/ckpt/" names ckpt (without this, the temporary folder beside it
+// would go inside it).
+std::filesystem::path folder_named(const std::string& dir) {
+  std::filesystem::path target = std::filesystem::path(dir).lexically_normal();
+  return target.has_filename() ? target : target.parent_path();
+}
+
 }  // namespace
+
+bool is_temporary_name(const std::string& name, const std::string& base) {
+  const std::string prefix = base + ".tmp.";
+  return name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
+         name.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+}
 
 void write_folder_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill) {
   namespace fs = std::filesystem;
-  fs::path target = fs::path(dir).lexically_normal();
-  // "runs/ckpt/" names the folder ckpt: without this the temporary folder would go inside it.
-  if (!target.has_filename()) target = target.parent_path();
+  const fs::path target = folder_named(dir);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
   const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
   fs::remove_all(tmp);
@@ -105,19 +116,14 @@ void write_folder_atomic(const std::string& dir, const std::function<void(const 
 
 std::vector<std::string> remove_abandoned_folder_writes(const std::string& dir) {
   namespace fs = std::filesystem;
-  fs::path target = fs::path(dir).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();
+  const fs::path target = folder_named(dir);
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string prefix = target.filename().string() + ".tmp.";
   std::vector<std::string> removed;
   std::error_code ec;
   std::vector<fs::path> candidates;
-  for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > prefix.size() && name.rfind(prefix, 0) == 0 &&
-        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && e.is_directory(ec))
+  for (const auto& e : fs::directory_iterator(parent, ec))
+    if (is_temporary_name(e.path().filename().string(), target.filename().string()) && e.is_directory(ec))
       candidates.push_back(e.path());
-  }
   for (const fs::path& p : candidates) {
     const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) continue;

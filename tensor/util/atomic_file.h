@@ -33,6 +33,9 @@ class AtomicFileWriter {
 };
 
 void write_file_atomic(const std::string& path, std::string_view contents);
+// True for "<base>.tmp.<digits>": the temporary name AtomicFileWriter and write_folder_atomic give
+// `base` while they write it (in progress, or left by a process that died).
+bool is_temporary_name(const std::string& name, const std::string& base);
 // Makes renames inside `dir` ("" for the current folder) durable: fsync of the folder itself.
 // Best effort: a filesystem that cannot open folders is left as it is.
 void fsync_dir(const std::string& dir);
