@@ -190,12 +190,7 @@ Adapter load_adapter(const std::string& path) {
   for (auto& [name, t] : file.tensors) {
     if (!is_lora_name(name)) throw std::runtime_error(path + ": tensor " + name + " is not an adapter's (lora_A or lora_B)");
     // As the model's weights are (gpt/checkpoint.cpp): a NaN here gave a finite loss and garbage stories.
-    if (!is_floating(t.dtype()))
-      throw std::runtime_error(path + ": tensor '" + name + "' is " + std::string(safetensors::dtype_to_string(t.dtype())) +
-                               ", expected a float dtype for an adapter's weight");
-    if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
-      throw std::runtime_error(path + ": tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
-                               std::to_string(i) + "; the adapter is unusable");
+    safetensors::require_finite_float(path, name, t, "for an adapter's weight", "the adapter is unusable");
     a.tensors.emplace_back(name, t);
   }
   return a;

@@ -461,4 +461,14 @@ int64_t first_non_finite(const Tensor& t) {
   }
 }
 
+void require_finite_float(const std::string& path, const std::string& name, const Tensor& t, const std::string& for_what,
+                          const std::string& unusable) {
+  if (!is_floating(t.dtype()))
+    throw std::runtime_error(path + ": tensor '" + name + "' is " + std::string(dtype_to_string(t.dtype())) +
+                             ", expected a float dtype " + for_what);
+  if (const int64_t i = first_non_finite(t); i >= 0)
+    throw std::runtime_error(path + ": tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
+                             std::to_string(i) + "; " + unusable);
+}
+
 }  // namespace mvgpt::safetensors

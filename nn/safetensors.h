@@ -93,5 +93,10 @@ uint16_t float_to_half(float f);
 // (and for integer tensors). Loaders call it: a flipped exponent byte or a diverged run's weights
 // must stop at the file, not become a "nan" loss or an endless <|endoftext|>.
 int64_t first_non_finite(const Tensor& t);
+// What a loader checks of each weight it read from `path`, before anything is copied: a float dtype
+// (std::runtime_error "<path>: tensor '<name>' is I32, expected a float dtype <for_what>") and
+// finite values ("... holds a non-finite value (NaN or infinity) at element 3; <unusable>").
+void require_finite_float(const std::string& path, const std::string& name, const Tensor& t, const std::string& for_what,
+                          const std::string& unusable);
 
 }  // namespace mvgpt::safetensors

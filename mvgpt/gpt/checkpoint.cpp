@@ -115,15 +115,8 @@ LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {
   safetensors::File file = safetensors::load(weights);
   // Before anything is copied: load_state_dict would convert an int tensor silently, and a NaN
   // would only show later as a "nan" loss or a story of nothing but <|endoftext|>.
-  for (const auto& [name, t] : file.tensors) {
-    if (!is_floating(t.dtype()))
-      throw std::runtime_error(weights + ": tensor '" + name + "' is " +
-                               std::string(safetensors::dtype_to_string(t.dtype())) +
-                               ", expected a float dtype (F32) for a model weight");
-    if (const int64_t i = safetensors::first_non_finite(t); i >= 0)
-      throw std::runtime_error(weights + ": tensor '" + name + "' holds a non-finite value (NaN or infinity) at element " +
-                               std::to_string(i) + "; the weights are unusable");
-  }
+  for (const auto& [name, t] : file.tensors)
+    safetensors::require_finite_float(weights, name, t, "(F32) for a model weight", "the weights are unusable");
   // What config.json asks for is bounded by what the weights file holds, before anything is
   // allocated: a 30 KB folder whose hidden_size was edited to 6144 took 1.5 GB and 6 s to be refused.
   // A model at most twice the file (plus 1M parameters) is built, so that load_state_dict can name
