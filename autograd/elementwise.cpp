@@ -2,148 +2,48 @@
 #include <cmath>
 
 #include <mvgpt/autograd/op_impl.h>
+#include <mvgpt/backends/elementwise_math.h>
 
 namespace mvgpt {
 
 namespace {
 
-Tensor sign(const Tensor& x) { return ops::unary(UnaryOp::sign, x); }
-Tensor one_minus(const Tensor& x) { return ops::unary(UnaryOp::rsub_scalar, x, 1.0); }
-
-// A unary op whose backward needs only g and one saved tensor (the input or the output).
-template <class F>
-Tensor unary_saving(const char* op, Tensor y, const Tensor& x, const Tensor& saved, F grad_of) {
-  return record(op, std::move(y), {edge_to(x)}, [op, s = SavedTensor(saved), grad_of](const Tensor& g) -> Grads {
-    return {grad_of(g, s.unpack(op))};
-  });
-}
-
-// y = raw(x), recorded with a backward that needs the output y or the input x.
-enum class Saves : bool { input, output };
-template <class F>
-Tensor unary(const char* op, const Tensor& x, Tensor (*raw)(const Tensor&), Saves saves, F grad_of) {
+// y = f(x) for a row of backends/unary_ops.h, recorded with the row's derivative: grad * f'(x) in one
+// fused pass, or, when f' is a constant, grad times that constant with nothing saved.
+Tensor unary_op(UnaryOp op, const Tensor& x, double s) {
   const InternalOps internal;
-  Tensor y = raw(x);
+  Tensor y = ops::unary(op, x, s);
   if (!needs_grad(x)) return y;
-  const Tensor saved = saves == Saves::output ? y : x;
-  return unary_saving(op, std::move(y), x, saved, grad_of);
+  const char* name = unary_op_name(op);
+  if (unary_op_info(op).grad == UnaryGrad::constant) {
+    const double d = math::unary_derivative(op, 0.0, s);
+    return record(name, std::move(y), {edge_to(x)}, [d](const Tensor& g) -> Grads {
+      return {d == 1 ? g : ops::mul(g, d)};
+    });
+  }
+  return record(name, std::move(y), {edge_to(x)}, [op, s, name, saved = SavedTensor(x)](const Tensor& g) -> Grads {
+    return {ops::unary_backward(op, saved.unpack(name), g, s)};
+  });
 }
 
 }  // namespace
 
-// --- unary ---
+// --- unary: neg, exp, ... one per row of backends/unary_ops.h called with x alone ---
+#define MVGPT_UNARY_DEFINE_x(name) \
+  Tensor name(const Tensor& x) { return unary_op(UnaryOp::name, x, 0); }
+#define MVGPT_UNARY_DEFINE_scalar(name)
+#define MVGPT_UNARY_DEFINE(name, call, ...) MVGPT_UNARY_DEFINE_##call(name)
+MVGPT_UNARY_OPS(MVGPT_UNARY_DEFINE)
+#undef MVGPT_UNARY_DEFINE
+#undef MVGPT_UNARY_DEFINE_scalar
+#undef MVGPT_UNARY_DEFINE_x
 
-Tensor neg(const Tensor& x) {
-  const InternalOps internal;
-  Tensor y = ops::neg(x);
-  if (!needs_grad(x)) return y;
-  return record("neg", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {ops::neg(g)}; });
-}
-
-Tensor exp(const Tensor& x) {
-  return unary("exp", x, ops::exp, Saves::output, [](const Tensor& g, const Tensor& y) { return ops::mul(g, y); });
-}
-
-Tensor log(const Tensor& x) {
-  return unary("log", x, ops::log, Saves::input, [](const Tensor& g, const Tensor& x) { return ops::div(g, x); });
-}
-
-Tensor sqrt(const Tensor& x) {
-  // d sqrt(x) = 1 / (2 sqrt(x))
-  return unary("sqrt", x, ops::sqrt, Saves::output,
-               [](const Tensor& g, const Tensor& y) { return ops::div(ops::mul(g, 0.5), y); });
-}
-
-Tensor rsqrt(const Tensor& x) {
-  // d x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2
-  return unary("rsqrt", x, ops::rsqrt, Saves::output,
-               [](const Tensor& g, const Tensor& y) { return ops::mul(ops::mul(g, ops::pow(y, 3)), -0.5); });
-}
-
-Tensor tanh(const Tensor& x) {
-  return unary("tanh", x, ops::tanh, Saves::output,
-               [](const Tensor& g, const Tensor& y) { return ops::mul(g, one_minus(ops::square(y))); });
-}
-
-Tensor sigmoid(const Tensor& x) {
-  return unary("sigmoid", x, ops::sigmoid, Saves::output,
-               [](const Tensor& g, const Tensor& y) { return ops::mul(g, ops::mul(y, one_minus(y))); });
-}
-
-Tensor relu(const Tensor& x) {
-  // y > 0 exactly where x > 0, so the output serves; at x = 0 the gradient is 0.
-  return unary("relu", x, ops::relu, Saves::output, [](const Tensor& g, const Tensor& y) {
-    return ops::masked_fill(g, ops::le(y, autograd::scalar_like(y, 0)), 0.0);
-  });
-}
-
-Tensor gelu(const Tensor& x) {
-  // y = x/2 (1 + tanh(u)), u = c (x + a x^3): dy/dx = (1 + t)/2 + x/2 (1 - t^2) c (1 + 3 a x^2), t = tanh(u),
-  // in one fused pass (the composed form is the test's reference).
-  return unary("gelu", x, ops::gelu, Saves::input,
-               [](const Tensor& g, const Tensor& x) { return ops::gelu_backward(x, g); });
-}
-
-Tensor gelu_erf(const Tensor& x) {
-  // y = x Phi(x): dy/dx = Phi(x) + x phi(x), fused.
-  return unary("gelu_erf", x, ops::gelu_erf, Saves::input,
-               [](const Tensor& g, const Tensor& x) { return ops::gelu_erf_backward(x, g); });
-}
-
-Tensor silu(const Tensor& x) {
-  // y = x s(x): dy/dx = s (1 + x (1 - s)), fused.
-  return unary("silu", x, ops::silu, Saves::input,
-               [](const Tensor& g, const Tensor& x) { return ops::silu_backward(x, g); });
-}
-
-Tensor abs(const Tensor& x) {
-  return unary("abs", x, ops::abs, Saves::input, [](const Tensor& g, const Tensor& x) { return ops::mul(g, sign(x)); });
-}
-
-Tensor square(const Tensor& x) {
-  return unary("square", x, ops::square, Saves::input,
-               [](const Tensor& g, const Tensor& x) { return ops::mul(ops::mul(g, x), 2.0); });
-}
-
-Tensor pow(const Tensor& x, double exponent) {
-  const InternalOps internal;
-  Tensor y = ops::pow(x, exponent);
-  if (!needs_grad(x)) return y;
-  return unary_saving("pow", std::move(y), x, x, [exponent](const Tensor& g, const Tensor& x) {
-    return ops::mul(ops::mul(g, ops::pow(x, exponent - 1)), exponent);
-  });
-}
-
-Tensor add(const Tensor& x, double s) {
-  const InternalOps internal;
-  Tensor y = ops::add(x, s);
-  if (!needs_grad(x)) return y;
-  return record("add", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {g}; });
-}
-
-Tensor mul(const Tensor& x, double s) {
-  const InternalOps internal;
-  Tensor y = ops::mul(x, s);
-  if (!needs_grad(x)) return y;
-  return record("mul", std::move(y), {edge_to(x)}, [s](const Tensor& g) -> Grads { return {ops::mul(g, s)}; });
-}
-
-Tensor rsub(const Tensor& x, double s) {
-  const InternalOps internal;
-  Tensor y = ops::unary(UnaryOp::rsub_scalar, x, s);
-  if (!needs_grad(x)) return y;
-  return record("rsub", std::move(y), {edge_to(x)}, [](const Tensor& g) -> Grads { return {ops::neg(g)}; });
-}
-
-Tensor rdiv(const Tensor& x, double s) {
-  const InternalOps internal;
-  Tensor y = ops::unary(UnaryOp::rdiv_scalar, x, s);
-  if (!needs_grad(x)) return y;
-  // d (s / x) = -s / x^2
-  return unary_saving("rdiv", std::move(y), x, x, [s](const Tensor& g, const Tensor& x) {
-    return ops::mul(ops::div(g, ops::square(x)), -s);
-  });
-}
+// --- the rows that take a scalar, under their PyTorch-style names ---
+Tensor pow(const Tensor& x, double exponent) { return unary_op(UnaryOp::pow_scalar, x, exponent); }
+Tensor add(const Tensor& x, double s) { return unary_op(UnaryOp::add_scalar, x, s); }
+Tensor mul(const Tensor& x, double s) { return unary_op(UnaryOp::mul_scalar, x, s); }
+Tensor rsub(const Tensor& x, double s) { return unary_op(UnaryOp::rsub_scalar, x, s); }
+Tensor rdiv(const Tensor& x, double s) { return unary_op(UnaryOp::rdiv_scalar, x, s); }
 
 // --- binary: gradients are computed at the broadcast shape and summed back to each input's ---
 
@@ -206,8 +106,8 @@ static Tensor extremum(const char* op, Tensor y, const Tensor& a, const Tensor& 
   return record(op, std::move(y), {edge_to(a), edge_to(b)},
                 [op, is_max, sa_ = SavedTensor(a), sb_ = SavedTensor(b), sa = a.shape(), sb = b.shape()](
                     const Tensor& g) -> Grads {
-                  Tensor s = sign(ops::sub(sa_.unpack(op), sb_.unpack(op)));  // +1 where a > b
-                  Tensor wa = ops::mul(is_max ? ops::add(s, 1.0) : one_minus(s), 0.5);
+                  Tensor s = ops::sign(ops::sub(sa_.unpack(op), sb_.unpack(op)));  // +1 where a > b
+                  Tensor wa = ops::mul(is_max ? ops::add(s, 1.0) : ops::unary(UnaryOp::rsub_scalar, s, 1.0), 0.5);
                   Tensor ga = ops::mul(g, wa);
                   return {ops::sum_to(ga, sa), ops::sum_to(ops::sub(g, ga), sb)};
                 });
@@ -269,22 +169,14 @@ namespace autograd {
 void register_elementwise_gradchecks(OpRegistry& r) {
   using gc::input;
   using gc::positive;
-  auto unary = [&](const char* name, Tensor (*f)(const Tensor&), InputSpec spec) {
-    r.add(name, {{"contiguous", {spec}, [f](const Inputs& x) { return f(x[0]); }}});
-  };
-  unary("neg", neg, input({2, 3}));
-  unary("exp", exp, input({2, 3}));
-  unary("log", log, positive({2, 3}));
-  unary("sqrt", sqrt, positive({2, 3}));
-  unary("rsqrt", rsqrt, positive({2, 3}));
-  unary("tanh", tanh, input({2, 3}, -2, 2));
-  unary("sigmoid", sigmoid, input({2, 3}, -3, 3));
-  unary("relu", relu, gc::away_from_zero({2, 3}));
-  unary("gelu", gelu, input({2, 3}, -3, 3));
-  unary("gelu_erf", gelu_erf, input({2, 3}, -3, 3));
-  unary("silu", silu, input({2, 3}, -3, 3));
-  unary("abs", abs, gc::away_from_zero({2, 3}));
-  unary("square", square, input({2, 3}));
+  // Every row of unary_ops.h called with x alone, sampled where the row says (its domain).
+  for (const UnaryOpInfo& info : kUnaryOps) {
+    if (info.call != UnaryCall::x) continue;
+    const InputSpec spec = info.domain == UnaryDomain::positive  ? positive({2, 3})
+                           : info.domain == UnaryDomain::nonzero ? gc::away_from_zero({2, 3})
+                                                                 : input({2, 3}, -2, 2);
+    r.add(info.name, {{"contiguous", {spec}, [op = info.op](const Inputs& x) { return unary_op(op, x[0], 0); }}});
+  }
   // The same ops on non-contiguous inputs.
   r.add("exp", {{"transposed", {gc::transposed({3, 4})}, [](const Inputs& x) { return exp(x[0]); }}});
   r.add("relu", {{"sliced", {gc::sliced({2, 4})}, [](const Inputs& x) { return relu(x[0] * 2.0 + 0.05); }}});

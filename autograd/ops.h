@@ -10,12 +10,15 @@
 // least one gradient check registered (autograd/op_registry.h), one per overload. The test
 // tests/autograd/registry_test.cpp reads this file and compares: an op added here without a
 // gradient check, or a check for an op not declared here, fails it. Keep one declaration per line
-// start ("Tensor name(" or "std::vector<Tensor> name(") inside the markers.
+// start ("Tensor name(" or "std::vector<Tensor> name(") inside the markers. The unary family is the
+// exception: its declarations and checks are generated from one table (backends/unary_ops.h), so
+// they cannot disagree, and the test takes its names from that table.
 #include <vector>
 
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/no_grad_ops.h>
+#include <mvgpt/backends/unary_ops.h>
 #include <mvgpt/tensor/generator.h>
 
 namespace mvgpt {
@@ -47,19 +50,19 @@ Tensor squeeze(const Tensor& x, int axis);
 Tensor unsqueeze(const Tensor& x, int axis);
 
 // --- elementwise, unary ---
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);  // gradient 0 at 0
-Tensor gelu(const Tensor& x);      // tanh approximation, as GPT-2
-Tensor gelu_erf(const Tensor& x);  // exact, x Phi(x): PyTorch's F.gelu default, nanoGPT's nn.GELU()
-Tensor silu(const Tensor& x);
-Tensor abs(const Tensor& x);  // gradient 0 at 0
-Tensor square(const Tensor& x);
+// neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu (tanh approximation, as GPT-2), silu, abs,
+// sign, square, gelu_erf (exact, x Phi(x): PyTorch's F.gelu default), relu2 (the squared ReLU), ...:
+// `Tensor name(const Tensor& x)` for every row of backends/unary_ops.h called with x alone (that
+// table is the list; the gradient check of each row is registered from it too). Derivatives follow
+// PyTorch: relu', abs' and sign' are 0 at 0.
+#define MVGPT_UNARY_DECLARE_x(name) Tensor name(const Tensor& x);
+#define MVGPT_UNARY_DECLARE_scalar(name)
+#define MVGPT_UNARY_DECLARE(name, call, ...) MVGPT_UNARY_DECLARE_##call(name)
+MVGPT_UNARY_OPS(MVGPT_UNARY_DECLARE)
+#undef MVGPT_UNARY_DECLARE
+#undef MVGPT_UNARY_DECLARE_scalar
+#undef MVGPT_UNARY_DECLARE_x
+// The rows that take a scalar:
 Tensor pow(const Tensor& x, double exponent);
 Tensor add(const Tensor& x, double s);
 Tensor mul(const Tensor& x, double s);

@@ -1,6 +1,8 @@
 #include <mvgpt/backends/backend.h>
 
+#include <array>
 #include <stdexcept>
+#include <string>
 
 #include <mvgpt/backends/cpu/cpu_backend.h>
 #include <mvgpt/backends/cuda/cuda_backend.h>
@@ -34,18 +36,28 @@ CudaStatus cuda_status() {
 }
 
 const char* unary_op_name(UnaryOp op) {
-  static const char* names[] = {"neg",      "exp",        "log",        "sqrt",       "rsqrt",       "tanh",
-                                "sigmoid",  "relu",       "gelu",       "silu",       "abs",         "pow",
-                                "add",      "mul",        "rsub",       "rdiv",       "sign",        "square",
-                                "gelu_erf"};
-  return names[int(op)];
+  // The scalar ops are named as their public functions: pow_scalar is "pow", add_scalar "add".
+  static const auto names = [] {
+    std::array<std::string, kUnaryOpCount> n;
+    for (const UnaryOpInfo& info : kUnaryOps) {
+      std::string name = info.name;
+      const std::string suffix = "_scalar";
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        name.resize(name.size() - suffix.size());
+      n[size_t(info.op)] = name;
+    }
+    return n;
+  }();
+  return names[size_t(op)].c_str();
 }
 
 const char* binary_op_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "eq",           "ne",
-                                "lt",  "le",  "gt",  "ge",  "gelu_backward", "silu_backward",
-                                "gelu_erf_backward"};
-  return names[int(op)];
+  static const char* const names[] = {
+#define MVGPT_BINARY_NAME(name) #name,
+      MVGPT_BINARY_OPS(MVGPT_BINARY_NAME)
+#undef MVGPT_BINARY_NAME
+  };
+  return names[size_t(op)];
 }
 
 }  // namespace mvgpt

@@ -10,28 +10,25 @@
 #include <cstdint>
 #include <string>
 
+#include <mvgpt/backends/unary_ops.h>
 #include <mvgpt/tensor/allocator.h>
 #include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
 
-enum class UnaryOp : uint8_t {
-  neg, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, silu, abs,
-  pow_scalar,   // x ^ scalar
-  add_scalar,   // x + scalar
-  mul_scalar,   // x * scalar
-  rsub_scalar,  // scalar - x
-  rdiv_scalar,  // scalar / x
-  sign, square,
-  gelu_erf,  // the exact GELU, x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (PyTorch's default, nanoGPT's)
-};
+// The unary ops: one table, backends/unary_ops.h (NOTE [ The unary op table ]).
+// The binary ops; comparisons (eq..ge) write bool.
+#define MVGPT_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(maximum) X(minimum) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
 
 enum class BinaryOp : uint8_t {
-  add, sub, mul, div, maximum, minimum, eq, ne, lt, le, gt, ge,
-  // Fused backward passes (floating point only): out = b * f'(a), a the forward input, b the gradient.
-  gelu_backward,  // f = GELU, tanh approximation
-  silu_backward,  // f = x sigmoid(x)
-  gelu_erf_backward,  // f = the exact GELU
+#define MVGPT_BINARY_ENUM(name) name,
+  MVGPT_BINARY_OPS(MVGPT_BINARY_ENUM)
+#undef MVGPT_BINARY_ENUM
+};
+inline constexpr BinaryOp kBinaryOps[] = {
+#define MVGPT_BINARY_VALUE(name) BinaryOp::name,
+    MVGPT_BINARY_OPS(MVGPT_BINARY_VALUE)
+#undef MVGPT_BINARY_VALUE
 };
 
 enum class ReduceOp : uint8_t { sum, max, min, argmax };
@@ -63,6 +60,9 @@ class Backend {
 
   // --- elementwise ---
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) = 0;
+  // out = grad * f'(x) for the unary op f (its derivative column in unary_ops.h); x and grad already
+  // have out's shape and its dtype (floating point): the fused backward of every unary op.
+  virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, const Tensor& out, double scalar) = 0;
   // a and b already have out's shape; comparisons write bool.
   virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out = cond ? a : b; all have out's shape, cond is bool.

@@ -19,20 +19,20 @@
 namespace mvgpt::math {
 
 // One name per function for float and double: expf/exp etc. resolve on the host (libm) and on the device.
-MVGPT_HOST_DEVICE inline float m_exp(float x) { return expf(x); }
-MVGPT_HOST_DEVICE inline double m_exp(double x) { return exp(x); }
-MVGPT_HOST_DEVICE inline float m_log(float x) { return logf(x); }
-MVGPT_HOST_DEVICE inline double m_log(double x) { return log(x); }
-MVGPT_HOST_DEVICE inline float m_sqrt(float x) { return sqrtf(x); }
-MVGPT_HOST_DEVICE inline double m_sqrt(double x) { return sqrt(x); }
-MVGPT_HOST_DEVICE inline float m_tanh(float x) { return tanhf(x); }
-MVGPT_HOST_DEVICE inline double m_tanh(double x) { return tanh(x); }
-MVGPT_HOST_DEVICE inline float m_pow(float x, float y) { return powf(x, y); }
-MVGPT_HOST_DEVICE inline double m_pow(double x, double y) { return pow(x, y); }
-MVGPT_HOST_DEVICE inline float m_erf(float x) { return erff(x); }
-MVGPT_HOST_DEVICE inline double m_erf(double x) { return erf(x); }
-MVGPT_HOST_DEVICE inline float m_abs(float x) { return fabsf(x); }
-MVGPT_HOST_DEVICE inline double m_abs(double x) { return fabs(x); }
+MVGPT_HOST_DEVICE inline float m_exp(float x) { return ::expf(x); }
+MVGPT_HOST_DEVICE inline double m_exp(double x) { return ::exp(x); }
+MVGPT_HOST_DEVICE inline float m_log(float x) { return ::logf(x); }
+MVGPT_HOST_DEVICE inline double m_log(double x) { return ::log(x); }
+MVGPT_HOST_DEVICE inline float m_sqrt(float x) { return ::sqrtf(x); }
+MVGPT_HOST_DEVICE inline double m_sqrt(double x) { return ::sqrt(x); }
+MVGPT_HOST_DEVICE inline float m_tanh(float x) { return ::tanhf(x); }
+MVGPT_HOST_DEVICE inline double m_tanh(double x) { return ::tanh(x); }
+MVGPT_HOST_DEVICE inline float m_pow(float x, float y) { return ::powf(x, y); }
+MVGPT_HOST_DEVICE inline double m_pow(double x, double y) { return ::pow(x, y); }
+MVGPT_HOST_DEVICE inline float m_erf(float x) { return ::erff(x); }
+MVGPT_HOST_DEVICE inline double m_erf(double x) { return ::erf(x); }
+MVGPT_HOST_DEVICE inline float m_abs(float x) { return ::fabsf(x); }
+MVGPT_HOST_DEVICE inline double m_abs(double x) { return ::fabs(x); }
 
 template <typename T>
 MVGPT_HOST_DEVICE inline T sigmoid(T x) {
@@ -74,62 +74,90 @@ MVGPT_HOST_DEVICE inline T silu_grad(T x) {
   return s * (T(1) + x * (T(1) - s));
 }
 
+// x^s with the exponents the CPU special-cases computed as products (pow() is slow and does not
+// vectorize); every backend runs this same code.
+template <typename T>
+MVGPT_HOST_DEVICE inline T power(T v, T s) {
+  if (s == T(2)) return v * v;
+  if (s == T(3)) return v * v * v;
+  if (s == T(1)) return v;
+  if (s == T(0.5)) return m_sqrt(v);
+  if (s == T(-1)) return T(1) / v;
+  return m_pow(v, s);
+}
+
+// |v| for the integer tensors (abs takes ints).
+MVGPT_HOST_DEVICE inline int32_t m_abs(int32_t v) { return v < 0 ? -v : v; }
+MVGPT_HOST_DEVICE inline int64_t m_abs(int64_t v) { return v < 0 ? -v : v; }
+
+// Unary<op>::forward(v, s) and ::derivative(v, s): the op's row of backends/unary_ops.h, one type
+// per op so that a loop over a tensor is compiled (and vectorized) for that op alone.
+template <UnaryOp op>
+struct Unary;
+#define MVGPT_UNARY_MATH(name, call, ints, grad, domain, forward, derivative)  \
+  template <>                                                                 \
+  struct Unary<UnaryOp::name> {                                               \
+    template <typename T>                                                     \
+    MVGPT_HOST_DEVICE static T forward_of(T v, T s) {                         \
+      return T(forward);                                                      \
+    }                                                                         \
+    template <typename T>                                                     \
+    MVGPT_HOST_DEVICE static T derivative_of(T v, T s) {                      \
+      return T(derivative);                                                   \
+    }                                                                         \
+  };
+MVGPT_UNARY_OPS(MVGPT_UNARY_MATH)
+#undef MVGPT_UNARY_MATH
+
 // A unary op on a float or double.
 template <typename T>
 MVGPT_HOST_DEVICE inline T unary_float(UnaryOp op, T v, T s) {
   switch (op) {
-    case UnaryOp::neg: return -v;
-    case UnaryOp::exp: return m_exp(v);
-    case UnaryOp::log: return m_log(v);
-    case UnaryOp::sqrt: return m_sqrt(v);
-    case UnaryOp::rsqrt: return T(1) / m_sqrt(v);
-    case UnaryOp::tanh: return m_tanh(v);
-    case UnaryOp::sigmoid: return sigmoid(v);
-    case UnaryOp::relu: return v < T(0) ? T(0) : v;  // keeps NaN
-    case UnaryOp::gelu: return gelu_tanh(v);
-    case UnaryOp::gelu_erf: return gelu_erf(v);
-    case UnaryOp::silu: return v * sigmoid(v);
-    case UnaryOp::abs: return m_abs(v);
-    case UnaryOp::pow_scalar:
-      // The exponents the CPU special-cases, computed the same way.
-      if (s == T(2)) return v * v;
-      if (s == T(3)) return v * v * v;
-      if (s == T(1)) return v;
-      if (s == T(0.5)) return m_sqrt(v);
-      if (s == T(-1)) return T(1) / v;
-      return m_pow(v, s);
-    case UnaryOp::add_scalar: return v + s;
-    case UnaryOp::mul_scalar: return v * s;
-    case UnaryOp::rsub_scalar: return s - v;
-    case UnaryOp::rdiv_scalar: return s / v;
-    case UnaryOp::sign: return v > T(0) ? T(1) : (v < T(0) ? T(-1) : v);  // keeps 0, -0 and NaN
-    case UnaryOp::square: return v * v;
+#define MVGPT_UNARY_CASE(name, ...) \
+  case UnaryOp::name: return Unary<UnaryOp::name>::forward_of(v, s);
+    MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
+#undef MVGPT_UNARY_CASE
+  }
+  return v;
+}
+
+// f'(v) of a unary op on a float or double.
+template <typename T>
+MVGPT_HOST_DEVICE inline T unary_derivative(UnaryOp op, T v, T s) {
+  switch (op) {
+#define MVGPT_UNARY_CASE(name, ...) \
+  case UnaryOp::name: return Unary<UnaryOp::name>::derivative_of(v, s);
+    MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
+#undef MVGPT_UNARY_CASE
   }
   return v;
 }
 
 // The unary ops integer tensors support (the ops layer rejects the others).
 MVGPT_HOST_DEVICE inline bool unary_int_supported(UnaryOp op) {
-  return op == UnaryOp::neg || op == UnaryOp::abs || op == UnaryOp::add_scalar || op == UnaryOp::mul_scalar ||
-         op == UnaryOp::rsub_scalar || op == UnaryOp::sign || op == UnaryOp::square;
+  switch (op) {
+#define MVGPT_UNARY_CASE(name, call, ints, ...) \
+  case UnaryOp::name: return ints;
+    MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
+#undef MVGPT_UNARY_CASE
+  }
+  return false;
 }
 
 template <typename T>
 MVGPT_HOST_DEVICE inline T unary_int(UnaryOp op, T v, T s) {
   switch (op) {
-    case UnaryOp::neg: return T(-v);
-    case UnaryOp::abs: return v < 0 ? T(-v) : v;
-    case UnaryOp::add_scalar: return T(v + s);
-    case UnaryOp::mul_scalar: return T(v * s);
-    case UnaryOp::rsub_scalar: return T(s - v);
-    case UnaryOp::sign: return T((v > 0) - (v < 0));
-    case UnaryOp::square: return T(v * v);
-    default: return v;
+#define MVGPT_UNARY_CASE(name, call, ints, ...)                         \
+  case UnaryOp::name:                                                   \
+    if constexpr (ints) return Unary<UnaryOp::name>::forward_of(v, s); \
+    else return v;
+    MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
+#undef MVGPT_UNARY_CASE
   }
+  return v;
 }
 
-// add/sub/mul/div/maximum/minimum and the fused backward ops (div and the backward ops only for
-// floats: the ops layer rejects them for integers).
+// add/sub/mul/div/maximum/minimum (div only for floats: the ops layer rejects it for integers).
 template <typename T>
 MVGPT_HOST_DEVICE inline T binary_arith(BinaryOp op, T x, T y) {
   switch (op) {
@@ -139,15 +167,6 @@ MVGPT_HOST_DEVICE inline T binary_arith(BinaryOp op, T x, T y) {
     case BinaryOp::div: return T(x / y);
     case BinaryOp::maximum: return (x > y || x != x) ? x : y;
     case BinaryOp::minimum: return (x < y || x != x) ? x : y;
-    case BinaryOp::gelu_backward:
-      if constexpr (std::is_floating_point_v<T>) return y * gelu_tanh_grad(x);
-      return x;
-    case BinaryOp::silu_backward:
-      if constexpr (std::is_floating_point_v<T>) return y * silu_grad(x);
-      return x;
-    case BinaryOp::gelu_erf_backward:
-      if constexpr (std::is_floating_point_v<T>) return y * gelu_erf_grad(x);
-      return x;
     default: return x;
   }
 }

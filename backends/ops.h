@@ -64,22 +64,19 @@ Tensor unsqueeze(const Tensor& t, int axis);
 
 // --- elementwise ---
 Tensor unary(UnaryOp op, const Tensor& x, double scalar = 0);
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
-Tensor gelu_erf(const Tensor& x);  // exact, x Phi(x)
-Tensor silu(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor square(const Tensor& x);
+// ops::neg(x), ops::exp(x), ...: one function per row of backends/unary_ops.h called with x alone.
+#define MVGPT_UNARY_DECLARE_x(name) Tensor name(const Tensor& x);
+#define MVGPT_UNARY_DECLARE_scalar(name)
+#define MVGPT_UNARY_DECLARE(name, call, ...) MVGPT_UNARY_DECLARE_##call(name)
+MVGPT_UNARY_OPS(MVGPT_UNARY_DECLARE)
+#undef MVGPT_UNARY_DECLARE
+#undef MVGPT_UNARY_DECLARE_scalar
+#undef MVGPT_UNARY_DECLARE_x
 Tensor pow(const Tensor& x, double exponent);
 Tensor add(const Tensor& x, double s);
 Tensor mul(const Tensor& x, double s);
+// The fused backward of a unary op: grad * f'(x) in one pass over x and grad (broadcast).
+Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, double scalar = 0);
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, const Tensor& b);
@@ -88,11 +85,6 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
-// Fused backward passes: grad * f'(x) in one pass over x and grad (broadcast), for f = GELU (tanh
-// approximation) and SiLU.
-Tensor gelu_backward(const Tensor& x, const Tensor& grad);
-Tensor silu_backward(const Tensor& x, const Tensor& grad);
-Tensor gelu_erf_backward(const Tensor& x, const Tensor& grad);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, double value);
 

@@ -10,17 +10,6 @@ namespace mvgpt::ops {
 
 namespace {
 
-// Unary ops that integer tensors support (what index arithmetic needs).
-bool int_unary(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::neg: case UnaryOp::abs: case UnaryOp::add_scalar: case UnaryOp::mul_scalar:
-    case UnaryOp::rsub_scalar: case UnaryOp::sign: case UnaryOp::square:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool int_binary(BinaryOp op) {
   return op == BinaryOp::add || op == BinaryOp::sub || op == BinaryOp::mul || op == BinaryOp::maximum ||
          op == BinaryOp::minimum || is_comparison(op);
@@ -33,7 +22,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
   const char* name = unary_op_name(op);
   detail::check_defined(x, name);
   if (is_integral(x.dtype())) {
-    if (!int_unary(op))
+    if (!unary_op_info(op).ints)
       throw std::invalid_argument(std::string(name) + ": expected a floating-point tensor, found " +
                                   detail::name_of(x.dtype()));
     if (scalar != std::trunc(scalar))
@@ -48,22 +37,36 @@ Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
   return detail::narrow_result(out, x.dtype());
 }
 
-Tensor neg(const Tensor& x) { return unary(UnaryOp::neg, x); }
-Tensor exp(const Tensor& x) { return unary(UnaryOp::exp, x); }
-Tensor log(const Tensor& x) { return unary(UnaryOp::log, x); }
-Tensor sqrt(const Tensor& x) { return unary(UnaryOp::sqrt, x); }
-Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::rsqrt, x); }
-Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
-Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x); }
-Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x); }
-Tensor gelu(const Tensor& x) { return unary(UnaryOp::gelu, x); }
-Tensor gelu_erf(const Tensor& x) { return unary(UnaryOp::gelu_erf, x); }
-Tensor silu(const Tensor& x) { return unary(UnaryOp::silu, x); }
-Tensor abs(const Tensor& x) { return unary(UnaryOp::abs, x); }
-Tensor square(const Tensor& x) { return unary(UnaryOp::square, x); }
+// ops::neg, ops::exp, ...: one per row of unary_ops.h called with x alone.
+#define MVGPT_UNARY_DEFINE_x(name) \
+  Tensor name(const Tensor& x) { return unary(UnaryOp::name, x); }
+#define MVGPT_UNARY_DEFINE_scalar(name)
+#define MVGPT_UNARY_DEFINE(name, call, ...) MVGPT_UNARY_DEFINE_##call(name)
+MVGPT_UNARY_OPS(MVGPT_UNARY_DEFINE)
+#undef MVGPT_UNARY_DEFINE
+#undef MVGPT_UNARY_DEFINE_scalar
+#undef MVGPT_UNARY_DEFINE_x
+
 Tensor pow(const Tensor& x, double exponent) { return unary(UnaryOp::pow_scalar, x, exponent); }
 Tensor add(const Tensor& x, double s) { return unary(UnaryOp::add_scalar, x, s); }
 Tensor mul(const Tensor& x, double s) { return unary(UnaryOp::mul_scalar, x, s); }
+
+Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, double scalar) {
+  const std::string name = std::string(unary_op_name(op)) + "_backward";
+  detail::check_no_grad(name.c_str(), {&x, &grad});
+  detail::check_defined(x, name.c_str());
+  detail::check_defined(grad, name.c_str(), "grad");
+  check_same_device(x, grad, name.c_str());
+  check_same_dtype(x, grad, name.c_str());
+  if (!is_floating(x.dtype()))
+    throw std::invalid_argument(name + ": not defined for dtype " + detail::name_of(x.dtype()));
+  Shape shape = broadcast_shapes(x.shape(), grad.shape(), name.c_str());
+  Tensor wx = views::expand(detail::widen(x), shape);
+  Tensor wg = views::expand(detail::widen(grad), shape);
+  Tensor out = Tensor::empty(shape, wx.dtype(), x.device());
+  detail::backend_of(x).unary_backward(op, wx, wg, out, scalar);
+  return detail::narrow_result(out, x.dtype());
+}
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   if (!is_comparison(op)) detail::check_no_grad(binary_op_name(op), {&a, &b});  // bool results lose nothing
@@ -91,9 +94,6 @@ Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::mul, a, b
 Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::div, a, b); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::maximum, a, b); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::minimum, a, b); }
-Tensor gelu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_backward, x, grad); }
-Tensor silu_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::silu_backward, x, grad); }
-Tensor gelu_erf_backward(const Tensor& x, const Tensor& grad) { return binary(BinaryOp::gelu_erf_backward, x, grad); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_no_grad("where", {&a, &b});

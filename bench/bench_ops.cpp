@@ -111,7 +111,7 @@ BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond)->UseRealTime();
 // GELU's backward at the MLP's shape: one fused pass over x and the gradient.
 void BM_GeluBackward(benchmark::State& state) {
   Tensor x = input({4096, 1536}), g = input({4096, 1536});
-  for (auto _ : state) benchmark::DoNotOptimize(ops::gelu_backward(x, g));
+  for (auto _ : state) benchmark::DoNotOptimize(ops::unary_backward(UnaryOp::gelu, x, g));
   set_bytes(state, 3.0 * 4 * double(x.numel()));
 }
 BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();

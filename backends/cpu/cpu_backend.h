@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
   void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) override;
 
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) override;
+  void unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, const Tensor& out, double scalar) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
 

@@ -72,6 +72,17 @@ __global__ void unary_kernel(StridedIndexer<2> ix, int64_t n, UnaryOp op, const 
   }
 }
 
+// out = g * f'(x): the fused backward of a unary op (floats only).
+template <typename T>
+__global__ void unary_backward_kernel(StridedIndexer<3> ix, int64_t n, UnaryOp op, const T* x, const T* g, T* out,
+                                      T s) {
+  MVGPT_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    ix.offsets(i, off);
+    out[off[0]] = g[off[2]] * math::unary_derivative(op, x[off[1]], s);
+  }
+}
+
 template <typename T>
 __global__ void arith_kernel(StridedIndexer<3> ix, int64_t n, BinaryOp op, const T* a, const T* b, T* out) {
   MVGPT_GRID_STRIDE(i, n) {
@@ -221,6 +232,27 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double s
       else launch(int64_t{});
       break;
     default: unsupported("unary", unary_op_name(op), x.dtype());
+  }
+  MVGPT_CUDA_CHECK_LAUNCH();
+}
+
+void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, const Tensor& out,
+                                 double scalar) {
+  for (const Tensor* t : {&x, &grad, &out}) require_on(*t, device(), "CudaBackend::unary_backward");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cudaStream_t stream = activate();
+  const auto ix = make_indexer<3>(out.shape(), {&out.strides(), &x.strides(), &grad.strides()});
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    unary_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        ix, n, op, static_cast<const T*>(x.raw_data()), static_cast<const T*>(grad.raw_data()),
+        static_cast<T*>(out.raw_data()), static_cast<T>(scalar));
+  };
+  switch (x.dtype()) {
+    case DType::f32: launch(float{}); break;
+    case DType::f64: launch(double{}); break;
+    default: unsupported("unary_backward", unary_op_name(op), x.dtype());
   }
   MVGPT_CUDA_CHECK_LAUNCH();
 }

@@ -189,9 +189,9 @@ TEST(Engine, InPlaceWriteIntoASavedTensorIsCaught) {
 
 TEST(Engine, InPlaceWriteIntoAViewOfASavedTensorIsCaught) {
   Tensor x = leaf({1, 2, 3});
-  Tensor y = exp(x);  // saves its output
+  Tensor y = exp(x);  // saves its input (its backward is grad * exp(x))
   Tensor loss = sum(y);
-  ops::fill_(ops::narrow(y.detach(), 0, 1, 1), 0);  // the same storage
+  ops::fill_(ops::narrow(x.detach(), 0, 1, 1), 0);  // the same storage
   EXPECT_THROW(backward(loss), std::runtime_error);
 }
 

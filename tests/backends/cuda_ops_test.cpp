@@ -107,20 +107,22 @@ std::vector<OpCase> op_cases() {
   }, 1e-6, 1e-14);
 
   // --- elementwise
+  // Every row of backends/unary_ops.h, forward and fused backward, on the inputs its domain allows.
   add("unary_float", [](Device d) {
     std::vector<Tensor> r;
     for (DType dt : {DType::f32, DType::f64}) {
       Tensor x = input(d, {6, 9}, dt, 7, Kind::transposed, -3, 3);
       Tensor pos = input(d, {6, 9}, dt, 8, Kind::sliced, 0.1, 4);
-      for (UnaryOp op : {UnaryOp::neg, UnaryOp::exp, UnaryOp::tanh, UnaryOp::sigmoid, UnaryOp::relu, UnaryOp::gelu,
-                         UnaryOp::gelu_erf, UnaryOp::silu, UnaryOp::abs, UnaryOp::sign, UnaryOp::square})
-        r.push_back(ops::unary(op, x));
-      for (UnaryOp op : {UnaryOp::log, UnaryOp::sqrt, UnaryOp::rsqrt}) r.push_back(ops::unary(op, pos));
-      for (double s : {2.0, 3.0, 0.5, -1.0, 1.7}) r.push_back(ops::pow(pos, s));
-      r.push_back(ops::unary(UnaryOp::add_scalar, x, 1.25));
-      r.push_back(ops::unary(UnaryOp::mul_scalar, x, -0.5));
-      r.push_back(ops::unary(UnaryOp::rsub_scalar, x, 2));
-      r.push_back(ops::unary(UnaryOp::rdiv_scalar, pos, 3));
+      Tensor g = input(d, {9}, dt, 9);  // a broadcast gradient
+      for (const UnaryOpInfo& info : kUnaryOps) {
+        const Tensor& in = info.domain == UnaryDomain::positive ? pos : x;
+        const std::vector<double> scalars =
+            info.call == UnaryCall::scalar ? std::vector<double>{2.0, 3.0, 0.5, -1.0, 1.7} : std::vector<double>{0.0};
+        for (double s : scalars) {
+          r.push_back(ops::unary(info.op, in, s));
+          r.push_back(ops::unary_backward(info.op, in, g, s));
+        }
+      }
     }
     r.push_back(ops::gelu(input(d, {3, 4}, DType::bf16, 9, Kind::expanded)));
     return r;
@@ -129,10 +131,8 @@ std::vector<OpCase> op_cases() {
     std::vector<Tensor> r;
     for (DType dt : {DType::i32, DType::i64}) {
       Tensor x = input(d, {4, 5}, dt, 10, Kind::transposed, -20, 20);
-      for (UnaryOp op : {UnaryOp::neg, UnaryOp::abs, UnaryOp::sign, UnaryOp::square}) r.push_back(ops::unary(op, x));
-      r.push_back(ops::unary(UnaryOp::add_scalar, x, 3));
-      r.push_back(ops::unary(UnaryOp::mul_scalar, x, -2));
-      r.push_back(ops::unary(UnaryOp::rsub_scalar, x, 7));
+      for (const UnaryOpInfo& info : kUnaryOps)
+        if (info.ints) r.push_back(ops::unary(info.op, x, info.call == UnaryCall::scalar ? -2 : 0));
     }
     return r;
   });
@@ -262,16 +262,15 @@ std::vector<OpCase> op_cases() {
   });
 
   // --- paths the cases above miss (issue 14, item 7)
+  // The 8-wide CPU paths of GELU's and SiLU's backward on sliced inputs with long tails.
   add("gelu_silu_backward", [](Device d) {
     std::vector<Tensor> r;
     for (DType dt : {DType::f32, DType::f64}) {
       Tensor x = input(d, {5, 8}, dt, 81, Kind::transposed, -4, 4);
       Tensor g = input(d, {8}, dt, 82);  // broadcast gradient
-      r.push_back(ops::gelu_backward(x, g));
-      r.push_back(ops::silu_backward(x, g));
-      r.push_back(ops::gelu_erf_backward(x, g));
-      r.push_back(ops::binary(BinaryOp::gelu_backward, input(d, {6, 7}, dt, 83, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 84)));
-      r.push_back(ops::binary(BinaryOp::silu_backward, input(d, {6, 7}, dt, 85, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 86)));
+      for (UnaryOp op : {UnaryOp::gelu, UnaryOp::silu, UnaryOp::gelu_erf}) r.push_back(ops::unary_backward(op, x, g));
+      r.push_back(ops::unary_backward(UnaryOp::gelu, input(d, {6, 7}, dt, 83, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 84)));
+      r.push_back(ops::unary_backward(UnaryOp::silu, input(d, {6, 7}, dt, 85, Kind::sliced, -9, 9), input(d, {6, 7}, dt, 86)));
     }
     return r;
   }, 1e-5);
@@ -313,20 +312,19 @@ std::vector<OpCase> op_cases() {
 
 // NOTE [ Device coverage ]
 // Which Backend entry points (and, for unary/binary, which ops) each case exercises. The
-// DeviceCoverage test parses backends/backend.h and fails when an entry point or an op has no
-// case here, as the gradient-check registry does for autograd/ops.h: a new kernel cannot land
-// without a CPU-vs-CUDA comparison.
+// DeviceCoverage test fails when an entry point (the virtuals of class Backend, read from
+// backends/backend.h) or an op (from the op lists themselves) has no case here: a new kernel cannot
+// land without a CPU-vs-CUDA comparison. unary_float loops over the unary table, so a new row is
+// compared on both devices without an edit here.
 const std::map<std::string, std::vector<std::string>>& case_coverage() {
-  static const std::map<std::string, std::vector<std::string>> coverage = {
+  static const std::map<std::string, std::vector<std::string>> coverage = [] {
+    std::map<std::string, std::vector<std::string>> c = {
       {"copy_layouts", {"copy", "copy_between_devices"}},
       {"copy_conversions", {"copy"}},
       {"copy_into_views", {"copy"}},
       {"fill_arange", {"fill", "arange"}},
       {"random", {"random"}},
-      {"unary_float",
-       {"unary", "unary.neg", "unary.exp", "unary.log", "unary.sqrt", "unary.rsqrt", "unary.tanh", "unary.sigmoid",
-        "unary.relu", "unary.gelu", "unary.gelu_erf", "unary.silu", "unary.abs", "unary.pow_scalar", "unary.add_scalar",
-        "unary.mul_scalar", "unary.rsub_scalar", "unary.rdiv_scalar", "unary.sign", "unary.square"}},
+      {"unary_float", {"unary", "unary_backward"}},  // and every row of the table, added below
       {"unary_int", {"unary"}},
       {"binary_broadcast",
        {"binary", "binary.add", "binary.sub", "binary.mul", "binary.div", "binary.maximum", "binary.minimum",
@@ -339,11 +337,14 @@ const std::map<std::string, std::vector<std::string>>& case_coverage() {
       {"matmul_batched", {"matmul"}},
       {"index_ops", {"index_select", "gather", "index_add", "scatter_add"}},
       {"join", {"copy"}},
-      {"gelu_silu_backward", {"binary", "binary.gelu_backward", "binary.silu_backward", "binary.gelu_erf_backward"}},
+      {"gelu_silu_backward", {"unary_backward"}},
       {"linear_bias", {"linear"}},
       {"nonfinite_rows", {"softmax", "reduce", "unary"}},
       {"past_grid_limits", {"softmax", "reduce"}},
-  };
+    };
+    for (const UnaryOpInfo& info : kUnaryOps) c["unary_float"].push_back(std::string("unary.") + info.name);
+    return c;
+  }();
   return coverage;
 }
 
@@ -426,13 +427,11 @@ std::set<std::string> backend_entry_points(const std::string& header) {
   return names;
 }
 
-// "unary.neg", "binary.gelu_backward", ...: every value of the op enums.
-std::set<std::string> enum_ops(const std::string& header, const std::string& enum_name, const std::string& prefix) {
-  const std::string body = body_of(header, "enum class " + enum_name + " : uint8_t {");
+// "unary.neg", "binary.add", ...: every op of the two op lists (unary_ops.h, MVGPT_BINARY_OPS).
+std::set<std::string> all_ops() {
   std::set<std::string> names;
-  const std::regex value(R"(([a-z_0-9]+)\s*(,|$))");
-  for (auto it = std::sregex_iterator(body.begin(), body.end(), value); it != std::sregex_iterator(); ++it)
-    names.insert(prefix + std::string((*it)[1]));
+  for (const UnaryOpInfo& info : kUnaryOps) names.insert(std::string("unary.") + info.name);
+  for (BinaryOp op : kBinaryOps) names.insert(std::string("binary.") + binary_op_name(op));
   return names;
 }
 
@@ -441,11 +440,8 @@ TEST(DeviceCoverage, EveryBackendEntryPointAndOpHasACpuVsCudaCase) {
   std::set<std::string> required = backend_entry_points(header);
   ASSERT_GE(required.size(), 14u) << "the parse of class Backend found too few entry points";
   ASSERT_TRUE(required.count("matmul") && required.count("copy") && required.count("linear"));
-  const std::set<std::string> unary = enum_ops(header, "UnaryOp", "unary."),
-                              binary = enum_ops(header, "BinaryOp", "binary.");
-  ASSERT_TRUE(unary.count("unary.square") && binary.count("binary.silu_backward")) << "the enum parse failed";
-  required.insert(unary.begin(), unary.end());
-  required.insert(binary.begin(), binary.end());
+  const std::set<std::string> ops = all_ops();
+  required.insert(ops.begin(), ops.end());
 
   std::set<std::string> covered, case_names;
   for (const OpCase& c : all_cases()) case_names.insert(c.name);

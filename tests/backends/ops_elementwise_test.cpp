@@ -5,6 +5,7 @@
 
 #include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
+#include "unary_reference.h"
 
 namespace mvgpt {
 namespace {
@@ -14,7 +15,7 @@ using testing::expect_throw_with;
 using testing::Kind;
 using testing::make_input;
 
-double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+using testing::gelu_tanh_reference;
 
 struct UnaryCase {
   UnaryOp op;
@@ -23,33 +24,22 @@ struct UnaryCase {
   double lo, hi;
 };
 
-const UnaryCase kUnaryCases[] = {
-    {UnaryOp::neg, 0, [](double x, double) { return -x; }, -3, 3},
-    {UnaryOp::exp, 0, [](double x, double) { return std::exp(x); }, -80, 80},
-    {UnaryOp::log, 0, [](double x, double) { return std::log(x); }, 0.01, 100},
-    {UnaryOp::sqrt, 0, [](double x, double) { return std::sqrt(x); }, 0, 100},
-    {UnaryOp::rsqrt, 0, [](double x, double) { return 1 / std::sqrt(x); }, 0.01, 100},
-    {UnaryOp::tanh, 0, [](double x, double) { return std::tanh(x); }, -6, 6},
-    {UnaryOp::tanh, 0, [](double x, double) { return std::tanh(x); }, -0.5, 0.5},
-    {UnaryOp::sigmoid, 0, [](double x, double) { return 1 / (1 + std::exp(-x)); }, -30, 30},
-    {UnaryOp::relu, 0, [](double x, double) { return x > 0 ? x : 0.0; }, -3, 3},
-    {UnaryOp::gelu, 0, [](double x, double) { return gelu_ref(x); }, -8, 8},
-    {UnaryOp::gelu_erf, 0, [](double x, double) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }, -8, 8},
-    {UnaryOp::silu, 0, [](double x, double) { return x / (1 + std::exp(-x)); }, -20, 20},
-    {UnaryOp::abs, 0, [](double x, double) { return std::abs(x); }, -3, 3},
-    {UnaryOp::pow_scalar, 2.5, [](double x, double s) { return std::pow(x, s); }, 0, 4},
-    {UnaryOp::pow_scalar, 2, [](double x, double s) { return x * x; }, -4, 4},
-    {UnaryOp::pow_scalar, 0.5, [](double x, double s) { return std::sqrt(x); }, 0, 4},
-    {UnaryOp::add_scalar, 1.5, [](double x, double s) { return x + s; }, -3, 3},
-    {UnaryOp::mul_scalar, -2, [](double x, double s) { return x * s; }, -3, 3},
-    {UnaryOp::rsub_scalar, 1, [](double x, double s) { return s - x; }, -3, 3},
-    {UnaryOp::rdiv_scalar, 3, [](double x, double s) { return s / x; }, 0.1, 3},
-    {UnaryOp::sign, 0, [](double x, double) { return double((x > 0) - (x < 0)); }, -3, 3},
-    {UnaryOp::square, 0, [](double x, double) { return x * x; }, -3, 3},
-};
+// Every row of the table at its reference's range and scalar, and the ranges and scalars that take
+// other branches (tanh's series, pow's special exponents).
+std::vector<UnaryCase> unary_cases() {
+  std::vector<UnaryCase> cases;
+  for (const auto& r : testing::kUnaryReferences) cases.push_back({r.op, r.scalar, r.f, r.lo, r.hi});
+  const auto pow_ref = testing::unary_reference(UnaryOp::pow_scalar).f;
+  cases.push_back({UnaryOp::tanh, 0, testing::unary_reference(UnaryOp::tanh).f, -0.5, 0.5});
+  cases.push_back({UnaryOp::pow_scalar, 2, pow_ref, -4, 4});
+  cases.push_back({UnaryOp::pow_scalar, 0.5, pow_ref, 0, 4});
+  cases.push_back({UnaryOp::pow_scalar, 3, pow_ref, -2, 2});
+  cases.push_back({UnaryOp::pow_scalar, -1, pow_ref, 0.1, 4});
+  return cases;
+}
 
 TEST(OpsUnary, MatchesNaiveLoopForEveryLayoutAndDtype) {
-  for (const auto& c : kUnaryCases) {
+  for (const auto& c : unary_cases()) {
     for (DType dt : {DType::f32, DType::f64}) {
       for (Kind kind : testing::kAllKinds) {
         Tensor x = make_input({5, 37}, dt, 7, kind, c.lo, c.hi);
@@ -66,10 +56,39 @@ TEST(OpsUnary, MatchesNaiveLoopForEveryLayoutAndDtype) {
   }
 }
 
+// The fused backward of every row, grad * f'(x), against the reference derivative.
+TEST(OpsUnary, BackwardMatchesTheReferenceDerivative) {
+  for (const auto& r : testing::kUnaryReferences) {
+    for (DType dt : {DType::f32, DType::f64}) {
+      for (Kind kind : {Kind::contiguous, Kind::transposed, Kind::sliced}) {
+        // Off 0, where relu', abs' and sign' jump.
+        Tensor x = make_input({5, 37}, dt, 13, kind, r.lo, r.hi);
+        x = ops::where(ops::eq(x, ops::zeros({}, dt)), ops::full({}, 0.25, dt), x);
+        Tensor g = make_input({5, 37}, dt, 14);
+        Tensor d = ops::unary_backward(r.op, x, g, r.scalar);
+        ASSERT_EQ(d.dtype(), dt);
+        expect_all_close(d, [&](int64_t i) { return read_element(g, i) * r.df(read_element(x, i), r.scalar); },
+                         dt == DType::f32 ? 2e-5 : 1e-11,
+                         std::string(unary_op_name(r.op)) + "_backward " + std::string(dtype_name(dt)) + " " +
+                             testing::kind_name(kind));
+      }
+    }
+  }
+}
+
+// The squared ReLU, added as one row of the table: its public functions exist and compute x^2 on
+// the positive side.
+TEST(OpsUnary, Relu2IsTheSquaredRelu) {
+  Tensor x = Tensor::from_vector<float>({-2.0f, -0.0f, 0.5f, 3.0f});
+  EXPECT_EQ(ops::relu2(x).to_vector<float>(), (std::vector<float>{0.0f, 0.0f, 0.25f, 9.0f}));
+  expect_throw_with([] { ops::relu2(Tensor::from_vector<int64_t>({1})); },
+                    "relu2: expected a floating-point tensor, found int64");
+}
+
 TEST(OpsUnary, LargeTensorTakesTheParallelPath) {
   Tensor x = make_input({300, 1000}, DType::f32, 3, Kind::transposed, -5, 5);
   Tensor y = ops::gelu(x);
-  expect_all_close(y, [&](int64_t i) { return gelu_ref(read_element(x, i)); }, 4e-6, "gelu");
+  expect_all_close(y, [&](int64_t i) { return gelu_tanh_reference(read_element(x, i)); }, 4e-6, "gelu");
 }
 
 TEST(OpsUnary, SpecialValues) {
@@ -111,7 +130,7 @@ TEST(OpsUnary, Bfloat16IsWidenedAndCastBack) {
   Tensor x = ops::to(make_input({4, 9}, DType::f32, 5), DType::bf16);
   Tensor y = ops::gelu(x);
   EXPECT_EQ(y.dtype(), DType::bf16);
-  expect_all_close(y, [&](int64_t i) { return gelu_ref(read_element(x, i)); }, 8e-3, "gelu bf16");
+  expect_all_close(y, [&](int64_t i) { return gelu_tanh_reference(read_element(x, i)); }, 8e-3, "gelu bf16");
 }
 
 struct BinaryCase {

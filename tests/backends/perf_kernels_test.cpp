@@ -46,26 +46,26 @@ Tensor gelu_grad_composed(const Tensor& x, const Tensor& g) {
 
 TEST(FusedActivationBackward, MatchesNaiveLoopForEveryLayoutAndDtype) {
   struct Case {
-    BinaryOp op;
+    UnaryOp op;
     double (*ref)(double);
     double lo, hi;
   };
-  const Case cases[] = {{BinaryOp::gelu_backward, gelu_grad_ref, -8, 8},
-                        {BinaryOp::gelu_backward, gelu_grad_ref, -0.5, 0.5},  // the tanh series branch
-                        {BinaryOp::silu_backward, silu_grad_ref, -20, 20},
-                        {BinaryOp::gelu_erf_backward, gelu_erf_grad_ref, -8, 8}};
+  const Case cases[] = {{UnaryOp::gelu, gelu_grad_ref, -8, 8},
+                        {UnaryOp::gelu, gelu_grad_ref, -0.5, 0.5},  // the tanh series branch
+                        {UnaryOp::silu, silu_grad_ref, -20, 20},
+                        {UnaryOp::gelu_erf, gelu_erf_grad_ref, -8, 8}};
   for (const auto& c : cases) {
     for (DType dt : {DType::f32, DType::f64}) {
       for (Kind kx : testing::kAllKinds) {
         for (Kind kg : {Kind::contiguous, Kind::transposed}) {
           // 37 columns: whole 8-wide vectors and a partial one in each row.
           Tensor x = make_input({5, 37}, dt, 11, kx, c.lo, c.hi), g = make_input({5, 37}, dt, 12, kg);
-          Tensor d = ops::binary(c.op, x, g);
+          Tensor d = ops::unary_backward(c.op, x, g);
           ASSERT_EQ(d.shape(), x.shape());
           ASSERT_EQ(d.dtype(), dt);
           expect_all_close(d, [&](int64_t i) { return read_element(g, i) * c.ref(read_element(x, i)); },
                            dt == DType::f32 ? 4e-6 : 1e-12,
-                           std::string(binary_op_name(c.op)) + " " + testing::kind_name(kx) + "/" +
+                           std::string(unary_op_name(c.op)) + "_backward " + testing::kind_name(kx) + "/" +
                                testing::kind_name(kg));
         }
       }
@@ -76,7 +76,7 @@ TEST(FusedActivationBackward, MatchesNaiveLoopForEveryLayoutAndDtype) {
 TEST(FusedActivationBackward, AgreesWithTheComposedFormula) {
   for (DType dt : {DType::f32, DType::f64}) {
     Tensor x = make_input({4, 3, 29}, dt, 21, Kind::contiguous, -6, 6), g = make_input({4, 3, 29}, dt, 22);
-    Tensor fused = ops::gelu_backward(x, g);
+    Tensor fused = ops::unary_backward(UnaryOp::gelu, x, g);
     Tensor composed = gelu_grad_composed(ops::to(x, DType::f64), ops::to(g, DType::f64));
     expect_all_close(fused, [&](int64_t i) { return read_element(composed, i); }, dt == DType::f32 ? 4e-6 : 1e-12,
                      "gelu_backward vs composed");
@@ -86,25 +86,21 @@ TEST(FusedActivationBackward, AgreesWithTheComposedFormula) {
 TEST(FusedActivationBackward, BroadcastEmptyBfloat16AndErrors) {
   // The gradient broadcast along the rows (stride 0).
   Tensor x = make_input({6, 19}, DType::f32, 31), g = make_input({19}, DType::f32, 32);
-  Tensor d = ops::silu_backward(x, g);
+  Tensor d = ops::unary_backward(UnaryOp::silu, x, g);
   ASSERT_EQ(d.shape(), (Shape{6, 19}));
   expect_all_close(d, [&](int64_t i) { return read_element(g, i % 19) * silu_grad_ref(read_element(x, i)); }, 4e-6,
                    "broadcast gradient");
-  EXPECT_EQ(ops::gelu_backward(ops::zeros({0, 5}), ops::zeros({0, 5})).shape(), (Shape{0, 5}));
+  EXPECT_EQ(ops::unary_backward(UnaryOp::gelu, ops::zeros({0, 5}), ops::zeros({0, 5})).shape(), (Shape{0, 5}));
   Tensor xb = ops::to(x, DType::bf16), gb = ops::to(make_input({6, 19}, DType::f32, 33), DType::bf16);
-  Tensor db = ops::gelu_backward(xb, gb);
+  Tensor db = ops::unary_backward(UnaryOp::gelu, xb, gb);
   EXPECT_EQ(db.dtype(), DType::bf16);
   expect_all_close(db, [&](int64_t i) { return read_element(gb, i) * gelu_grad_ref(read_element(xb, i)); }, 1e-2,
                    "bfloat16");
-  expect_throw_with([] { ops::gelu_backward(ops::zeros({2}, DType::i64), ops::zeros({2}, DType::i64)); },
+  expect_throw_with([] { ops::unary_backward(UnaryOp::gelu, ops::zeros({2}, DType::i64), ops::zeros({2}, DType::i64)); },
                     "gelu_backward: not defined for dtype int64");
-  expect_throw_with([] { ops::silu_backward(ops::zeros({2, 3}), ops::zeros({4})); }, "silu_backward");
-  expect_throw_with([] { ops::gelu_backward(ops::zeros({2}), ops::zeros({2}, DType::f64)); },
+  expect_throw_with([] { ops::unary_backward(UnaryOp::silu, ops::zeros({2, 3}), ops::zeros({4})); }, "silu_backward");
+  expect_throw_with([] { ops::unary_backward(UnaryOp::gelu, ops::zeros({2}), ops::zeros({2}, DType::f64)); },
                     "gelu_backward: dtype float32 vs float64");
-  // Not comparisons: they keep the input's dtype.
-  EXPECT_FALSE(is_comparison(BinaryOp::gelu_backward));
-  EXPECT_FALSE(is_comparison(BinaryOp::silu_backward));
-  EXPECT_TRUE(is_comparison(BinaryOp::ge));
 }
 
 // out = a @ b against a naive double loop (2-d operands).
