@@ -21,27 +21,29 @@ void check_heads(const Tensor& q, const Tensor& k, const Tensor& v, const char* 
 }
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(const AttentionConfig& c, const Init& init) : config(c) {
+SelfAttention::SelfAttention(const AttentionConfig& c, const Init& init) : config(c) {
+  const std::string name = config.causal ? "CausalSelfAttention" : "SelfAttention";
   if (config.n_kv_head == 0) config.n_kv_head = config.n_head;
   if (config.n_embd <= 0 || config.n_head <= 0 || config.n_kv_head <= 0 || config.n_embd % config.n_head != 0 ||
       config.n_head % config.n_kv_head != 0)
-    throw std::invalid_argument("CausalSelfAttention: n_embd " + std::to_string(config.n_embd) + ", n_head " +
+    throw std::invalid_argument(name + ": n_embd " + std::to_string(config.n_embd) + ", n_head " +
                                 std::to_string(config.n_head) + ", n_kv_head " + std::to_string(config.n_kv_head) +
                                 ": need n_head | n_embd and n_kv_head | n_head");
   head_dim = config.n_embd / config.n_head;
   if (config.rope && head_dim % 2 != 0)
-    throw std::invalid_argument("CausalSelfAttention: rope needs an even head_dim, found " + std::to_string(head_dim));
+    throw std::invalid_argument(name + ": rope needs an even head_dim, found " + std::to_string(head_dim));
   const int64_t qkv = (config.n_head + 2 * config.n_kv_head) * head_dim;
   c_attn = register_module("c_attn", std::make_shared<Linear>(config.n_embd, qkv, config.bias, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(config.n_embd, config.n_embd, config.bias, init));
 }
 
-Tensor CausalSelfAttention::attend_fused(const Tensor& q, const Tensor& k, const Tensor& v) {
+Tensor SelfAttention::attend_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   check_heads(q, k, v, "CausalSelfAttention::attend_fused");
-  return attention(q, k, v, 1.0 / std::sqrt(double(q.size(3))), /*causal=*/true);
+  return attention(q, k, v, 1.0 / std::sqrt(double(q.size(3))), causal);
 }
 
-Tensor CausalSelfAttention::attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout) {
+Tensor SelfAttention::attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout,
+                                       bool causal) {
   check_heads(q, k, v, "CausalSelfAttention::attend_reference");
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), Tk = k.size(2), rep = H / Hkv;
@@ -52,17 +54,19 @@ Tensor CausalSelfAttention::attend_reference(const Tensor& q, const Tensor& k, c
     vr = reshape(expand(unsqueeze(v, 2), {B, Hkv, rep, Tk, D}), {B, H, Tk, D});
   }
   Tensor scores = mul(matmul(q, transpose(kr, 2, 3)), 1.0 / std::sqrt(double(D)));  // (B, H, Tq, Tk)
-  // Key j is hidden from query i when j > (Tk - Tq) + i.
-  Tensor key_pos = reshape(arange(0, double(Tk), 1, DType::i64, q.device()), {1, Tk});
-  Tensor query_pos = reshape(arange(double(Tk - Tq), double(Tk), 1, DType::i64, q.device()), {Tq, 1});
-  Tensor hidden = gt(key_pos, query_pos);  // (Tq, Tk) bool
-  scores = masked_fill(scores, hidden, -std::numeric_limits<double>::infinity());
+  if (causal) {
+    // Key j is hidden from query i when j > (Tk - Tq) + i.
+    Tensor key_pos = reshape(arange(0, double(Tk), 1, DType::i64, q.device()), {1, Tk});
+    Tensor query_pos = reshape(arange(double(Tk - Tq), double(Tk), 1, DType::i64, q.device()), {Tq, 1});
+    Tensor hidden = gt(key_pos, query_pos);  // (Tq, Tk) bool
+    scores = masked_fill(scores, hidden, -std::numeric_limits<double>::infinity());
+  }
   Tensor weights = softmax(scores, -1);
   if (attn_dropout > 0) weights = dropout(weights, attn_dropout);
   return matmul(weights, vr);  // (B, H, Tq, D)
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheLayer* cache) const {
+Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheLayer* cache) const {
   const int64_t C = config.n_embd, H = config.n_head, Hkv = config.n_kv_head, D = head_dim;
   if (x.dim() != 3 || x.size(2) != C)
     throw std::invalid_argument("CausalSelfAttention::forward: expected x (B, T, " + std::to_string(C) + "), found " +
@@ -96,9 +100,15 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& positions, KV
   }
   // The fused kernel has no dropout mask: training with dropout takes the reference path.
   const double p = is_training() ? config.dropout : 0.0;
-  Tensor y = use_fused && p == 0 ? attend_fused(q, k, v) : attend_reference(q, k, v, p);  // (B, H, T, D)
+  Tensor y = use_fused && p == 0 ? attend_fused(q, k, v, config.causal)
+                                 : attend_reference(q, k, v, p, config.causal);  // (B, H, T, D)
   y = reshape(transpose(y, 1, 2), {B, T, C});
   return dropout(c_proj->forward(y), p);
+}
+
+AttentionConfig CausalSelfAttention::causal(AttentionConfig config) {
+  config.causal = true;
+  return config;
 }
 
 }  // namespace mvgpt::nn

@@ -1,5 +1,6 @@
 #pragma once
-// Causal self-attention with a fused QKV projection, optional rotary embeddings (either layout),
+// Self-attention, causal (a decoder's: CausalSelfAttention) or over every position (SelfAttention
+// with causal = false: an encoder's, a ViT's), with a fused QKV projection, optional rotary embeddings (either layout),
 // grouped-query attention (n_kv_head dividing n_head) and an optional KV cache.
 //
 //   c_attn: Linear(C, (H + 2 Hkv) * D): q, k, v stacked in that order (for Hkv == H this is
@@ -26,15 +27,18 @@ struct AttentionConfig {
   RopeLayout rope_layout = RopeLayout::split_half;  // which channels each rotation pairs
   double rope_position_scale = 1.0;  // positions are multiplied by it (1/f: position interpolation)
   bool bias = true;
+  // Query i sees keys 0..i only (a decoder). false: every key (an encoder, a ViT); a KV cache then
+  // serves only to attend over earlier chunks as well.
+  bool causal = true;
   // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's
   // attn_dropout and resid_dropout). Masks come from default_generator().
   double dropout = 0.0;
 };
 
-class CausalSelfAttention : public Module {
+class SelfAttention : public Module {
  public:
-  explicit CausalSelfAttention(const AttentionConfig& config, const Init& init = {});
-  std::string type_name() const override { return "CausalSelfAttention"; }
+  explicit SelfAttention(const AttentionConfig& config, const Init& init = {});
+  std::string type_name() const override { return config.causal ? "CausalSelfAttention" : "SelfAttention"; }
 
   // x (B, T, C) -> (B, T, C). positions (T) or (B, T) int64: the rotary positions of the T new
   // tokens; undefined means cached length + 0..T-1. With a cache, the new keys and values are
@@ -48,16 +52,27 @@ class CausalSelfAttention : public Module {
     return forward(x, positions, cache);
   }
 
-  // The attention itself on split heads: q (B, H, Tq, D), k and v (B, Hkv, Tk, D), Tk >= Tq, causal
-  // with query i at key position Tk - Tq + i. Exposed for tests and for the GPT's own loop.
-  static Tensor attend_fused(const Tensor& q, const Tensor& k, const Tensor& v);
+  // The attention itself on split heads: q (B, H, Tq, D), k and v (B, Hkv, Tk, D), Tk >= Tq; when
+  // causal, query i sits at key position Tk - Tq + i. Exposed for tests and for the GPT's own loop.
+  static Tensor attend_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true);
   // attn_dropout > 0 drops attention weights after the softmax (training only).
-  static Tensor attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout = 0.0);
+  static Tensor attend_reference(const Tensor& q, const Tensor& k, const Tensor& v, double attn_dropout = 0.0,
+                                 bool causal = true);
 
   AttentionConfig config;
   int64_t head_dim;
   bool use_fused = true;  // false: the unfused reference path (also taken in training with dropout)
   std::shared_ptr<Linear> c_attn, c_proj;
+};
+
+// A decoder's attention: SelfAttention with causal set whatever the config says.
+class CausalSelfAttention : public SelfAttention {
+ public:
+  explicit CausalSelfAttention(const AttentionConfig& config, const Init& init = {})
+      : SelfAttention(causal(config), init) {}
+
+ private:
+  static AttentionConfig causal(AttentionConfig config);
 };
 
 }  // namespace mvgpt::nn

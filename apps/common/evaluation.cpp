@@ -28,17 +28,16 @@ std::vector<int32_t> token_byte_lengths(const text::Tokenizer& tok) {
 
 double host_scalar(const Tensor& t) { return mvgpt::to(t.detach(), Device::cpu()).item<double>(); }
 
-EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
+EvalResult evaluate_windows(const nn::CausalLM& model, const text::TokenFile& tokens, int64_t batch_size,
                             int64_t max_windows, Device device, const std::vector<int32_t>* byte_lengths) {
   NoGradGuard no_grad;
-  const auto& config = model.config();
-  gpt::SequentialBatches batches(tokens, batch_size, config.block_size, max_windows);
+  gpt::SequentialBatches batches(tokens, batch_size, model.block_size(), max_windows);
   double loss_sum = 0;
   int64_t correct = 0, count = 0, bytes = 0;
   for (int64_t i = 0; i < batches.size(); ++i) {
     gpt::Batch b = batches.at(i);
     Tensor logits = model.forward(mvgpt::to(b.inputs, device));  // (B, T, V)
-    Tensor flat = reshape(logits, {-1, config.vocab_size});
+    Tensor flat = reshape(logits, {-1, model.vocab_size()});
     Tensor targets = reshape(mvgpt::to(b.targets, device), {-1});
     Tensor losses = mvgpt::to(mvgpt::contiguous(cross_entropy(flat, targets, -100, Reduction::none)), Device::cpu());
     Tensor best = mvgpt::to(mvgpt::contiguous(mvgpt::argmax(flat, -1)), Device::cpu());  // (B*T) int64

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/causal_lm.h>
 #include <mvgpt/text/token_file.h>
 #include <mvgpt/text/tokenizer.h>
 
@@ -29,7 +29,7 @@ std::vector<int32_t> token_byte_lengths(const text::Tokenizer& tok);
 // max_windows < 0), batch_size at a time, without gradients. Sums are kept in double, so the result
 // does not depend on the batch size beyond float rounding of the logits.
 // With `byte_lengths` (token_byte_lengths of the model's tokenizer), bytes and bits per byte too.
-EvalResult evaluate_windows(const gpt::GPT& model, const text::TokenFile& tokens, int64_t batch_size,
+EvalResult evaluate_windows(const nn::CausalLM& model, const text::TokenFile& tokens, int64_t batch_size,
                             int64_t max_windows, Device device, const std::vector<int32_t>* byte_lengths = nullptr);
 
 // The held-out token file given by --tokens; an AppError naming it, with prepare's hint, when it

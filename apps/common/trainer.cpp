@@ -15,7 +15,7 @@
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/dist/data_parallel.h>
 #include <mvgpt/dist/world.h>
-#include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/nn/checkpoint.h>
 #include <mvgpt/tensor/generator.h>
 #include <mvgpt/util/atomic_file.h>
 
@@ -110,7 +110,7 @@ void markdown_rows(const json& j, const std::string& prefix, std::string& out) {
 
 // What trains: every parameter, or with LoRA the adapters alone (the base is frozen: no gradient,
 // no optimizer state).
-nn::NamedTensors trainable_parameters(gpt::GPT& model) {
+nn::NamedTensors trainable_parameters(nn::Module& model) {
   nn::NamedTensors trainable;
   for (auto& [name, p] : model.named_parameters())
     if (p.requires_grad()) trainable.emplace_back(name, p);
@@ -162,7 +162,7 @@ TrainState read_state(const std::string& path, PretrainSettings& settings) {
   return st;
 }
 
-Trainer::Trainer(gpt::GPT& model, const PretrainSettings& settings, const TrainState& state,
+Trainer::Trainer(nn::CausalLM& model, const PretrainSettings& settings, const TrainState& state,
                  const gpt::RandomBatches& batches, const text::TokenFile& valid, std::vector<int32_t> byte_lengths,
                  TrainerOptions options)
     : model_(model),
@@ -207,7 +207,7 @@ std::string Trainer::settings_markdown() const {
                return n;
              }()},
             {"settings", json(s_)},
-            {"model", json::parse(model_.config().to_json())}};
+            {"model", json::parse(model_.config_json())}};
   if (!st_.init_from.empty()) j["init_from"] = st_.init_from;
   std::string out = "| setting | value |\n| --- | --- |\n";
   markdown_rows(j, "", out);
@@ -324,9 +324,10 @@ void Trainer::save(const std::string& dir, bool with_optimizer) {
   if (!dist::is_root()) return;
   st_.rng_seed = default_generator().seed;
   st_.rng_offset = default_generator().offset;
-  gpt::save_checkpoint(dir, model_, {{"step", std::to_string(st_.step)}, {"run", opts_.run_name}},
+  nn::save_module_checkpoint(dir, model_, model_.config_json(), {{"step", std::to_string(st_.step)}, {"run", opts_.run_name}},
                        [&](const std::string& tmp) {
-                         util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), opts_.tokenizer_json);
+                         if (!opts_.tokenizer_json.empty())
+                           util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), opts_.tokenizer_json);
                          util::write_file_atomic((fs::path(tmp) / "state.json").string(),
                                                  state_json(st_, s_, opts_.run_name).dump(2) + "\n");
                          if (with_optimizer) opt_.save((fs::path(tmp) / "optimizer.safetensors").string());
@@ -342,7 +343,7 @@ void Trainer::record_evaluation(const EvalResult& r, RunFolder* folder) {
     tb_->add_scalar("loss/val", r.loss, st_.step);
     tb_->add_scalar("perplexity/val", r.perplexity(), st_.step);
     tb_->add_scalar("top1/val", r.top1, st_.step);
-    tb_->add_scalar("bits_per_byte/val", r.bits_per_byte(), st_.step);
+    if (r.bytes > 0) tb_->add_scalar("bits_per_byte/val", r.bits_per_byte(), st_.step);  // none without a tokenizer
   }
   const bool improved = r.loss < st_.best_val_loss;
   if (improved) {
@@ -354,8 +355,9 @@ void Trainer::record_evaluation(const EvalResult& r, RunFolder* folder) {
   if (folder) folder->checkpoint_saved();  // a run this one replaces goes now
   saved_step_ = st_.step;
   if (st_.step == opts_.kill_after_save_step) ::raise(SIGKILL);  // the worst moment for what follows a save
-  std::printf("step %5lld | held-out loss %.4f (perplexity %.2f, %.3f bits/byte, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
-              (long long)st_.step, r.loss, r.perplexity(), r.bits_per_byte(), 100 * r.top1, format_count(r.tokens).c_str(),
+  const std::string bpb = r.bytes > 0 ? format(", %.3f bits/byte", r.bits_per_byte()) : "";
+  std::printf("step %5lld | held-out loss %.4f (perplexity %.2f%s, top-1 %.1f%%, %s tokens)%s | saved %s%s\n",
+              (long long)st_.step, r.loss, r.perplexity(), bpb.c_str(), 100 * r.top1, format_count(r.tokens).c_str(),
               improved ? " best so far" : "", last_dir_.c_str(), improved ? (" and " + best_dir_).c_str() : "");
   std::fflush(stdout);
 }

@@ -11,6 +11,8 @@
 //   TensorBoard, an evaluation and checkpoints (last/, and best/ when the loss improved) every
 //   eval_interval steps and at the end.
 // Under mpirun every rank runs it; rank 0 alone writes files (pretrain silences the others' output).
+// It trains any nn::CausalLM: the GPT (pretrain), or another model (tests/train trains the Llama of
+// examples/llama through it).
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -24,7 +26,7 @@
 #include "apps/common/run_folder.h"
 #include "apps/common/tensorboard.h"
 #include <mvgpt/gpt/batches.h>
-#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/causal_lm.h>
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/optim.h>
 
@@ -75,7 +77,7 @@ class Trainer {
   // from `state` (a new run's, or read_state's), on `batches`; evaluates on `valid`, with
   // `byte_lengths` (token_byte_lengths) for bits per byte. Seeds the random stream (dropout's) and
   // gives every rank rank 0's weights. The model, batches and token file must outlive the trainer.
-  Trainer(gpt::GPT& model, const PretrainSettings& settings, const TrainState& state, const gpt::RandomBatches& batches,
+  Trainer(nn::CausalLM& model, const PretrainSettings& settings, const TrainState& state, const gpt::RandomBatches& batches,
           const text::TokenFile& valid, std::vector<int32_t> byte_lengths, TrainerOptions options);
 
   // Continues the run in last/: the optimizer's state and the random stream's position.
@@ -114,7 +116,7 @@ class Trainer {
   void record_evaluation(const EvalResult& r, RunFolder* folder);
   std::string settings_markdown() const;
 
-  gpt::GPT& model_;
+  nn::CausalLM& model_;
   PretrainSettings s_;
   TrainState st_;
   const gpt::RandomBatches& batches_;

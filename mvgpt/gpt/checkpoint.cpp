@@ -1,158 +1,62 @@
 #include <mvgpt/gpt/checkpoint.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 
 #include <mvgpt/gpt/hf.h>
-#include <mvgpt/nn/lora.h>
-#include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
-#include <mvgpt/util/hash.h>
-#include <mvgpt/util/json.h>
 
 namespace mvgpt::gpt {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string require_file(const fs::path& dir, const char* name) {
-  fs::path p = dir / name;
-  if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such checkpoint folder");
-  if (!fs::is_regular_file(p))
-    throw std::runtime_error(dir.string() + ": not a checkpoint (" + name + " is missing)");
-  return p.string();
+void save_checkpoint(const std::string& dir, const GPT& model, const std::map<std::string, std::string>& metadata,
+                     const ExtraFiles& extra) {
+  nn::save_module_checkpoint(dir, model, model.config().to_json(), metadata, extra);
 }
 
-// checksums.json: {"algorithm": "xxh64", "files": {name: {"bytes": n, "xxh64": "16 hex digits"}}}
-// for every regular file in `dir` (written last, so it covers the caller's extra files too).
-void write_checksums(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir))
-    if (entry.is_regular_file() && entry.path().filename() != kChecksumsFile) names.push_back(entry.path().filename());
-  std::sort(names.begin(), names.end());
-  nlohmann::ordered_json files = nlohmann::ordered_json::object();
-  for (const auto& name : names) {
-    const util::FileDigest d = util::digest_file((dir / name).string());
-    files[name] = {{"bytes", d.bytes}, {"xxh64", util::to_hex(d.xxh64)}};
-  }
-  nlohmann::ordered_json j = {{"algorithm", "xxh64"}, {"files", std::move(files)}};
-  util::write_file_atomic((dir / kChecksumsFile).string(), j.dump(2) + "\n");
+namespace {
+
+// Our config.json, or a Hugging Face folder's.
+GPTConfig config_from_text(const std::string& text, const std::string& path) {
+  return hf::is_hf_config(text) ? hf::config_from_hf(text, path) : GPTConfig::from_json(text, path);
 }
 
 }  // namespace
 
-bool verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& names) {
-  const fs::path manifest = fs::path(dir) / kChecksumsFile;
-  std::error_code ec;
-  if (!fs::exists(manifest, ec)) return false;
-  const std::string where = manifest.string() + ": ";
-  nlohmann::json j;
-  try {
-    j = util::parse_json_strict(util::read_file(manifest.string()));
-  } catch (const util::JsonError& e) {
-    throw std::runtime_error(where + e.what());
-  }
-  if (!j.is_object() || !j.contains("algorithm") || j["algorithm"] != "xxh64" || !j.contains("files") ||
-      !j["files"].is_object())
-    throw std::runtime_error(where + "expected {\"algorithm\": \"xxh64\", \"files\": {...}}");
-  for (const auto& [name, entry] : j["files"].items()) {
-    if (!names.empty() && std::find(names.begin(), names.end(), name) == names.end()) continue;
-    uint64_t expected = 0;
-    if (!entry.is_object() || !entry.contains("bytes") || !entry["bytes"].is_number_unsigned() ||
-        !entry.contains("xxh64") || !entry["xxh64"].is_string() ||
-        !util::from_hex(entry["xxh64"].get<std::string>(), expected) || name.find('/') != std::string::npos)
-      throw std::runtime_error(where + "the entry of \"" + name + "\" is malformed");
-    const fs::path file = fs::path(dir) / name;
-    if (!fs::is_regular_file(file, ec))
-      throw std::runtime_error(file.string() + " is missing (" + kChecksumsFile + " records it)");
-    const util::FileDigest found = util::digest_file(file.string());
-    const uint64_t bytes = entry["bytes"].get<uint64_t>();
-    if (found.bytes != bytes)
-      throw std::runtime_error(file.string() + " is " + std::to_string(found.bytes) + " bytes, " + kChecksumsFile +
-                               " records " + std::to_string(bytes) + " (it was truncated or changed after it was saved)");
-    if (found.xxh64 != expected)
-      throw std::runtime_error(file.string() + " does not match its checksum in " + kChecksumsFile + " (xxh64 " +
-                               util::to_hex(found.xxh64) + ", recorded " + util::to_hex(expected) +
-                               "): its bytes changed after it was saved");
-  }
-  return true;
-}
-
-void save_checkpoint(const std::string& dir, const GPT& model, const std::map<std::string, std::string>& metadata,
-                     const ExtraFiles& extra) {
-  util::write_folder_atomic(dir, [&](const std::string& tmp_dir) {
-    const fs::path tmp(tmp_dir);
-    util::write_file_atomic((tmp / "config.json").string(), model.config().to_json());
-    safetensors::Metadata meta(metadata.begin(), metadata.end());
-    meta.emplace("format", "pt");
-    // With LoRA adapters: the base weights as ever, the adapters in a file of their own.
-    nn::NamedTensors base;
-    for (auto& [name, t] : model.state_dict())
-      if (!nn::is_lora_name(name)) base.emplace_back(name, t);
-    safetensors::save((tmp / "model.safetensors").string(), base, meta);
-    if (const nn::LoRAOptions lora = nn::lora_options(model); lora.rank > 0)
-      nn::save_adapter((tmp / kAdapterFile).string(), model, lora);
-    if (extra) extra(tmp.string());
-    write_checksums(tmp);
-  });
-}
-
 GPTConfig load_config(const std::string& dir) {
-  std::string path = require_file(dir, "config.json");
+  const fs::path path = fs::path(dir) / "config.json";
+  if (!fs::exists(dir)) throw std::runtime_error(dir + ": no such checkpoint folder");
+  if (!fs::is_regular_file(path)) throw std::runtime_error(dir + ": not a checkpoint (config.json is missing)");
   verify_checkpoint_files(dir, {"config.json"});
-  const std::string text = util::read_file(path);
-  return hf::is_hf_config(text) ? hf::config_from_hf(text, path) : GPTConfig::from_json(text, path);
+  return config_from_text(util::read_file(path.string()), path.string());
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {
-  std::string weights = require_file(dir, "model.safetensors");
-  // Every recorded file, the caller's extra ones too (at ~4 GB/s: a checkpoint that loads is whole,
-  // and pretrain --resume's optimizer state is covered before it is read).
-  verify_checkpoint_files(dir);
-  GPTConfig config = load_config(dir);
-  safetensors::File file = safetensors::load(weights);
-  // Before anything is copied: load_state_dict would convert an int tensor silently, and a NaN
-  // would only show later as a "nan" loss or a story of nothing but <|endoftext|>.
-  for (const auto& [name, t] : file.tensors)
-    safetensors::require_finite_float(weights, name, t, "(F32) for a model weight", "the weights are unusable");
+  const nn::CheckpointFolder folder = nn::open_checkpoint(dir);
+  GPTConfig config = config_from_text(folder.config_text, folder.config_path);
+  nn::CheckpointWeights weights = nn::read_checkpoint_weights(folder);
   // What config.json asks for is bounded by what the weights file holds, before anything is
   // allocated: a 30 KB folder whose hidden_size was edited to 6144 took 1.5 GB and 6 s to be refused.
   // A model at most twice the file (plus 1M parameters) is built, so that load_state_dict can name
   // each tensor that does not fit; past that nothing is.
-  int64_t held = 0;
-  for (const auto& [name, t] : file.tensors) held += t.numel();
-  if (const int64_t needed = config.num_parameters(); needed > 2 * held + (int64_t(1) << 20))
+  if (const int64_t needed = config.num_parameters(); needed > 2 * weights.values + (int64_t(1) << 20))
     throw std::runtime_error(dir + ": config.json describes a model of " + std::to_string(needed) + " parameters, but " +
-                             weights + " holds " + std::to_string(held) +
+                             folder.weights_path + " holds " + std::to_string(weights.values) +
                              " values, far fewer: the config was edited or belongs to another model (nothing was allocated)");
   // A Hugging Face folder (export --format hf, or transformers' save_pretrained of such a model).
-  nn::NamedTensors tensors = file.tensors;
-  if (hf::is_hf_config(util::read_file((fs::path(dir) / "config.json").string()))) {
+  nn::NamedTensors tensors = weights.tensors;
+  if (hf::is_hf_config(folder.config_text)) {
     try {
-      tensors = hf::tensors_from_hf(config, file.tensors, weights);
+      tensors = hf::tensors_from_hf(config, weights.tensors, folder.weights_path);
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error(e.what());
     }
   }
   LoadedCheckpoint out;
   out.model = std::make_shared<GPT>(config);
-  try {
-    out.model->load_state_dict(tensors);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(dir + ": model.safetensors does not fit config.json: " + e.what());
-  }
-  if (const fs::path adapter = fs::path(dir) / kAdapterFile; fs::exists(adapter)) {
-    try {
-      nn::apply_adapter(*out.model, nn::load_adapter(adapter.string()));
-    } catch (const std::exception& e) {
-      throw std::runtime_error(adapter.string() + ": " + e.what());
-    }
-  }
-  out.model->to(device);
-  out.model->eval();
-  out.metadata = std::map<std::string, std::string>(file.metadata.begin(), file.metadata.end());
+  nn::load_module_weights(folder, *out.model, tensors, device);
+  out.metadata = std::move(weights.metadata);
   return out;
 }
 

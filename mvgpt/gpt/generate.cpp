@@ -107,4 +107,24 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
   return out;
 }
 
+std::vector<int32_t> generate(const nn::CausalLM& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                              const SampleOptions& options, const std::function<bool(int32_t)>& on_token) {
+  if (const auto* gpt = dynamic_cast<const GPT*>(&model)) return generate(*gpt, prompt, max_new_tokens, options, on_token);
+  if (prompt.empty()) throw std::invalid_argument("generate: the prompt is empty (give at least one token)");
+  const int64_t window = model.block_size();
+  NoGradGuard no_grad;
+  const std::vector<Tensor> weights = model.parameters();
+  const Device device = weights.empty() ? Device::cpu() : weights.front().device();
+  std::vector<int32_t> story(prompt.begin(), prompt.end()), out;
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    const int64_t t = std::min<int64_t>(window, int64_t(story.size()));
+    Tensor logits = model.forward(ids_tensor(story.end() - t, story.end(), device));  // (1, t, V)
+    int32_t token = sample_token(mvgpt::reshape(mvgpt::narrow(logits, 1, t - 1, 1), {-1}), options, uint64_t(i));
+    out.push_back(token);
+    story.push_back(token);
+    if (on_token && !on_token(token)) break;
+  }
+  return out;
+}
+
 }  // namespace mvgpt::gpt

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/causal_lm.h>
 
 namespace mvgpt::gpt {
 
@@ -31,6 +32,11 @@ int32_t sample_token(const Tensor& logits, const SampleOptions& options, uint64_
 
 // Returns the new tokens; on_token (if given) sees each as it is produced and may return false to stop.
 std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                              const SampleOptions& options = {},
+                              const std::function<bool(int32_t)>& on_token = {});
+// Any causal LM: a GPT goes the way above; another model has no cache here, so the whole last
+// window is run again for each token (the same tokens as with a cache, at a window's cost each).
+std::vector<int32_t> generate(const nn::CausalLM& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                               const SampleOptions& options = {},
                               const std::function<bool(int32_t)>& on_token = {});
 

@@ -12,6 +12,7 @@
 #include <mvgpt/gpt/config.h>
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/nn/attention.h>
+#include <mvgpt/nn/causal_lm.h>
 #include <mvgpt/nn/embedding.h>
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/module.h>
@@ -22,8 +23,10 @@ class Block : public nn::Module {
  public:
   Block(const GPTConfig& config, const nn::Init& init, const nn::Init& residual_init);
   std::string type_name() const override { return "Block"; }
-  // x (B, T, C), positions (T) int64 for RoPE (undefined otherwise).
+  // x (B, T, C), positions (T) int64 for RoPE (undefined: the cache's length + 0..T-1).
   Tensor forward(const Tensor& x, const Tensor& positions, nn::KVCacheLayer* cache) const;
+  // Positions 0..T-1, no cache (what a call through nn::Module gets).
+  Tensor forward(const Tensor& x) const override { return forward(x, Tensor{}, nullptr); }
 
   std::shared_ptr<nn::Module> ln_1, ln_2, mlp;  // LayerNorm or RMSNorm; MLP or SwiGLU
   std::shared_ptr<nn::CausalSelfAttention> attn;
@@ -32,7 +35,7 @@ class Block : public nn::Module {
   GPTConfig config_;
 };
 
-class GPT : public nn::Module {
+class GPT : public nn::CausalLM {
  public:
   // Parameters drawn from `gen` (GPT-2 init: N(0, 0.02), residual projections scaled by
   // 1/sqrt(2 n_layer)); float32 on the CPU unless `init` says otherwise.
@@ -51,9 +54,14 @@ class GPT : public nn::Module {
   // With a cache, the tokens continue it (their first position is cache->position) and the cache's
   // position moves on by T. Errors: ids outside the vocabulary; a learned-position model asked for
   // positions at or past block_size.
-  Tensor forward(const Tensor& idx, KVCache* cache = nullptr, bool last_only = false) const;
+  Tensor forward(const Tensor& idx, KVCache* cache, bool last_only = false) const;
+  // No cache, every position (nn::CausalLM's forward).
+  Tensor forward(const Tensor& idx) const override { return forward(idx, nullptr, false); }
   // Mean cross-entropy of predicting targets (B, T) from idx (B, T).
-  Tensor loss(const Tensor& idx, const Tensor& targets) const;
+  Tensor loss(const Tensor& idx, const Tensor& targets) const override;
+  int64_t block_size() const override { return config_.block_size; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  std::string config_json() const override { return config_.to_json(); }
   // Per-token losses (B, T), no reduction.
   Tensor token_losses(const Tensor& idx, const Tensor& targets, KVCache* cache = nullptr) const;
 

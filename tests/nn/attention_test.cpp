@@ -1,4 +1,4 @@
-// CausalSelfAttention against a naive double-precision implementation, fused vs unfused, gradients,
+// CausalSelfAttention and SelfAttention (no mask) against a naive double-precision implementation, fused vs unfused, gradients,
 // and the KV cache (token by token equals full attention; sliding keeps the last n).
 #include <mvgpt/nn/attention.h>
 
@@ -17,9 +17,9 @@ namespace {
 using testing::expect_close;
 using testing::vals;
 
-// The whole layer in double loops: qkv projection, split-half rope, causal softmax attention with
+// The whole layer in double loops: qkv projection, split-half rope, softmax attention (causal or not) with
 // GQA (query head h reads kv head h / (H / Hkv)), output projection. x (B, T, C), positions[t].
-std::vector<double> naive_attention(const CausalSelfAttention& m, const Tensor& x, const std::vector<int64_t>& pos) {
+std::vector<double> naive_attention(const SelfAttention& m, const Tensor& x, const std::vector<int64_t>& pos) {
   const auto& cfg = m.config;
   const int64_t B = x.size(0), T = x.size(1), C = cfg.n_embd, H = cfg.n_head, Hkv = cfg.n_kv_head, D = m.head_dim;
   const int64_t Q = (H + 2 * Hkv) * D;
@@ -54,9 +54,10 @@ std::vector<double> naive_attention(const CausalSelfAttention& m, const Tensor& 
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kh = h / (H / Hkv);
       for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> s(size_t(i + 1));
+        const int64_t last = cfg.causal ? i : T - 1;  // the last key query i sees
+        std::vector<double> s(size_t(last + 1));
         double mx = -INFINITY, z = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j <= last; ++j) {
           double d = 0;
           for (int64_t c = 0; c < D; ++c) d += *at(b, i, h * D + c) * *at(b, j, (H + kh) * D + c);
           s[size_t(j)] = d / std::sqrt(double(D));
@@ -65,7 +66,7 @@ std::vector<double> naive_attention(const CausalSelfAttention& m, const Tensor& 
         for (double& v : s) z += (v = std::exp(v - mx));
         for (int64_t c = 0; c < D; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j <= i; ++j) acc += s[size_t(j)] / z * *at(b, j, (H + Hkv + kh) * D + c);
+          for (int64_t j = 0; j <= last; ++j) acc += s[size_t(j)] / z * *at(b, j, (H + Hkv + kh) * D + c);
           y[size_t((b * T + i) * C + h * D + c)] = acc;
         }
       }
@@ -154,6 +155,55 @@ TEST(CausalSelfAttention, Gradients) {
     std::vector<Tensor> inputs{testing::randn({1, 3, 4}, 6, DType::f64)};
     for (const Tensor& p : m.parameters()) inputs.push_back(p);
     auto r = autograd::gradcheck("CausalSelfAttention", [&](const autograd::Inputs& in) { return m(in[0]); }, inputs);
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
+// Self-attention over every position (an encoder's): the same layer without the causal mask.
+TEST(SelfAttention, FusedAndUnfusedMatchNaiveOverEveryPosition) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    AttentionConfig config = c.config;
+    config.causal = false;
+    Generator gen(31);
+    SelfAttention m(config, {.gen = &gen, .std = 0.3});
+    EXPECT_EQ(m.type_name(), "SelfAttention");
+    Tensor x = testing::randn({2, 5, config.n_embd}, 32);
+    std::vector<double> want = naive_attention(m, x, iota(0, 5));
+    m.use_fused = true;
+    expect_close(m(x), want, 1e-5, "fused");
+    m.use_fused = false;
+    expect_close(m(x), want, 1e-5, "unfused");
+  }
+  Tensor q = testing::randn({2, 4, 3, 8}, 1, DType::f64), k = testing::randn({2, 2, 7, 8}, 2, DType::f64),
+         v = testing::randn({2, 2, 7, 8}, 3, DType::f64);
+  expect_close(SelfAttention::attend_fused(q, k, v, false), SelfAttention::attend_reference(q, k, v, 0.0, false), 1e-12);
+}
+
+TEST(SelfAttention, TheFirstPositionSeesTheLastOnlyWithoutTheMask) {
+  Generator gen(41);
+  SelfAttention encoder({.n_embd = 8, .n_head = 2, .causal = false}, {.gen = &gen});
+  Generator gen2(41);
+  CausalSelfAttention decoder({.n_embd = 8, .n_head = 2, .causal = false}, {.gen = &gen2});  // causal regardless
+  EXPECT_TRUE(decoder.config.causal);
+  EXPECT_EQ(decoder.type_name(), "CausalSelfAttention");
+  Tensor x = testing::randn({1, 4, 8}, 42);
+  Tensor changed = ops::clone(x);
+  { NoGradGuard no_grad; ops::copy_(ops::narrow(changed, 1, 3, 1), testing::randn({1, 1, 8}, 43)); }
+  auto first = [](const Tensor& y) { return ops::narrow(y, 1, 0, 1).to_vector<float>(); };
+  EXPECT_NE(first(encoder(x)), first(encoder(changed)));
+  EXPECT_EQ(first(decoder(x)), first(decoder(changed)));
+}
+
+TEST(SelfAttention, Gradients) {
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "unfused");
+    SelfAttention m({.n_embd = 4, .n_head = 2, .n_kv_head = 1, .rope = true, .causal = false},
+                    {.dtype = DType::f64, .std = 0.5});
+    m.use_fused = fused;
+    std::vector<Tensor> inputs{testing::randn({1, 3, 4}, 7, DType::f64)};
+    for (const Tensor& p : m.parameters()) inputs.push_back(p);
+    auto r = autograd::gradcheck("SelfAttention", [&](const autograd::Inputs& in) { return m(in[0]); }, inputs);
     EXPECT_TRUE(r.ok) << r.message;
   }
 }
