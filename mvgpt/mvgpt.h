@@ -15,6 +15,8 @@
 #include <mvgpt/fused/rope.h>
 
 #include <mvgpt/nn/module.h>         // Module, Sequential, ModuleList
+#include <mvgpt/nn/causal_lm.h>      // CausalLM: what training, evaluation and generation take
+#include <mvgpt/nn/checkpoint.h>     // any module saved and loaded
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/embedding.h>
 #include <mvgpt/nn/layer_norm.h>

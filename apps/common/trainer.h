@@ -7,54 +7,30 @@
 // - evaluate(): the held-out loss, measured on rank 0 and known on every rank;
 // - save(): a checkpoint folder with the tokenizer, state.json and (in last/) the optimizer;
 // - resume(): the optimizer and the random stream back from last/ (state.json: read_state);
-// - run(): steps until --steps, --minutes or a stop signal, with the progress lines, log.csv and
-//   TensorBoard, an evaluation and checkpoints (last/, and best/ when the loss improved) every
-//   eval_interval steps and at the end.
+// - run(): steps until --steps, --minutes or a stop signal, an evaluation and checkpoints (last/,
+//   and best/ when the loss improved) every eval_interval steps and at the end, told to listeners:
+//   the progress lines, log.csv and TensorBoard are three (apps/common/training_output.h).
 // Under mpirun every rank runs it; rank 0 alone writes files (pretrain silences the others' output).
 // It trains any nn::CausalLM: the GPT (pretrain), or another model (tests/train trains the Llama of
 // examples/llama through it).
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/common/app.h"
 #include "apps/flags/pretrain.h"
-#include "apps/common/csv_log.h"
 #include "apps/common/evaluation.h"
 #include "apps/common/run_folder.h"
-#include "apps/common/tensorboard.h"
+#include "apps/common/train_state.h"
 #include <mvgpt/gpt/batches.h>
 #include <mvgpt/nn/causal_lm.h>
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/optim.h>
 
 namespace mvgpt::apps {
-
-// Where a run stands: state.json in last/, with the run's settings.
-struct TrainState {
-  int64_t step = 0;  // steps done
-  double elapsed_s = 0;
-  int64_t tokens_seen = 0;
-  double best_val_loss = INFINITY;
-  int64_t best_step = -1;
-  uint64_t rng_seed = 0, rng_offset = 0;
-  std::string init_from, init_step;  // the checkpoint a fine-tuning run started from ("" for none)
-  // Where the run ends: --steps (until_steps > 0), else the minutes it may use in all. A --resume
-  // without either continues to the same end; one that has reached it says the run is complete.
-  // Both 0 in a state.json from before they were kept.
-  int64_t until_steps = 0;
-  double until_minutes = 0;
-};
-
-// Reads last/state.json: the run's progress, and its settings into `settings`. AppError naming the
-// file when it is not a state file or says something no run can have reached.
-TrainState read_state(const std::string& path, PretrainSettings& settings);
-
-// --resume: UsageError for the first run-defining flag in `given` whose value (in `flags`) differs
-// from the resumed run's `saved` settings.
-void check_resume_flags(const GivenFlags& given, const PretrainSettings& flags, const PretrainSettings& saved);
 
 // What the loop needs besides the model, the data and the run's settings.
 struct TrainerOptions {
@@ -69,6 +45,32 @@ struct TrainerOptions {
   int64_t inject_nan_step = -1;   // testing aid: NaN in a gradient at this step
   int64_t kill_after_save_step = -1;  // testing aid: SIGKILL right after this step's checkpoint
   double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
+};
+
+class Trainer;
+
+// One step as the listeners see it.
+struct StepReport {
+  int64_t step = 0;  // the step just done (state().step)
+  double loss = 0, lr = 0, grad_norm = NAN, seconds = 0;  // Trainer::StepResult's
+  double tokens_per_s = 0;
+  double eta_s = 0;   // the time left to the run's end (its steps, or its minutes)
+  bool done = false;  // the run's last step
+  std::optional<EvalResult> eval;  // the held-out measure, on the steps that take one
+};
+
+// What run() tells, to whoever listens. Every call gets the trainer, for its state and settings.
+class TrainerListener {
+ public:
+  virtual ~TrainerListener() = default;
+  virtual void on_start(const Trainer&) {}
+  // After each step (and its evaluation), before its checkpoints are saved: what is logged here
+  // survives a kill during the save.
+  virtual void on_step(const Trainer&, const StepReport&) {}
+  // After an evaluated step's checkpoints were saved (best/ too when `improved`).
+  virtual void on_saved(const Trainer&, const StepReport&, bool improved) {}
+  // After the last step.
+  virtual void on_end(const Trainer&) {}
 };
 
 class Trainer {
@@ -98,9 +100,11 @@ class Trainer {
   // and with `with_optimizer` the optimizer's state.
   void save(const std::string& dir, bool with_optimizer);
   // Trains until the step count or the time runs out or a stop signal (SIGINT, SIGTERM, SIGHUP)
-  // comes, then prints a summary. `folder` (rank 0's) is told of each checkpoint. Returns the signal
-  // that stopped the run, 0 for none.
+  // comes, telling the listeners (without any: standard_listeners(), the progress lines on every
+  // rank, log.csv and TensorBoard on rank 0). `folder` (rank 0's) is told of each checkpoint.
+  // Returns the signal that stopped the run, 0 for none.
   int run(RunFolder* folder);
+  void add_listener(std::shared_ptr<TrainerListener> listener) { listeners_.push_back(std::move(listener)); }
 
   const TrainState& state() const { return st_; }
   const PretrainSettings& settings() const { return s_; }
@@ -108,13 +112,18 @@ class Trainer {
   const std::vector<Tensor>& parameters() const { return params_; }
   const std::string& last_dir() const { return last_dir_; }
   const std::string& best_dir() const { return best_dir_; }
+  const nn::CausalLM& model() const { return model_; }
+  const TrainerOptions& options() const { return opts_; }
+  int64_t tokens_per_step() const { return tokens_per_step_; }
+  bool resumed() const { return resumed_; }
+  // This session (since the trainer was built, or run() began): its first step and its seconds.
+  int64_t session_first_step() const { return first_step_; }
+  double session_seconds() const;
 
  private:
   void begin_session();
   void fit_schedule();
-  double session_seconds() const;
-  void record_evaluation(const EvalResult& r, RunFolder* folder);
-  std::string settings_markdown() const;
+  void save_evaluated(const StepReport& report, RunFolder* folder);
 
   nn::CausalLM& model_;
   PretrainSettings s_;
@@ -141,8 +150,7 @@ class Trainer {
   int64_t fit_from_step_ = -1, printed_fit_ = -1;  // the rate is measured from the end of start-up
   double fit_from_s_ = 0;
 
-  std::optional<CsvLog> csv_;  // rank 0's logs, opened by run()
-  std::optional<TensorBoardWriter> tb_;
+  std::vector<std::shared_ptr<TrainerListener>> listeners_;
 };
 
 }  // namespace mvgpt::apps
