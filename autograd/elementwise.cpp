@@ -29,14 +29,10 @@ Tensor unary_op(UnaryOp op, const Tensor& x, double s) {
 }  // namespace
 
 // --- unary: neg, exp, ... one per row of backends/unary_ops.h called with x alone ---
-#define MVGPT_UNARY_DEFINE_x(name) \
+#define MVGPT_UNARY_FUNCTION(name) \
   Tensor name(const Tensor& x) { return unary_op(UnaryOp::name, x, 0); }
-#define MVGPT_UNARY_DEFINE_scalar(name)
-#define MVGPT_UNARY_DEFINE(name, call, ...) MVGPT_UNARY_DEFINE_##call(name)
-MVGPT_UNARY_OPS(MVGPT_UNARY_DEFINE)
-#undef MVGPT_UNARY_DEFINE
-#undef MVGPT_UNARY_DEFINE_scalar
-#undef MVGPT_UNARY_DEFINE_x
+MVGPT_UNARY_FUNCTIONS()
+#undef MVGPT_UNARY_FUNCTION
 
 // --- the rows that take a scalar, under their PyTorch-style names ---
 Tensor pow(const Tensor& x, double exponent) { return unary_op(UnaryOp::pow_scalar, x, exponent); }

@@ -55,13 +55,9 @@ Tensor unsqueeze(const Tensor& x, int axis);
 // `Tensor name(const Tensor& x)` for every row of backends/unary_ops.h called with x alone (that
 // table is the list; the gradient check of each row is registered from it too). Derivatives follow
 // PyTorch: relu', abs' and sign' are 0 at 0.
-#define MVGPT_UNARY_DECLARE_x(name) Tensor name(const Tensor& x);
-#define MVGPT_UNARY_DECLARE_scalar(name)
-#define MVGPT_UNARY_DECLARE(name, call, ...) MVGPT_UNARY_DECLARE_##call(name)
-MVGPT_UNARY_OPS(MVGPT_UNARY_DECLARE)
-#undef MVGPT_UNARY_DECLARE
-#undef MVGPT_UNARY_DECLARE_scalar
-#undef MVGPT_UNARY_DECLARE_x
+#define MVGPT_UNARY_FUNCTION(name) Tensor name(const Tensor& x);
+MVGPT_UNARY_FUNCTIONS()
+#undef MVGPT_UNARY_FUNCTION
 // The rows that take a scalar:
 Tensor pow(const Tensor& x, double exponent);
 Tensor add(const Tensor& x, double s);

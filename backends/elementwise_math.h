@@ -109,28 +109,26 @@ struct Unary;
 MVGPT_UNARY_OPS(MVGPT_UNARY_MATH)
 #undef MVGPT_UNARY_MATH
 
-// A unary op on a float or double.
-template <typename T>
-MVGPT_HOST_DEVICE inline T unary_float(UnaryOp op, T v, T s) {
+// f(v), or with Derivative f'(v), of a unary op on a float or double.
+template <bool Derivative, typename T>
+MVGPT_HOST_DEVICE inline T unary_apply(UnaryOp op, T v, T s) {
   switch (op) {
-#define MVGPT_UNARY_CASE(name, ...) \
-  case UnaryOp::name: return Unary<UnaryOp::name>::forward_of(v, s);
+#define MVGPT_UNARY_CASE(name, ...)                                                \
+  case UnaryOp::name:                                                              \
+    if constexpr (Derivative) return Unary<UnaryOp::name>::derivative_of(v, s); \
+    else return Unary<UnaryOp::name>::forward_of(v, s);
     MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
 #undef MVGPT_UNARY_CASE
   }
   return v;
 }
-
-// f'(v) of a unary op on a float or double.
+template <typename T>
+MVGPT_HOST_DEVICE inline T unary_float(UnaryOp op, T v, T s) {
+  return unary_apply<false>(op, v, s);
+}
 template <typename T>
 MVGPT_HOST_DEVICE inline T unary_derivative(UnaryOp op, T v, T s) {
-  switch (op) {
-#define MVGPT_UNARY_CASE(name, ...) \
-  case UnaryOp::name: return Unary<UnaryOp::name>::derivative_of(v, s);
-    MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
-#undef MVGPT_UNARY_CASE
-  }
-  return v;
+  return unary_apply<true>(op, v, s);
 }
 
 // The unary ops integer tensors support (the ops layer rejects the others).

@@ -65,13 +65,9 @@ Tensor unsqueeze(const Tensor& t, int axis);
 // --- elementwise ---
 Tensor unary(UnaryOp op, const Tensor& x, double scalar = 0);
 // ops::neg(x), ops::exp(x), ...: one function per row of backends/unary_ops.h called with x alone.
-#define MVGPT_UNARY_DECLARE_x(name) Tensor name(const Tensor& x);
-#define MVGPT_UNARY_DECLARE_scalar(name)
-#define MVGPT_UNARY_DECLARE(name, call, ...) MVGPT_UNARY_DECLARE_##call(name)
-MVGPT_UNARY_OPS(MVGPT_UNARY_DECLARE)
-#undef MVGPT_UNARY_DECLARE
-#undef MVGPT_UNARY_DECLARE_scalar
-#undef MVGPT_UNARY_DECLARE_x
+#define MVGPT_UNARY_FUNCTION(name) Tensor name(const Tensor& x);
+MVGPT_UNARY_FUNCTIONS()
+#undef MVGPT_UNARY_FUNCTION
 Tensor pow(const Tensor& x, double exponent);
 Tensor add(const Tensor& x, double s);
 Tensor mul(const Tensor& x, double s);

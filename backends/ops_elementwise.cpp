@@ -38,14 +38,10 @@ Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
 }
 
 // ops::neg, ops::exp, ...: one per row of unary_ops.h called with x alone.
-#define MVGPT_UNARY_DEFINE_x(name) \
+#define MVGPT_UNARY_FUNCTION(name) \
   Tensor name(const Tensor& x) { return unary(UnaryOp::name, x); }
-#define MVGPT_UNARY_DEFINE_scalar(name)
-#define MVGPT_UNARY_DEFINE(name, call, ...) MVGPT_UNARY_DEFINE_##call(name)
-MVGPT_UNARY_OPS(MVGPT_UNARY_DEFINE)
-#undef MVGPT_UNARY_DEFINE
-#undef MVGPT_UNARY_DEFINE_scalar
-#undef MVGPT_UNARY_DEFINE_x
+MVGPT_UNARY_FUNCTIONS()
+#undef MVGPT_UNARY_FUNCTION
 
 Tensor pow(const Tensor& x, double exponent) { return unary(UnaryOp::pow_scalar, x, exponent); }
 Tensor add(const Tensor& x, double s) { return unary(UnaryOp::add_scalar, x, s); }

@@ -45,6 +45,14 @@
   X(gelu_erf, x, false, input, real, gelu_erf(v), gelu_erf_grad(v))                                                \
   X(relu2 /* the squared ReLU (Primer; modded-nanogpt's MLP) */, x, false, input, real, v > T(0) ? v * v : T(0), v > T(0) ? T(2) * v : T(0))                            
 
+// MVGPT_UNARY_FUNCTIONS() expands MVGPT_UNARY_FUNCTION(name), which the includer defines, once for
+// every row called with x alone: how ops.h and autograd/ops.h declare, and their .cpp files define,
+// `Tensor name(const Tensor& x)`.
+#define MVGPT_UNARY_FUNCTION_ROW(name, call, ...) MVGPT_UNARY_FUNCTION_##call(name)
+#define MVGPT_UNARY_FUNCTION_x(name) MVGPT_UNARY_FUNCTION(name)
+#define MVGPT_UNARY_FUNCTION_scalar(name)
+#define MVGPT_UNARY_FUNCTIONS() MVGPT_UNARY_OPS(MVGPT_UNARY_FUNCTION_ROW)
+
 namespace mvgpt {
 
 enum class UnaryOp : uint8_t {

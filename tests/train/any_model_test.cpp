@@ -11,6 +11,7 @@
 #include "apps/common/evaluation.h"
 #include "apps/common/trainer.h"
 #include "examples/llama/llama.h"
+#include "mvgpt/tiny_models.h"
 #include "nn/temp_dir.h"
 #include <mvgpt/gpt/batches.h>
 #include <mvgpt/gpt/generate.h>
@@ -145,13 +146,7 @@ TEST_F(AnyModel, TheLoaderRefusesAnotherModelsConfig) {
   nn::save_module_checkpoint(tmp.file("ckpt"), *model, model->config_json());
   EXPECT_NO_THROW(load_llama(tmp.file("ckpt")));
   // A GPT's config.json where the Llama's should be: the Llama's parser names the file.
-  gpt::GPTConfig gc;
-  gc.vocab_size = kVocab;
-  gc.block_size = 8;
-  gc.n_layer = 1;
-  gc.n_head = 2;
-  gc.n_embd = 16;
-  gpt::GPT gpt_model(gc);
+  gpt::GPT gpt_model(gpt::testing::tiny(false));
   nn::save_module_checkpoint(tmp.file("gpt"), gpt_model, gpt_model.config_json());
   try {
     load_llama(tmp.file("gpt"));
@@ -166,15 +161,8 @@ TEST_F(AnyModel, TheLoaderRefusesAnotherModelsConfig) {
 // One forward per module, through the base class: the GPT and its blocks answer a call through
 // nn::Module& as through their own type.
 TEST(OneForward, TheGptAndItsBlocksForwardThroughTheBaseClass) {
-  gpt::GPTConfig gc;
-  gc.vocab_size = kVocab;
-  gc.block_size = 8;
-  gc.n_layer = 1;
-  gc.n_head = 2;
-  gc.n_embd = 16;
-  gc.rope = true;
   Generator gen(5);
-  gpt::GPT model(gc, &gen);
+  gpt::GPT model(gpt::testing::tiny(true), &gen);
   model.eval();
   Tensor ids = Tensor::from_vector<int32_t>({1, 2, 3, 4, 5}, Shape{1, 5});
   const nn::Module& as_module = model;
@@ -182,7 +170,7 @@ TEST(OneForward, TheGptAndItsBlocksForwardThroughTheBaseClass) {
   const nn::CausalLM& as_lm = model;
   EXPECT_EQ(as_lm.block_size(), 8);
   EXPECT_EQ(as_lm.loss(ids, ids).item<float>(), model.loss(ids, ids).item<float>());
-  Tensor x = randn({1, 5, 16});
+  Tensor x = randn({1, 5, model.config().n_embd});
   const nn::Module& block = (*model.h)[0];
   EXPECT_EQ(block.forward(x).to_vector<float>(), (*model.h)[0].forward(x, Tensor{}, nullptr).to_vector<float>());
 }
