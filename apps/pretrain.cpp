@@ -217,8 +217,13 @@ void print_run(const PretrainArgs& args, const std::string& run_name, const gpt:
   if (s.grad_accum_steps > 1)
     std::printf("gradient accumulation: %lld micro-batches of %lld sequences a step\n", (long long)s.grad_accum_steps,
                 (long long)(s.batch_size / dist::size() / s.grad_accum_steps));
-  std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, cosine over %s), betas %.3g %.3g, weight decay %.3g, clip %.3g, seed %llu%s\n",
-              s.lr, s.min_lr, (long long)s.warmup_steps,
+  if (s.optimizer == "muon")
+    std::printf("Muon for the hidden matrices: lr %.3g -> %.3g, momentum 0.95 (Nesterov), 5 Newton-Schulz steps; the rest:\n",
+                s.muon_lr, s.muon_lr * s.min_lr / s.lr);
+  const std::string shape = s.schedule == "wsd" ? format("the peak, then a linear decay over the last %.0f%% of", 100 * s.decay_fraction)
+                                                : std::string("cosine over");
+  std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, %s %s), betas %.3g %.3g, weight decay %.3g, clip %.3g, seed %llu%s\n",
+              s.lr, s.min_lr, (long long)s.warmup_steps, shape.c_str(),
               s.fit_schedule ? format("the steps --minutes allows, fitted to the clock from %lld", (long long)s.schedule_steps).c_str()
                              : format("%lld steps", (long long)s.schedule_steps).c_str(),
               s.beta1, s.beta2, s.weight_decay, s.grad_clip, (unsigned long long)s.seed,

@@ -18,7 +18,7 @@ namespace mvgpt::nn {
 
 std::vector<ParamGroup> weight_decay_groups(const NamedTensors& named, double weight_decay,
                                             const std::function<bool(const std::string&, const Tensor&)>& decay) {
-  ParamGroup decayed{{}, weight_decay}, plain{{}, 0.0};
+  ParamGroup decayed{.params = {}, .weight_decay = weight_decay}, plain{.params = {}, .weight_decay = 0.0};
   for (const auto& [n, t] : named) {
     bool d = decay ? decay(n, t) : t.dim() >= 2;
     (d ? decayed : plain).params.push_back(t);
@@ -36,6 +36,9 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_w
   std::map<std::string, int> name_count;
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (!groups_[g].weight_decay) groups_[g].weight_decay = default_weight_decay;
+    if (!(groups_[g].lr_scale >= 0) || !std::isfinite(groups_[g].lr_scale))
+      throw std::invalid_argument("Optimizer: group " + std::to_string(g) + "'s lr_scale must be finite and >= 0, found " +
+                                  std::to_string(groups_[g].lr_scale));
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
       const std::string where = "group " + std::to_string(g) + " parameter " + std::to_string(i);
@@ -76,7 +79,7 @@ std::vector<Tensor>& Optimizer::state_for(size_t group, size_t index) {
   const Tensor& p = groups_[group].params[index];
   std::vector<Tensor>& slots = state_[group][index];
   if (slots.empty()) {
-    for (size_t s = 0; s < slot_names_.size(); ++s) slots.push_back(mvgpt::zeros(p.shape(), p.dtype(), p.device()));
+    for (size_t s = 0; s < slots_of(group).size(); ++s) slots.push_back(mvgpt::zeros(p.shape(), p.dtype(), p.device()));
   } else if (slots[0].device() != p.device() || slots[0].dtype() != p.dtype()) {
     // The parameter was moved by Module::to after the state was made.
     for (Tensor& s : slots) s = mvgpt::to(mvgpt::to(s, p.device()), p.dtype());
@@ -89,7 +92,7 @@ NamedTensors Optimizer::state_tensors() const {
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i)
       for (size_t s = 0; s < state_[g][i].size(); ++s)
-        out.emplace_back(names_[g][i] + "." + slot_names_[s], state_[g][i][s]);
+        out.emplace_back(names_[g][i] + "." + slots_of(g)[s], state_[g][i][s]);
   return out;
 }
 
@@ -158,7 +161,8 @@ void Optimizer::load(const std::string& path) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& param = groups_[g].params[i];
       size_t found = 0;
-      for (const std::string& slot : slot_names_) {
+      const std::vector<std::string>& slot_names = slots_of(g);
+      for (const std::string& slot : slot_names) {
         auto it = given.find(names_[g][i] + "." + slot);
         if (it == given.end()) continue;
         ++found;
@@ -172,9 +176,9 @@ void Optimizer::load(const std::string& path) {
         else if (const int64_t bad = safetensors::first_non_finite(t); bad >= 0)
           errors.push_back(it->first + ": element " + std::to_string(bad) + " is not finite (NaN or infinity)");
       }
-      if (found != 0 && found != slot_names_.size())
+      if (found != 0 && found != slot_names.size())
         errors.push_back(names_[g][i] + ": only " + std::to_string(found) + " of " +
-                         std::to_string(slot_names_.size()) + " state tensors");
+                         std::to_string(slot_names.size()) + " state tensors");
       if (found != 0) ++with_state;
       else if (!without_state.count(names_[g][i])) missing.push_back(names_[g][i]);
     }
@@ -199,8 +203,8 @@ void Optimizer::load(const std::string& path) {
       const Tensor& param = groups_[g].params[i];
       std::vector<Tensor>& slots = state_[g][i];
       slots.clear();
-      if (!given.count(names_[g][i] + "." + slot_names_[0])) continue;  // no state saved: starts fresh
-      for (const std::string& slot : slot_names_) {
+      if (!given.count(names_[g][i] + "." + slots_of(g)[0])) continue;  // no state saved: starts fresh
+      for (const std::string& slot : slots_of(g)) {
         Tensor s = mvgpt::empty(param.shape(), param.dtype(), param.device());
         mvgpt::copy_(s, *given.at(names_[g][i] + "." + slot));
         slots.push_back(s);
@@ -227,7 +231,7 @@ void AdamW::step() {
   NoGradGuard no_grad;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    AdamWParams hp{.lr = lr_, .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
+    AdamWParams hp{.lr = group_lr(g), .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
                    .weight_decay = weight_decay(g), .step = step_};
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
@@ -275,7 +279,7 @@ void SGD::step() {
         }
         d = options_.nesterov ? mvgpt::add(d, mvgpt::mul(buf, options_.momentum)) : buf;
       }
-      mvgpt::copy_(p, mvgpt::sub(p, mvgpt::mul(d, lr_)));
+      mvgpt::copy_(p, mvgpt::sub(p, mvgpt::mul(d, group_lr(g))));
     }
   }
 }

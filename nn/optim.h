@@ -22,7 +22,10 @@ namespace mvgpt::nn {
 
 struct ParamGroup {
   std::vector<Tensor> params;
-  std::optional<double> weight_decay;  // the optimizer's default when unset
+  std::optional<double> weight_decay = std::nullopt;  // the optimizer's default when unset
+  // The group's learning rate is the optimizer's (set_lr, the schedule's) times this: per-group
+  // rates that follow one schedule.
+  double lr_scale = 1.0;
 };
 
 // Splits named parameters into two groups: decayed (where `decay(name, tensor)` holds; by default
@@ -67,6 +70,11 @@ class Optimizer {
   bool has_state(size_t group, size_t index) const { return !state_[group][index].empty(); }
   // Hyper-parameters saved in the metadata and checked (loosely: only the type) on load.
   virtual std::vector<std::pair<std::string, double>> hyper_parameters() const = 0;
+  // The state slots of a group's parameters: the constructor's slot_names unless an optimizer
+  // updates its groups differently (Muon's matrices and its AdamW groups).
+  virtual const std::vector<std::string>& slots_of(size_t group) const { return slot_names_; }
+  // The rate of group g: lr() times its lr_scale.
+  double group_lr(size_t group) const { return lr_ * groups_[group].lr_scale; }
 
   std::vector<ParamGroup> groups_;
   double lr_;

@@ -19,7 +19,9 @@ namespace mvgpt::apps {
 #define MVGPT_PRETRAIN_SETTINGS(REQUIRED, OPTIONAL)                                                                 \
   REQUIRED(batch_size) REQUIRED(lr) REQUIRED(min_lr) REQUIRED(warmup_steps) REQUIRED(schedule_steps)               \
   REQUIRED(weight_decay) REQUIRED(grad_clip) REQUIRED(seed) REQUIRED(eval_interval) REQUIRED(eval_windows)         \
-  REQUIRED(beta1) REQUIRED(beta2) OPTIONAL(grad_accum_steps, int64_t(1)) OPTIONAL(fit_schedule, false)
+  REQUIRED(beta1) REQUIRED(beta2) OPTIONAL(grad_accum_steps, int64_t(1)) OPTIONAL(fit_schedule, false)           \
+  OPTIONAL(optimizer, std::string("adamw")) OPTIONAL(muon_lr, 0.02) OPTIONAL(schedule, std::string("cosine"))      \
+  OPTIONAL(decay_fraction, 0.4)
 
 void to_json(json& j, const PretrainSettings& s) {
 #define MVGPT_PUT(field, ...) j[#field] = s.field;

@@ -55,6 +55,17 @@ nn::NamedTensors trainable_parameters(nn::Module& model) {
   return trainable;
 }
 
+// AdamW on every trainable parameter (weight decay on the matrices and embeddings), or Muon on the
+// hidden matrices (no weight decay: at these run lengths it only slowed them) with AdamW on the rest.
+std::unique_ptr<nn::Optimizer> make_optimizer(nn::Module& model, const nn::NamedTensors& trainable,
+                                              const PretrainSettings& s) {
+  const nn::AdamWOptions adamw{.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay};
+  if (s.optimizer != "muon") return std::make_unique<nn::AdamW>(nn::weight_decay_groups(trainable, s.weight_decay), adamw);
+  nn::MuonSplit split = nn::muon_split(model, 0.0, s.weight_decay);
+  return std::make_unique<nn::Muon>(std::move(split.matrices), std::move(split.others),
+                                    nn::MuonOptions{.lr = s.muon_lr, .adamw = adamw});
+}
+
 std::vector<Tensor> tensors_of(const nn::NamedTensors& named) {
   std::vector<Tensor> tensors;
   for (const auto& [name, p] : named) tensors.push_back(p);
@@ -78,9 +89,14 @@ Trainer::Trainer(nn::CausalLM& model, const PretrainSettings& settings, const Tr
       best_dir_((fs::path(opts_.out_dir) / "best").string()),
       trainable_(trainable_parameters(model)),
       params_(tensors_of(trainable_)),
-      opt_(nn::weight_decay_groups(trainable_, s_.weight_decay),
-           {.lr = s_.lr, .beta1 = s_.beta1, .beta2 = s_.beta2, .eps = 1e-8, .weight_decay = s_.weight_decay}),
-      schedule_{s_.lr, s_.min_lr, s_.warmup_steps, s_.schedule_steps},
+      opt_(make_optimizer(model, trainable_, s_)),
+      opt_lr_ratio_(s_.optimizer == "muon" ? s_.muon_lr / s_.lr : 1.0),
+      schedule_{.max_lr = s_.lr,
+                .min_lr = s_.min_lr,
+                .warmup_steps = s_.warmup_steps,
+                .decay_steps = s_.schedule_steps,
+                .shape = s_.schedule == "wsd" ? nn::DecayShape::linear : nn::DecayShape::cosine,
+                .decay_fraction = s_.schedule == "wsd" ? s_.decay_fraction : 1.0},
       tokens_per_step_(s_.batch_size * batches.block_size()) {
   st_.until_steps = opts_.steps;  // saved with each checkpoint: a --resume without flags ends there too
   st_.until_minutes = opts_.steps > 0 ? 0 : opts_.minutes;
@@ -92,7 +108,7 @@ Trainer::Trainer(nn::CausalLM& model, const PretrainSettings& settings, const Tr
 
 void Trainer::resume() {
   default_generator().offset = st_.rng_offset;
-  opt_.load((fs::path(last_dir_) / "optimizer.safetensors").string());
+  opt_->load((fs::path(last_dir_) / "optimizer.safetensors").string());
   resumed_ = true;
   saved_step_ = st_.step;
 }
@@ -137,7 +153,7 @@ Trainer::StepResult Trainer::step() {
   fit_schedule();
   StepResult result;
   result.lr = schedule_(st_.step);
-  opt_.set_lr(result.lr);
+  opt_->set_lr(result.lr * opt_lr_ratio_);
   gpt::Batch batch = batches_.at(st_.step);
   if (dist::size() > 1)  // this rank's share of the global batch
     batch = {dist::shard_rows(batch.inputs, dist::rank(), dist::size()),
@@ -181,9 +197,9 @@ Trainer::StepResult Trainer::step() {
     std::printf("%s; skipped (--skip-nonfinite)\n", what.c_str());
   } else {
     skipped_in_a_row_ = 0;
-    opt_.step();
+    opt_->step();
   }
-  opt_.zero_grad();
+  opt_->zero_grad();
   synchronize(opts_.device);
   result.seconds = opts_.debug_step_seconds > 0 ? opts_.debug_step_seconds : seconds_since(t0);
   st_.step += 1;
@@ -213,7 +229,7 @@ void Trainer::save(const std::string& dir, bool with_optimizer) {
                            util::write_file_atomic((fs::path(tmp) / "tokenizer.json").string(), opts_.tokenizer_json);
                          util::write_file_atomic((fs::path(tmp) / "state.json").string(),
                                                  state_file_text(st_, s_, opts_.run_name));
-                         if (with_optimizer) opt_.save((fs::path(tmp) / "optimizer.safetensors").string());
+                         if (with_optimizer) opt_->save((fs::path(tmp) / "optimizer.safetensors").string());
                        });
 }
 

@@ -29,6 +29,7 @@
 #include <mvgpt/nn/causal_lm.h>
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/optim.h>
+#include <mvgpt/nn/muon.h>
 
 namespace mvgpt::apps {
 
@@ -56,7 +57,7 @@ struct StepReport {
   double tokens_per_s = 0;
   double eta_s = 0;   // the time left to the run's end (its steps, or its minutes)
   bool done = false;  // the run's last step
-  std::optional<EvalResult> eval;  // the held-out measure, on the steps that take one
+  std::optional<EvalResult> eval = std::nullopt;  // the held-out measure, on the steps that take one
 };
 
 // What run() tells, to whoever listens. Every call gets the trainer, for its state and settings.
@@ -75,7 +76,8 @@ class TrainerListener {
 
 class Trainer {
  public:
-  // Trains `model`'s parameters that require a gradient (with LoRA, the adapters alone) with AdamW,
+  // Trains `model`'s parameters that require a gradient (with LoRA, the adapters alone) with AdamW
+  // (or Muon and AdamW: settings.optimizer),
   // from `state` (a new run's, or read_state's), on `batches`; evaluates on `valid`, with
   // `byte_lengths` (token_byte_lengths) for bits per byte. Seeds the random stream (dropout's) and
   // gives every rank rank 0's weights. The model, batches and token file must outlive the trainer.
@@ -136,8 +138,9 @@ class Trainer {
 
   nn::NamedTensors trainable_;
   std::vector<Tensor> params_;
-  nn::AdamW opt_;
-  nn::WarmupCosineSchedule schedule_;
+  std::unique_ptr<nn::Optimizer> opt_;
+  double opt_lr_ratio_;  // the optimizer's rate over the schedule's (AdamW's): muon_lr / lr for Muon
+  nn::WarmupDecaySchedule schedule_;
   int64_t tokens_per_step_;
   bool resumed_ = false;
   int64_t saved_step_ = -1;  // the step last/ holds (-1: none yet)

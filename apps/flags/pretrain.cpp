@@ -35,8 +35,12 @@ std::string settings_problem(const PretrainSettings& s) {
         whole("warmup_steps", s.warmup_steps, 0), whole("schedule_steps", s.schedule_steps, 1),
         real("weight_decay", s.weight_decay, 0, inf), real("grad_clip", s.grad_clip, 0, inf), real("beta1", s.beta1, 0, 1),
         real("beta2", s.beta2, 0, 1), whole("eval_interval", s.eval_interval, 1), whole("eval_windows", s.eval_windows, 1),
-        whole("grad_accum_steps", s.grad_accum_steps, 1)})
+        whole("grad_accum_steps", s.grad_accum_steps, 1), real("muon_lr", s.muon_lr, 1e-300, inf),
+        real("decay_fraction", s.decay_fraction, 1e-300, 1 + 1e-12)})
     if (!why.empty()) return why;
+  if (s.optimizer != "adamw" && s.optimizer != "muon")
+    return "optimizer is \"" + s.optimizer + "\"; expected adamw or muon";
+  if (s.schedule != "cosine" && s.schedule != "wsd") return "schedule is \"" + s.schedule + "\"; expected cosine or wsd";
   if (s.batch_size % s.grad_accum_steps != 0)
     return format("batch_size is %lld, not a multiple of grad_accum_steps (%lld)", (long long)s.batch_size,
                   (long long)s.grad_accum_steps);
@@ -79,6 +83,22 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       ->check(kNonNegative);
   app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(between(0, 0.999999));
   app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(between(0, 0.999999));
+  app->add_option("--optimizer", s.optimizer,
+                  "adamw, or muon: Muon (Newton-Schulz orthogonalised momentum) for the hidden matrices at --muon-lr, "
+                  "AdamW at --lr for the embeddings, head, norms and biases")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adamw", "muon"}));
+  app->add_option("--muon-lr", s.muon_lr, "Muon's peak rate for the hidden matrices (with --optimizer muon)")
+      ->capture_default_str()
+      ->check(kPositive);
+  app->add_option("--schedule", s.schedule,
+                  "cosine (decay over the whole run after the warm-up), or wsd (warm-up, the peak rate, then a linear "
+                  "decay over the last --decay-fraction of the run)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cosine", "wsd"}));
+  app->add_option("--decay-fraction", s.decay_fraction, "with --schedule wsd, the part of the run the rate decays over")
+      ->capture_default_str()
+      ->check(between(1e-6, 1));
   app->add_option("--dropout", a.dropout, "dropout probability in training (default: the preset's or config's, 0 for the presets)")
       ->check(between(0, 0.99));
   auto* init_opt = app->add_option("--init-from", a.init_from,

@@ -29,6 +29,14 @@ struct PretrainSettings {
   int64_t eval_interval = 25, eval_windows = 32;
   int64_t grad_accum_steps = 1;  // micro-batches of batch_size / N whose gradients add up to one step's
   bool fit_schedule = false;     // schedule_steps follows the clock (--minutes without --schedule-steps)
+  // adamw, or muon: Muon for the hidden matrices at muon_lr (no weight decay), AdamW at lr for the
+  // embeddings, head, norms and biases (nn/muon.h).
+  std::string optimizer = "adamw";
+  double muon_lr = 0.02;
+  // cosine (over the whole run after the warm-up), or wsd: the peak rate, then a linear decay to
+  // min_lr over the run's last decay_fraction.
+  std::string schedule = "cosine";
+  double decay_fraction = 0.4;
 };
 
 // The schedule's defaults where a flag left them unset (the span: --steps, else

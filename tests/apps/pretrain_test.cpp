@@ -97,6 +97,41 @@ TEST_F(Pretrain, ResumeContinuesExactlyLikeAnUninterruptedRun) {
                                          "grad_norm", "tokens_per_s"}));
 }
 
+// Muon (hidden matrices) with AdamW (the rest) and the warm-up-stable-decay schedule: the state file
+// holds both optimizers' slots, a resume continues exactly, and the rates follow the WSD shape.
+TEST_F(Pretrain, MuonAndWsdResumeExactly) {
+  const fs::path cwd = prepared();
+  write_text(cwd / "resume.json", tiny_config(true));
+  const std::string args = std::string(kArgs) + "--optimizer muon --muon-lr 0.01 --schedule wsd --decay-fraction 0.5 "
+                                                "--warmup-steps 2 --schedule-steps 8 ";
+  RunResult whole = run_app("pretrain", args + "--steps 8 --out muon_a/run", cwd);
+  ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
+  EXPECT_NE(whole.out.find("Muon for the hidden matrices: lr 0.01"), std::string::npos) << whole.out;
+  RunResult first = run_app("pretrain", args + "--steps 5 --out muon_b/run", cwd);
+  ASSERT_EQ(first.code, 0) << first.out << first.err;
+  // A resume keeps the run's optimizer; giving another is refused.
+  RunResult other = run_app("pretrain", "--resume --steps 8 --optimizer adamw --device cpu --out muon_b/run", cwd);
+  EXPECT_NE(other.code, 0);
+  EXPECT_NE(other.err.find("--optimizer differs from the resumed run's"), std::string::npos) << other.err;
+  RunResult rest = run_app("pretrain", "--resume --steps 8 --device cpu --out muon_b/run", cwd);
+  ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
+  for (const char* f : {"last/model.safetensors", "last/optimizer.safetensors"})
+    EXPECT_TRUE(slurp(cwd / "muon_a" / "run" / f) == slurp(cwd / "muon_b" / "run" / f)) << f << " differs";
+  // WSD: warm-up (steps 0, 1), the peak until the decay starts at step 5 of 8, then linear to lr / 10.
+  auto rows = csv_rows(cwd / "muon_a" / "run" / "log.csv");
+  std::vector<double> lr;
+  for (int step = 1; step <= 8; ++step) lr.push_back(std::stod(rows.at(std::to_string(step)).at(3)));
+  EXPECT_DOUBLE_EQ(lr[0], 5e-4);
+  for (int i = 1; i <= 5; ++i) EXPECT_DOUBLE_EQ(lr[size_t(i)], 1e-3) << "step " << i + 1;
+  EXPECT_NEAR(lr[6], 1e-4 + 9e-4 * 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(lr[7], 1e-4 + 9e-4 / 3.0, 1e-12);
+  // The optimizer state: Muon's momentum for the matrices, AdamW's moments for the rest.
+  const std::string state = slurp(cwd / "muon_a" / "run" / "last" / "optimizer.safetensors");
+  EXPECT_NE(state.find("\"optimizer\":\"Muon\""), std::string::npos);
+  EXPECT_NE(state.find("attn.c_attn.weight.momentum_buffer"), std::string::npos);
+  EXPECT_NE(state.find("\"wte.weight.exp_avg_sq\""), std::string::npos);
+}
+
 TEST_F(Pretrain, RunFolderFollowsThePositionEmbedding) {
   const fs::path cwd = prepared();
   write_text(cwd / "tiny-learned.json", tiny_config(false));

@@ -178,6 +178,25 @@ TEST(ClipGradNorm, ScalesToMaxNormAndReturnsTheNorm) {
   EXPECT_THROW(clip_grad_norm_({a}, 0.0), std::invalid_argument);
 }
 
+// Warm-up-stable-decay: the peak holds, then a straight line to the floor over the last part.
+TEST(WarmupDecaySchedule, StableThenLinearDecayOverTheLastFraction) {
+  const WarmupDecaySchedule s{.max_lr = 1.0, .min_lr = 0.0, .warmup_steps = 2, .decay_steps = 12,
+                              .shape = DecayShape::linear, .decay_fraction = 0.4};
+  // Warm-up: steps 0, 1; stable: 2..7; decay over [8, 12).
+  EXPECT_DOUBLE_EQ(s(0), 0.5);
+  EXPECT_DOUBLE_EQ(s(1), 1.0);
+  for (int64_t step = 2; step <= 8; ++step) EXPECT_DOUBLE_EQ(s(step), 1.0) << step;
+  EXPECT_DOUBLE_EQ(s(9), 0.75);
+  EXPECT_DOUBLE_EQ(s(10), 0.5);
+  EXPECT_DOUBLE_EQ(s(11), 0.25);
+  EXPECT_DOUBLE_EQ(s(12), 0.0);
+  EXPECT_DOUBLE_EQ(s(100), 0.0);
+  // Cosine over the whole span is the fraction 1 (nanoGPT's, the default).
+  const WarmupDecaySchedule cos{.max_lr = 1.0, .min_lr = 0.0, .warmup_steps = 0, .decay_steps = 10};
+  EXPECT_NEAR(cos(5), 0.5, 1e-15);
+  EXPECT_THROW((WarmupDecaySchedule{.decay_steps = 4, .decay_fraction = 0}(0)), std::invalid_argument);
+}
+
 TEST(WarmupCosineSchedule, WarmsUpThenDecaysToTheFloor) {
   WarmupCosineSchedule s{.max_lr = 1.0, .min_lr = 0.1, .warmup_steps = 4, .decay_steps = 14};
   EXPECT_DOUBLE_EQ(s(0), 0.25);

@@ -1,0 +1,121 @@
+#include <mvgpt/nn/muon.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <unordered_set>
+
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/adamw.h>
+#include <mvgpt/nn/linear.h>
+
+namespace mvgpt::nn {
+
+Tensor newton_schulz(const Tensor& g, const MuonOptions& o) {
+  if (g.dim() != 2 || !is_floating(g.dtype()))
+    throw std::invalid_argument("newton_schulz: expected a float matrix (A, B), found " + g.describe());
+  NoGradGuard no_grad;
+  const bool tall = g.size(0) > g.size(1);
+  Tensor x = tall ? transpose(g, 0, 1) : g;  // (m, n), m <= n: the Gram matrix is the small one
+  // |x|_F in double: the iteration needs the spectral norm at most 1, which the Frobenius norm bounds.
+  const double norm = std::sqrt(to(sum(square(to(x, DType::f64))), Device::cpu()).item<double>());
+  x = mul(x, 1.0 / std::max(norm, o.eps));
+  for (int k = 0; k < o.ns_steps; ++k) {
+    Tensor a = matmul(x, transpose(x, 0, 1));            // (m, m)
+    Tensor b = add(mul(a, o.ns_b), mul(matmul(a, a), o.ns_c));  // b A + c A^2
+    x = add(mul(x, o.ns_a), matmul(b, x));               // a X + B X
+  }
+  return tall ? contiguous(transpose(x, 0, 1)) : x;
+}
+
+Muon::Muon(std::vector<ParamGroup> matrices, std::vector<ParamGroup> others, const MuonOptions& options)
+    : Optimizer(
+          [&] {
+            // The AdamW groups' rate is adamw.lr when lr() is options.lr, and follows set_lr in proportion.
+            if (!(options.lr > 0) || !(options.adamw.lr >= 0))
+              throw std::invalid_argument("Muon: need lr > 0 and adamw.lr >= 0, found lr " + std::to_string(options.lr) +
+                                          ", adamw.lr " + std::to_string(options.adamw.lr));
+            std::vector<ParamGroup> all = std::move(matrices);
+            for (ParamGroup& g : others) {
+              if (!g.weight_decay) g.weight_decay = options.adamw.weight_decay;
+              g.lr_scale *= options.adamw.lr / options.lr;
+              all.push_back(std::move(g));
+            }
+            return all;
+          }(),
+          options.lr, options.weight_decay, {"momentum_buffer"}),
+      options_(options),
+      n_matrix_groups_(groups_.size() - others.size()) {
+  // (`others` was moved from element by element above: its size is still the count.)
+  if (!(options.momentum >= 0 && options.momentum < 1) || options.ns_steps < 0 || !(options.eps > 0))
+    throw std::invalid_argument("Muon: need 0 <= momentum < 1, ns_steps >= 0 and eps > 0");
+  for (size_t g = 0; g < n_matrix_groups_; ++g)
+    for (const Tensor& p : groups_[g].params)
+      if (p.dim() != 2)
+        throw std::invalid_argument("Muon: '" + p.name() + "' " + p.describe() +
+                                    " is not a matrix; give it to the AdamW groups (muon_split does)");
+}
+
+const std::vector<std::string>& Muon::slots_of(size_t group) const {
+  return group < n_matrix_groups_ ? muon_slots_ : adamw_slots_;
+}
+
+void Muon::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  const MuonOptions& o = options_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const double lr = group_lr(g), wd = weight_decay(g);
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& p = groups_[g].params[i];
+      if (!p.grad().defined()) continue;
+      std::vector<Tensor>& s = state_for(g, i);
+      const Tensor grad = contiguous(p.grad());
+      if (g >= n_matrix_groups_) {
+        AdamWParams hp{.lr = lr, .beta1 = o.adamw.beta1, .beta2 = o.adamw.beta2, .eps = o.adamw.eps,
+                       .weight_decay = wd, .step = step_};
+        fused::adamw_step_(p, grad, s[0], s[1], hp);
+        continue;
+      }
+      Tensor& buf = s[0];
+      copy_(buf, add(mul(buf, o.momentum), mul(grad, 1 - o.momentum)));
+      const Tensor u = o.nesterov ? add(mul(grad, 1 - o.momentum), mul(buf, o.momentum)) : buf;
+      const Tensor update = newton_schulz(u, o);
+      const double scale = std::sqrt(std::max(1.0, double(p.size(0)) / double(p.size(1))));
+      copy_(p, sub(mul(p, 1 - lr * wd), mul(update, lr * scale)));
+    }
+  }
+}
+
+std::vector<std::pair<std::string, double>> Muon::hyper_parameters() const {
+  return {{"momentum", options_.momentum},   {"nesterov", options_.nesterov ? 1.0 : 0.0},
+          {"weight_decay", options_.weight_decay}, {"ns_steps", double(options_.ns_steps)},
+          {"adamw_lr", options_.adamw.lr},   {"adamw_beta1", options_.adamw.beta1},
+          {"adamw_beta2", options_.adamw.beta2}};
+}
+
+MuonSplit muon_split(Module& model, double muon_weight_decay, double adamw_weight_decay,
+                     const std::vector<std::string>& keep_on_adamw) {
+  auto kept = [&](const std::string& module) {
+    for (const std::string& k : keep_on_adamw)
+      if (module == k || (module.size() > k.size() && module.compare(module.size() - k.size() - 1, k.size() + 1, "." + k) == 0))
+        return true;
+    return false;
+  };
+  std::unordered_set<const TensorImpl*> to_muon;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* linear = dynamic_cast<Linear*>(m); linear && !kept(name) && linear->weight.dim() == 2)
+      to_muon.insert(linear->weight.impl());
+  MuonSplit split{{ParamGroup{.params = {}, .weight_decay = muon_weight_decay}}, {}};
+  NamedTensors rest;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (!p.requires_grad()) continue;
+    if (to_muon.count(p.impl())) split.matrices[0].params.push_back(p);
+    else rest.emplace_back(name, p);
+  }
+  split.others = weight_decay_groups(rest, adamw_weight_decay);
+  return split;
+}
+
+}  // namespace mvgpt::nn

@@ -1,0 +1,205 @@
+// Muon against a float64 reference written from its definition, the orthogonalised update's singular
+// values, an exact resume from saved state, and the usual split of a model's parameters.
+#include <mvgpt/nn/muon.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/embedding.h>
+#include <mvgpt/nn/layer_norm.h>
+#include <mvgpt/nn/linear.h>
+#include "nn/temp_dir.h"
+#include "nn/test_util.h"
+
+namespace mvgpt::nn {
+namespace {
+
+using testing::expect_close;
+using testing::vals;
+
+// Row-major (r, c) matrices in double.
+struct Mat {
+  int64_t r, c;
+  std::vector<double> v;
+  double& at(int64_t i, int64_t j) { return v[size_t(i * c + j)]; }
+  double at(int64_t i, int64_t j) const { return v[size_t(i * c + j)]; }
+};
+Mat mm(const Mat& a, const Mat& b) {
+  Mat o{a.r, b.c, std::vector<double>(size_t(a.r * b.c))};
+  for (int64_t i = 0; i < a.r; ++i)
+    for (int64_t j = 0; j < b.c; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < a.c; ++k) s += a.at(i, k) * b.at(k, j);
+      o.at(i, j) = s;
+    }
+  return o;
+}
+Mat tr(const Mat& a) {
+  Mat o{a.c, a.r, std::vector<double>(a.v.size())};
+  for (int64_t i = 0; i < a.r; ++i)
+    for (int64_t j = 0; j < a.c; ++j) o.at(j, i) = a.at(i, j);
+  return o;
+}
+Mat lin(double x, const Mat& a, double y, const Mat& b) {  // x a + y b
+  Mat o = a;
+  for (size_t i = 0; i < o.v.size(); ++i) o.v[i] = x * a.v[i] + y * b.v[i];
+  return o;
+}
+
+// The quintic Newton-Schulz iteration of the definition, in double.
+Mat newton_schulz_reference(Mat g, const MuonOptions& o) {
+  const bool tall = g.r > g.c;
+  if (tall) g = tr(g);
+  double n = 0;
+  for (double x : g.v) n += x * x;
+  n = std::max(std::sqrt(n), o.eps);
+  for (double& x : g.v) x /= n;
+  for (int k = 0; k < o.ns_steps; ++k) {
+    Mat a = mm(g, tr(g));
+    Mat b = lin(o.ns_b, a, o.ns_c, mm(a, a));
+    g = lin(o.ns_a, g, 1.0, mm(b, g));
+  }
+  return tall ? tr(g) : g;
+}
+
+Tensor leaf(const Shape& shape, uint64_t seed) {
+  Tensor t = testing::randn(shape, seed, DType::f64);
+  t.requires_grad_();
+  return t;
+}
+
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) { return {ParamGroup{.params = std::move(params)}}; }
+
+TEST(Muon, StepsMatchAFloat64ReferenceForWideAndTallMatrices) {
+  for (Shape shape : {Shape{3, 5}, Shape{6, 4}}) {
+    SCOPED_TRACE(to_string(shape));
+    const MuonOptions o{.lr = 0.05, .weight_decay = 0.1};
+    Tensor w = leaf(shape, 1);
+    Muon opt(one_group({w}), {}, o);
+    Mat want{shape[0], shape[1], vals(w)}, buf{shape[0], shape[1], std::vector<double>(size_t(w.numel()))};
+    for (int step = 0; step < 3; ++step) {
+      Tensor g = testing::randn(shape, 10 + step, DType::f64);
+      w.set_grad(g);
+      opt.step();
+      // The definition (torch.optim.Muon's arithmetic).
+      Mat gm{shape[0], shape[1], vals(g)};
+      buf = lin(o.momentum, buf, 1 - o.momentum, gm);
+      Mat u = lin(1 - o.momentum, gm, o.momentum, buf);  // Nesterov
+      Mat upd = newton_schulz_reference(u, o);
+      const double scale = std::sqrt(std::max(1.0, double(shape[0]) / double(shape[1])));
+      want = lin(1 - o.lr * o.weight_decay, want, -o.lr * scale, upd);
+      expect_close(w, want.v, 1e-12, "step " + std::to_string(step));
+    }
+  }
+}
+
+// Eigenvalues of a symmetric matrix (cyclic Jacobi), for the singular values of the update.
+std::vector<double> symmetric_eigenvalues(Mat a) {
+  const int64_t n = a.r;
+  for (int sweep = 0; sweep < 60; ++sweep)
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q) {
+        if (std::abs(a.at(p, q)) < 1e-15) continue;
+        const double theta = 0.5 * std::atan2(2 * a.at(p, q), a.at(q, q) - a.at(p, p));
+        const double c = std::cos(theta), s = std::sin(theta);
+        for (int64_t k = 0; k < n; ++k) {  // A <- A J (columns p, q)
+          const double akp = a.at(k, p), akq = a.at(k, q);
+          a.at(k, p) = c * akp - s * akq;
+          a.at(k, q) = s * akp + c * akq;
+        }
+        for (int64_t k = 0; k < n; ++k) {  // A <- J^T A (rows p, q)
+          const double apk = a.at(p, k), aqk = a.at(q, k);
+          a.at(p, k) = c * apk - s * aqk;
+          a.at(q, k) = s * apk + c * aqk;
+        }
+      }
+  std::vector<double> e;
+  for (int64_t i = 0; i < n; ++i) e.push_back(a.at(i, i));
+  return e;
+}
+
+TEST(Muon, TheOrthogonalisedUpdateHasSingularValuesNearOne) {
+  // A random gradient, and one whose rows span two orders of magnitude (condition number ~ 300).
+  Tensor g = testing::randn({12, 40}, 3, DType::f64);
+  Tensor rows = Tensor::from_vector<double>({0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3}, Shape{12, 1});
+  for (const Tensor& grad : {g, mul(g, rows)}) {
+    for (bool tall : {false, true}) {
+      Tensor o = newton_schulz(tall ? contiguous(transpose(grad, 0, 1)) : grad);
+      Mat m{12, 40, vals(contiguous(tall ? transpose(o, 0, 1) : o))};
+      for (double e : symmetric_eigenvalues(mm(m, tr(m)))) {
+        // The quintic coefficients trade exactness for speed: 5 iterations put every singular value
+        // in about [0.7, 1.2] (modded-nanogpt), not at 1.
+        const double sv = std::sqrt(std::max(e, 0.0));
+        EXPECT_GT(sv, 0.6);
+        EXPECT_LT(sv, 1.25);
+      }
+    }
+  }
+}
+
+TEST(Muon, ResumesBitForBitFromSavedState) {
+  testing::TempDir tmp;
+  auto make = [](Tensor& w, Tensor& b) {
+    w = leaf({4, 6}, 7);
+    b = leaf({4}, 8);
+    w.set_name("w");
+    b.set_name("b");
+  };
+  auto train = [](Muon& opt, Tensor& w, Tensor& b, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      w.set_grad(testing::randn({4, 6}, 100 + s, DType::f64));
+      b.set_grad(testing::randn({4}, 200 + s, DType::f64));
+      opt.step();
+    }
+  };
+  Tensor w1, b1, w2, b2;
+  make(w1, b1);
+  make(w2, b2);
+  Muon whole(one_group({w1}), one_group({b1}));
+  train(whole, w1, b1, 0, 4);
+  {
+    Muon first(one_group({w2}), one_group({b2}));
+    train(first, w2, b2, 0, 2);
+    first.save(tmp.file("opt.safetensors"));
+  }
+  Muon second(one_group({w2}), one_group({b2}));
+  second.load(tmp.file("opt.safetensors"));
+  EXPECT_EQ(second.step_count(), 2);
+  train(second, w2, b2, 2, 4);
+  EXPECT_EQ(vals(w1), vals(w2));
+  EXPECT_EQ(vals(b1), vals(b2));
+  // Its state names say which slot each tensor is: Muon's momentum, AdamW's moments.
+  std::vector<std::string> names;
+  for (const auto& [n, t] : second.state_tensors()) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"w.momentum_buffer", "b.exp_avg", "b.exp_avg_sq"}));
+}
+
+TEST(Muon, RefusesAVectorAsAMatrixAndSplitsAModelTheUsualWay) {
+  Tensor v = leaf({5}, 1);
+  EXPECT_THROW(Muon(one_group({v}), {}), std::invalid_argument);
+
+  Module model;
+  model.register_module("embed", std::make_shared<Embedding>(10, 8));
+  model.register_module("fc", std::make_shared<Linear>(8, 16));
+  model.register_module("norm", std::make_shared<LayerNorm>(16));
+  model.register_module("lm_head", std::make_shared<Linear>(16, 10, false));
+  MuonSplit split = muon_split(model, 0.01, 0.1);
+  ASSERT_EQ(split.matrices.size(), 1u);
+  ASSERT_EQ(split.matrices[0].params.size(), 1u);
+  EXPECT_EQ(split.matrices[0].params[0].name(), "fc.weight");
+  std::vector<std::string> decayed, plain;
+  for (const Tensor& p : split.others[0].params) decayed.push_back(p.name());
+  for (const Tensor& p : split.others[1].params) plain.push_back(p.name());
+  EXPECT_EQ(decayed, (std::vector<std::string>{"embed.weight", "lm_head.weight"}));
+  EXPECT_EQ(plain, (std::vector<std::string>{"fc.bias", "norm.weight", "norm.bias"}));
+  // The AdamW groups' rate follows the Muon rate in proportion.
+  Muon opt(split.matrices, split.others, {.lr = 0.02, .adamw = {.lr = 0.004}});
+  opt.set_lr(0.01);
+  EXPECT_DOUBLE_EQ(opt.groups()[1].lr_scale * opt.lr(), 0.002);
+}
+
+}  // namespace
+}  // namespace mvgpt::nn
