@@ -12,7 +12,12 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
 
 Tensor MLP::forward(const Tensor& x) const {
   const Tensor h = c_fc->forward(x);
-  return c_proj->forward(exact_gelu ? gelu_erf(h) : gelu(h));
+  switch (activation) {
+    case Activation::gelu_erf: return c_proj->forward(gelu_erf(h));
+    case Activation::relu2: return c_proj->forward(relu2(h));
+    case Activation::gelu: break;
+  }
+  return c_proj->forward(gelu(h));
 }
 
 SwiGLU::SwiGLU(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {

@@ -1,7 +1,8 @@
 #pragma once
 // The feed-forward blocks of a transformer.
-//   MLP (GPT-2):   c_proj(gelu_tanh(c_fc(x))), c_fc (hidden, C), c_proj (C, hidden), hidden = 4C;
-//                  or the exact GELU (nanoGPT's nn.GELU()) with exact_gelu.
+//   MLP (GPT-2):   c_proj(act(c_fc(x))), c_fc (hidden, C), c_proj (C, hidden), hidden = 4C; act the
+//                  GELU's tanh approximation (GPT-2's), the exact GELU (nanoGPT's nn.GELU()) or the
+//                  squared ReLU (Primer; modded-nanogpt's MLP).
 //   SwiGLU (Llama): w2(silu(w1(x)) * w3(x)), w1/w3 gate and up (hidden, C), w2 down (C, hidden).
 #include <memory>
 
@@ -10,6 +11,8 @@
 #include <mvgpt/nn/module.h>
 
 namespace mvgpt::nn {
+
+enum class Activation { gelu, gelu_erf, relu2 };
 
 class MLP : public Module {
  public:
@@ -21,7 +24,7 @@ class MLP : public Module {
   Tensor forward(const Tensor& x) const override;
 
   std::shared_ptr<Linear> c_fc, c_proj;
-  bool exact_gelu = false;  // x Phi(x) instead of the tanh approximation
+  Activation activation = Activation::gelu;
 };
 
 class SwiGLU : public Module {

@@ -12,7 +12,7 @@ namespace mvgpt::gpt {
 using nlohmann::json;
 
 std::string to_string(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
-std::string to_string(MlpKind k) { return k == MlpKind::gelu ? "gelu" : "swiglu"; }
+std::string to_string(MlpKind k) { return k == MlpKind::gelu ? "gelu" : k == MlpKind::relu2 ? "relu2" : "swiglu"; }
 std::string to_string(RopeLayout layout) { return layout == RopeLayout::split_half ? "split_half" : "interleaved"; }
 
 namespace {
@@ -63,7 +63,7 @@ double GPTConfig::rope_position_scale() const {
 
 int64_t GPTConfig::hidden_size() const {
   if (mlp_hidden > 0) return mlp_hidden;
-  if (mlp == MlpKind::gelu) return 4 * n_embd;
+  if (mlp != MlpKind::swiglu) return 4 * n_embd;
   // Llama: two thirds of 4C, so SwiGLU's three matrices cost what GELU's two do; rounded up to 64.
   int64_t h = 8 * n_embd / 3;
   return (h + 63) / 64 * 64;
@@ -126,7 +126,7 @@ int64_t GPTConfig::num_parameters() const {
   const int64_t b = bias ? 1 : 0;
   const int64_t norm_params = norm == NormKind::layernorm ? C * (1 + b) : C;
   int64_t attn = C * (H + 2 * K) * D + b * (H + 2 * K) * D + C * C + b * C;
-  int64_t mlp_params = mlp == MlpKind::gelu ? (C * F + b * F + F * C + b * C) : (3 * C * F + b * (2 * F + C));
+  int64_t mlp_params = mlp != MlpKind::swiglu ? (C * F + b * F + F * C + b * C) : (3 * C * F + b * (2 * F + C));
   int64_t per_block = 2 * norm_params + attn + mlp_params;
   int64_t total = vocab_size * C + n_layer * per_block + norm_params;
   if (!rope) total += block_size * C;
@@ -231,7 +231,8 @@ GPTConfig GPTConfig::from_json(const std::string& text, const std::string& sourc
     } else if (key == "mlp") {
       if (value == "gelu") c.mlp = MlpKind::gelu;
       else if (value == "swiglu") c.mlp = MlpKind::swiglu;
-      else fail(key, "must be \"gelu\" or \"swiglu\"");
+      else if (value == "relu2") c.mlp = MlpKind::relu2;
+      else fail(key, "must be \"gelu\", \"swiglu\" or \"relu2\"");
     } else {
       fail(key, "is not a GPTConfig field");
     }

@@ -11,7 +11,9 @@
 namespace mvgpt::gpt {
 
 enum class NormKind { layernorm, rmsnorm };
-enum class MlpKind { gelu, swiglu };
+// gelu: GPT-2's MLP (4C, GELU); swiglu: Llama's; relu2: GPT-2's MLP with the squared ReLU
+// (modded-nanogpt's; config.json "mlp": "relu2", which no export format holds).
+enum class MlpKind { gelu, swiglu, relu2 };
 
 // NOTE [ RoPE scaling ]
 // Two ways to stretch a rotary model's context past the positions it was trained on, chosen at load

@@ -42,9 +42,11 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   attn = register_module("attn", std::make_shared<nn::CausalSelfAttention>(ac, init));
   reinit_weight(attn->c_proj->weight, residual_init);
   ln_2 = register_module("ln_2", make_norm(config, init));
-  if (config.mlp == MlpKind::gelu) {
+  if (config.mlp != MlpKind::swiglu) {
     auto m = std::make_shared<nn::MLP>(config.n_embd, config.hidden_size(), config.bias, init);
-    m->exact_gelu = config.exact_gelu;
+    m->activation = config.mlp == MlpKind::relu2 ? nn::Activation::relu2
+                    : config.exact_gelu          ? nn::Activation::gelu_erf
+                                                 : nn::Activation::gelu;
     reinit_weight(m->c_proj->weight, residual_init);
     mlp = register_module("mlp", m);
   } else {

@@ -5,7 +5,9 @@
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/gpt/hf.h>
 #include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/mlp.h>
 
 namespace mvgpt::gpt {
 namespace {
@@ -194,6 +196,34 @@ TEST(GPTConfig, ExactGeluIsSavedAndHonoured) {
   const double gap = max_abs_diff(tanh_model.forward(ids), exact_model.forward(ids));
   EXPECT_GT(gap, 1e-4);  // about 1e-3 here; the float32 noise of one model is about 1e-6
   EXPECT_LT(gap, 1e-1);
+}
+
+// "mlp": "relu2": GPT-2's MLP with the squared ReLU, saved in config.json, computed by the model,
+// and refused by the Hugging Face export (no transformers class computes it).
+TEST(GPTConfig, Relu2MlpIsSavedComputedAndNotExported) {
+  GPTConfig c = tiny(true);
+  c.mlp = MlpKind::relu2;
+  EXPECT_NE(c.to_json().find(R"("mlp": "relu2")"), std::string::npos) << c.to_json();
+  EXPECT_EQ(GPTConfig::from_json(c.to_json()).mlp, MlpKind::relu2);
+  EXPECT_EQ(c.hidden_size(), 4 * c.n_embd);
+  GPT model(c);
+  EXPECT_EQ(model.num_parameters(), c.num_parameters());
+  model.eval();
+  // The block's MLP is relu2(x W1^T + b1) W2^T + b2.
+  const auto& mlp = (*model.h)[0].mlp;
+  Generator g(4);
+  Tensor x = ops::randn({2, 3, c.n_embd}, DType::f32, Device::cpu(), &g);
+  const auto& m = dynamic_cast<const nn::MLP&>(*mlp);
+  Tensor h = ops::linear(x, m.c_fc->weight.detach(), m.c_fc->bias.detach());
+  Tensor want = ops::linear(ops::square(ops::relu(h)), m.c_proj->weight.detach(), m.c_proj->bias.detach());
+  EXPECT_LT(max_abs_diff(mlp->forward(x), want), 1e-5);
+  EXPECT_NE(config_error(R"({"mlp": "relu3"})").find(R"(must be "gelu", "swiglu" or "relu2")"), std::string::npos);
+  try {
+    hf::architecture(c);
+    ADD_FAILURE() << "a relu2 model was given a transformers class";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("relu2"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GPTConfig, RopeScalingParseAndEffectiveRotation) {
