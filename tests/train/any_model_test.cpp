@@ -73,7 +73,12 @@ class AnyModel : public ::testing::Test {
   }
 
   apps::TrainerOptions options(const std::string& out, int64_t steps) const {
-    return {.out_dir = out, .run_name = "llama", .steps = steps, .log_interval = 10};
+    apps::TrainerOptions o;
+    o.out_dir = out;
+    o.run_name = "llama";
+    o.steps = steps;
+    o.log_interval = 10;
+    return o;
   }
 
   static constexpr int64_t kSteps = 60;
