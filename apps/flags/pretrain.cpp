@@ -49,6 +49,14 @@ std::string settings_problem(const PretrainSettings& s) {
   return "";
 }
 
+void apply_recipe(PretrainArgs& a) {
+  if (a.recipe != "speedrun") return;
+  PretrainSettings& s = a.settings;
+  if (!a.given.has("--optimizer")) s.optimizer = "muon";
+  if (!a.given.has("--schedule")) s.schedule = "wsd";
+  if (!a.given.has("--batch-size")) s.batch_size = 8;
+}
+
 std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   auto app = std::make_unique<CLI::App>(
       "Pretrains the GPT on data/train.bin, measuring held-out loss on data/valid.bin.\n"
@@ -83,6 +91,11 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       ->check(kNonNegative);
   app->add_option("--beta1", s.beta1, "AdamW's first-moment decay")->capture_default_str()->check(between(0, 0.999999));
   app->add_option("--beta2", s.beta2, "AdamW's second-moment decay")->capture_default_str()->check(between(0, 0.999999));
+  app->add_option("--recipe", a.recipe,
+                  "series (AdamW, cosine, batch 16: the series' recipe) or speedrun (Muon, warm-up-stable-decay, batch 8: "
+                  "more learned in a fixed time); flags given override it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"series", "speedrun"}));
   app->add_option("--optimizer", s.optimizer,
                   "adamw, or muon: Muon (Newton-Schulz orthogonalised momentum) for the hidden matrices at --muon-lr, "
                   "AdamW at --lr for the embeddings, head, norms and biases")
@@ -166,7 +179,10 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
     if (a.lora.rank > 0 && !a.given.has("--lora-alpha")) a.lora.alpha = 2.0 * double(a.lora.rank);
     if (a.given.has("--lora-targets")) a.lora.targets = split_names("--lora-targets", a.lora_targets, "c_attn,attn.c_proj");
     if (a.resume && !a.init_from.empty()) throw UsageError("--init-from starts a new run; --resume continues one: choose one");
+    if (a.resume && a.given.has("--recipe"))
+      throw UsageError("--recipe chooses a new run's settings; a resumed run keeps its own: leave it out");
     if (!a.resume) {  // a resumed run's settings come from its state.json (the run checks that given ones agree)
+      apply_recipe(a);
       a.settings.fit_schedule = a.steps == 0 && !a.given.has("--schedule-steps");
       complete_schedule(a.settings, a.steps);
       if (std::string why = settings_problem(a.settings); !why.empty()) {
@@ -179,6 +195,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       "  pretrain --minutes 10                     # the series' model, learned positions -> checkpoints/pretrain\n"
       "  pretrain --rope --minutes 10              # rotary positions -> checkpoints/pretrain-rope\n"
       "  pretrain --rope --minutes 10 --resume     # continue a stopped run\n"
+      "  pretrain --rope --minutes 10 --recipe speedrun  # Muon, warm-up-stable-decay, batch 8\n"
       "  pretrain --steps 2000 --batch-size 64 --grad-accum-steps 4 --dropout 0.1 --out checkpoints/big\n"
       "  mpirun -np 2 pretrain --rope --minutes 10 # data-parallel over 2 processes\n"
       "  pretrain --init-from checkpoints/pretrain-rope --block-size 1024 --rope-scaling linear:4 --steps 10 \\\n"

@@ -44,6 +44,12 @@ struct PretrainSettings {
 // then UsageError when the warm-up is longer than the schedule.
 void complete_schedule(PretrainSettings& s, int64_t steps);
 
+// --recipe speedrun's settings, each where its flag was not given: Muon for the hidden matrices
+// (--muon-lr 0.02), --schedule wsd over the last 40%, --batch-size 8. Chosen on 2-minute runs of
+// the series' RoPE model on stories held out of train.txt (docs/apps.md, "Recipes").
+struct PretrainArgs;
+void apply_recipe(PretrainArgs& args);
+
 // The flags' checks applied to settings read from a file (state.json): "" when they hold, else what
 // is wrong, naming the field and its value ("eval_interval is 0; expected a whole number > 0").
 std::string settings_problem(const PretrainSettings& s);
@@ -63,6 +69,9 @@ struct PretrainArgs {
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;
+  // series: the series' recipe (AdamW, cosine, batch 16); speedrun: Muon, warm-up-stable-decay and
+  // batch 8 (apply_recipe). Flags given on the command line override either.
+  std::string recipe = "series";
   std::string precision = "fp32";  // fp32, bf16 or auto (NOTE [ Precision policy ])
   GivenFlags given;  // on --resume, the run-defining flags given must agree with the run's
 };

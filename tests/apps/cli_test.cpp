@@ -57,6 +57,24 @@ TEST(Cli, PretrainFillsTheScheduleOfANewRunFromItsFlags) {
   EXPECT_EQ(d.out_dir, "checkpoints/pretrain-rope");
 }
 
+TEST(Cli, TheSpeedrunRecipeSetsWhatItsFlagsDidNotSay) {
+  const PretrainArgs series = parse(parse_pretrain_args, {"--rope"});
+  EXPECT_EQ(series.settings.optimizer, "adamw");
+  EXPECT_EQ(series.settings.schedule, "cosine");
+  EXPECT_EQ(series.settings.batch_size, 16);
+  const PretrainArgs fast = parse(parse_pretrain_args, {"--rope", "--recipe", "speedrun"});
+  EXPECT_EQ(fast.settings.optimizer, "muon");
+  EXPECT_EQ(fast.settings.schedule, "wsd");
+  EXPECT_EQ(fast.settings.batch_size, 8);
+  const PretrainArgs mixed = parse(parse_pretrain_args, {"--recipe", "speedrun", "--batch-size", "4", "--schedule", "cosine"});
+  EXPECT_EQ(mixed.settings.optimizer, "muon");
+  EXPECT_EQ(mixed.settings.schedule, "cosine");
+  EXPECT_EQ(mixed.settings.batch_size, 4);
+  EXPECT_NE(rejection(parse_pretrain_args, {"--resume", "--recipe", "speedrun"}).find("a resumed run keeps its own"),
+            std::string::npos);
+  EXPECT_NE(rejection(parse_pretrain_args, {"--recipe", "fast"}), "");
+}
+
 TEST(Cli, AResumedRunKeepsItsFlagsAsGivenForTheRunToCompare) {
   const PretrainArgs a = parse(parse_pretrain_args, {"--resume", "--lr", "0.5", "--steps", "9"});
   EXPECT_TRUE(a.resume);
