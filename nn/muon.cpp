@@ -1,6 +1,8 @@
 #include <mvgpt/nn/muon.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cmath>
 #include <stdexcept>
 #include <unordered_set>
@@ -13,20 +15,21 @@
 namespace mvgpt::nn {
 
 Tensor newton_schulz(const Tensor& g, const MuonOptions& o) {
-  if (g.dim() != 2 || !is_floating(g.dtype()))
-    throw std::invalid_argument("newton_schulz: expected a float matrix (A, B), found " + g.describe());
+  if (g.dim() < 2 || !is_floating(g.dtype()))
+    throw std::invalid_argument("newton_schulz: expected float matrices (..., A, B), found " + g.describe());
   NoGradGuard no_grad;
-  const bool tall = g.size(0) > g.size(1);
-  Tensor x = tall ? transpose(g, 0, 1) : g;  // (m, n), m <= n: the Gram matrix is the small one
-  // |x|_F in double: the iteration needs the spectral norm at most 1, which the Frobenius norm bounds.
-  const double norm = std::sqrt(to(sum(square(to(x, DType::f64))), Device::cpu()).item<double>());
-  x = mul(x, 1.0 / std::max(norm, o.eps));
+  const int r = g.dim() - 2, c = g.dim() - 1;
+  const bool tall = g.size(r) > g.size(c);
+  Tensor x = tall ? transpose(g, r, c) : g;  // (..., m, n), m <= n: the Gram matrices are the small ones
+  // Each matrix over its Frobenius norm: its spectral norm is then at most 1, as the iteration needs.
+  const Tensor norm = sqrt(sum(square(x), {r, c}, true));
+  x = div(x, maximum(norm, full({}, o.eps, x.dtype(), x.device())));
   for (int k = 0; k < o.ns_steps; ++k) {
-    Tensor a = matmul(x, transpose(x, 0, 1));            // (m, m)
+    Tensor a = matmul(x, transpose(x, r, c));                    // (..., m, m)
     Tensor b = add(mul(a, o.ns_b), mul(matmul(a, a), o.ns_c));  // b A + c A^2
-    x = add(mul(x, o.ns_a), matmul(b, x));               // a X + B X
+    x = add(mul(x, o.ns_a), matmul(b, x));                       // a X + B X
   }
-  return tall ? contiguous(transpose(x, 0, 1)) : x;
+  return tall ? contiguous(transpose(x, r, c)) : x;
 }
 
 Muon::Muon(std::vector<ParamGroup> matrices, std::vector<ParamGroup> others, const MuonOptions& options)
@@ -65,25 +68,41 @@ void Muon::step() {
   NoGradGuard no_grad;
   ++step_;
   const MuonOptions& o = options_;
+  // The matrices' momentum first; their orthogonalisation then runs once for all matrices of one
+  // shape (a GPT's blocks have six of each), as batched products.
+  struct Pending {
+    size_t group;
+    Tensor param, u;
+  };
+  std::map<std::tuple<int64_t, int64_t, DType, std::string>, std::vector<Pending>> by_shape;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const double lr = group_lr(g), wd = weight_decay(g);
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
       if (!p.grad().defined()) continue;
       std::vector<Tensor>& s = state_for(g, i);
       const Tensor grad = contiguous(p.grad());
       if (g >= n_matrix_groups_) {
-        AdamWParams hp{.lr = lr, .beta1 = o.adamw.beta1, .beta2 = o.adamw.beta2, .eps = o.adamw.eps,
-                       .weight_decay = wd, .step = step_};
+        AdamWParams hp{.lr = group_lr(g), .beta1 = o.adamw.beta1, .beta2 = o.adamw.beta2, .eps = o.adamw.eps,
+                       .weight_decay = weight_decay(g), .step = step_};
         fused::adamw_step_(p, grad, s[0], s[1], hp);
         continue;
       }
       Tensor& buf = s[0];
       copy_(buf, add(mul(buf, o.momentum), mul(grad, 1 - o.momentum)));
-      const Tensor u = o.nesterov ? add(mul(grad, 1 - o.momentum), mul(buf, o.momentum)) : buf;
-      const Tensor update = newton_schulz(u, o);
-      const double scale = std::sqrt(std::max(1.0, double(p.size(0)) / double(p.size(1))));
-      copy_(p, sub(mul(p, 1 - lr * wd), mul(update, lr * scale)));
+      Tensor u = o.nesterov ? add(mul(grad, 1 - o.momentum), mul(buf, o.momentum)) : buf;
+      by_shape[{p.size(0), p.size(1), p.dtype(), p.device().str()}].push_back({g, p, u});
+    }
+  }
+  for (auto& [shape, pending] : by_shape) {
+    std::vector<Tensor> us;
+    for (const Pending& q : pending) us.push_back(q.u);
+    const Tensor updates = newton_schulz(pending.size() == 1 ? us[0] : stack(us, 0), o);
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const Pending& q = pending[k];
+      const Tensor update = pending.size() == 1 ? updates : select(updates, 0, int64_t(k));
+      const double lr = group_lr(q.group), wd = weight_decay(q.group);
+      const double scale = std::sqrt(std::max(1.0, double(q.param.size(0)) / double(q.param.size(1))));
+      copy_(q.param, sub(mul(q.param, 1 - lr * wd), mul(update, lr * scale)));
     }
   }
 }

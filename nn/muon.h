@@ -34,9 +34,10 @@ struct MuonOptions {
   AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0};
 };
 
-// The orthogonalisation: g (A, B) float -> approximately U V^T for g = U S V^T, its singular values
-// pushed into about [0.7, 1.2] by `steps` quintic iterations (not exactly 1: the coefficients trade
-// exactness for speed, as in modded-nanogpt). Works on the shorter side (transposes when A > B).
+// The orthogonalisation: g (..., A, B) float, one matrix or a batch of them -> approximately U V^T
+// for each g = U S V^T, its singular values pushed into about [0.7, 1.2] by `steps` quintic
+// iterations (not exactly 1: the coefficients trade exactness for speed, as in modded-nanogpt).
+// Works on the shorter side (transposes when A > B).
 Tensor newton_schulz(const Tensor& g, const MuonOptions& options = {});
 
 class Muon : public Optimizer {

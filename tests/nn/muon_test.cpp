@@ -96,6 +96,29 @@ TEST(Muon, StepsMatchAFloat64ReferenceForWideAndTallMatrices) {
   }
 }
 
+// Matrices of one shape are orthogonalised together (batched products): the same updates as one by one.
+TEST(Muon, MatricesOfOneShapeUpdateAsTheyWouldAlone) {
+  std::vector<Tensor> together, alone;
+  for (int k = 0; k < 4; ++k) {
+    const Shape shape = k < 3 ? Shape{4, 6} : Shape{6, 4};
+    together.push_back(leaf(shape, 30 + k));
+    alone.push_back(leaf(shape, 30 + k));
+  }
+  Muon all(one_group(together), {});
+  std::vector<std::unique_ptr<Muon>> each;
+  for (const Tensor& p : alone) each.push_back(std::make_unique<Muon>(one_group({p}), std::vector<ParamGroup>{}));
+  for (int step = 0; step < 2; ++step) {
+    for (int k = 0; k < 4; ++k) {
+      Tensor g = testing::randn(together[size_t(k)].shape(), 40 + 4 * step + k, DType::f64);
+      together[size_t(k)].set_grad(g);
+      alone[size_t(k)].set_grad(g);
+      each[size_t(k)]->step();
+    }
+    all.step();
+  }
+  for (int k = 0; k < 4; ++k) expect_close(together[size_t(k)], vals(alone[size_t(k)]), 1e-13, std::to_string(k));
+}
+
 // Eigenvalues of a symmetric matrix (cyclic Jacobi), for the singular values of the update.
 std::vector<double> symmetric_eigenvalues(Mat a) {
   const int64_t n = a.r;
