@@ -131,16 +131,8 @@ MVGPT_HOST_DEVICE inline T unary_derivative(UnaryOp op, T v, T s) {
   return unary_apply<true>(op, v, s);
 }
 
-// The unary ops integer tensors support (the ops layer rejects the others).
-MVGPT_HOST_DEVICE inline bool unary_int_supported(UnaryOp op) {
-  switch (op) {
-#define MVGPT_UNARY_CASE(name, call, ints, ...) \
-  case UnaryOp::name: return ints;
-    MVGPT_UNARY_OPS(MVGPT_UNARY_CASE)
-#undef MVGPT_UNARY_CASE
-  }
-  return false;
-}
+// The unary ops integer tensors support (the ops layer rejects the others): the table's ints column.
+constexpr bool unary_int_supported(UnaryOp op) { return unary_op_info(op).ints; }
 
 template <typename T>
 MVGPT_HOST_DEVICE inline T unary_int(UnaryOp op, T v, T s) {

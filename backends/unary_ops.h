@@ -35,7 +35,7 @@
   X(gelu, x, false, input, real, gelu_tanh(v), gelu_tanh_grad(v))                                                  \
   X(silu, x, false, input, real, v * sigmoid(v), silu_grad(v))                                                     \
   X(abs, x, true, input, nonzero, m_abs(v), v > T(0) ? T(1) : (v < T(0) ? T(-1) : T(0)))                           \
-  X(pow_scalar, scalar, false, input, positive, power(v, s), s * power(v, s - T(1)))                     \
+  X(pow_scalar, scalar, false, input, positive, power(v, s), s * power(v, s - T(1)))                               \
   X(add_scalar, scalar, true, constant, real, v + s, T(1))                                                         \
   X(mul_scalar, scalar, true, constant, real, v * s, s)                                                            \
   X(rsub_scalar, scalar, true, constant, real, s - v, T(-1))                                                       \
@@ -43,7 +43,8 @@
   X(sign, x, true, constant, nonzero, v > T(0) ? T(1) : (v < T(0) ? T(-1) : v), T(0))                              \
   X(square, x, true, input, real, v * v, T(2) * v)                                                                 \
   X(gelu_erf, x, false, input, real, gelu_erf(v), gelu_erf_grad(v))                                                \
-  X(relu2 /* the squared ReLU (Primer; modded-nanogpt's MLP) */, x, false, input, real, v > T(0) ? v * v : T(0), v > T(0) ? T(2) * v : T(0))                            
+  /* relu2: the squared ReLU (Primer; modded-nanogpt's MLP) */                                                     \
+  X(relu2, x, false, input, real, v > T(0) ? v * v : T(0), v > T(0) ? T(2) * v : T(0))
 
 // MVGPT_UNARY_FUNCTIONS() expands MVGPT_UNARY_FUNCTION(name), which the includer defines, once for
 // every row called with x alone: how ops.h and autograd/ops.h declare, and their .cpp files define,

@@ -9,6 +9,7 @@
 
 #include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
+#include "unary_reference.h"
 
 namespace mvgpt {
 namespace {
@@ -18,20 +19,8 @@ using testing::expect_throw_with;
 using testing::Kind;
 using testing::make_input;
 
-double gelu_grad_ref(double x) {
-  const double k = std::sqrt(2.0 / M_PI), a = 0.044715;
-  const double t = std::tanh(k * (x + a * x * x * x));
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x);
-}
-// d/dx x Phi(x) = Phi(x) + x phi(x), Phi through erfc (accurate in both tails).
-double gelu_erf_grad_ref(double x) {
-  return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846);
-}
-
-double silu_grad_ref(double x) {
-  const double s = 1 / (1 + std::exp(-x));
-  return s * (1 + x * (1 - s));
-}
+// f'(x) of a unary op from its independent reference (unary_reference.h).
+double derivative(UnaryOp op, double x) { return testing::unary_reference(op).df(x, 0); }
 
 // The composed backward the fused op replaces (autograd's formula before fusion), in float64 ops.
 Tensor gelu_grad_composed(const Tensor& x, const Tensor& g) {
@@ -47,13 +36,12 @@ Tensor gelu_grad_composed(const Tensor& x, const Tensor& g) {
 TEST(FusedActivationBackward, MatchesNaiveLoopForEveryLayoutAndDtype) {
   struct Case {
     UnaryOp op;
-    double (*ref)(double);
     double lo, hi;
   };
-  const Case cases[] = {{UnaryOp::gelu, gelu_grad_ref, -8, 8},
-                        {UnaryOp::gelu, gelu_grad_ref, -0.5, 0.5},  // the tanh series branch
-                        {UnaryOp::silu, silu_grad_ref, -20, 20},
-                        {UnaryOp::gelu_erf, gelu_erf_grad_ref, -8, 8}};
+  const Case cases[] = {{UnaryOp::gelu, -8, 8},
+                        {UnaryOp::gelu, -0.5, 0.5},  // the tanh series branch
+                        {UnaryOp::silu, -20, 20},
+                        {UnaryOp::gelu_erf, -8, 8}};
   for (const auto& c : cases) {
     for (DType dt : {DType::f32, DType::f64}) {
       for (Kind kx : testing::kAllKinds) {
@@ -63,7 +51,7 @@ TEST(FusedActivationBackward, MatchesNaiveLoopForEveryLayoutAndDtype) {
           Tensor d = ops::unary_backward(c.op, x, g);
           ASSERT_EQ(d.shape(), x.shape());
           ASSERT_EQ(d.dtype(), dt);
-          expect_all_close(d, [&](int64_t i) { return read_element(g, i) * c.ref(read_element(x, i)); },
+          expect_all_close(d, [&](int64_t i) { return read_element(g, i) * derivative(c.op, read_element(x, i)); },
                            dt == DType::f32 ? 4e-6 : 1e-12,
                            std::string(unary_op_name(c.op)) + "_backward " + testing::kind_name(kx) + "/" +
                                testing::kind_name(kg));
@@ -88,13 +76,13 @@ TEST(FusedActivationBackward, BroadcastEmptyBfloat16AndErrors) {
   Tensor x = make_input({6, 19}, DType::f32, 31), g = make_input({19}, DType::f32, 32);
   Tensor d = ops::unary_backward(UnaryOp::silu, x, g);
   ASSERT_EQ(d.shape(), (Shape{6, 19}));
-  expect_all_close(d, [&](int64_t i) { return read_element(g, i % 19) * silu_grad_ref(read_element(x, i)); }, 4e-6,
+  expect_all_close(d, [&](int64_t i) { return read_element(g, i % 19) * derivative(UnaryOp::silu, read_element(x, i)); }, 4e-6,
                    "broadcast gradient");
   EXPECT_EQ(ops::unary_backward(UnaryOp::gelu, ops::zeros({0, 5}), ops::zeros({0, 5})).shape(), (Shape{0, 5}));
   Tensor xb = ops::to(x, DType::bf16), gb = ops::to(make_input({6, 19}, DType::f32, 33), DType::bf16);
   Tensor db = ops::unary_backward(UnaryOp::gelu, xb, gb);
   EXPECT_EQ(db.dtype(), DType::bf16);
-  expect_all_close(db, [&](int64_t i) { return read_element(gb, i) * gelu_grad_ref(read_element(xb, i)); }, 1e-2,
+  expect_all_close(db, [&](int64_t i) { return read_element(gb, i) * derivative(UnaryOp::gelu, read_element(xb, i)); }, 1e-2,
                    "bfloat16");
   expect_throw_with([] { ops::unary_backward(UnaryOp::gelu, ops::zeros({2}, DType::i64), ops::zeros({2}, DType::i64)); },
                     "gelu_backward: not defined for dtype int64");
