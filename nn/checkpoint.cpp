@@ -14,15 +14,14 @@ namespace mvgpt::nn {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string require_file(const fs::path& dir, const char* name) {
-  fs::path p = dir / name;
-  if (!fs::exists(dir)) throw std::runtime_error(dir.string() + ": no such checkpoint folder");
-  if (!fs::is_regular_file(p))
-    throw std::runtime_error(dir.string() + ": not a checkpoint (" + name + " is missing)");
+std::string require_checkpoint_file(const std::string& dir, const char* name) {
+  const fs::path p = fs::path(dir) / name;
+  if (!fs::exists(dir)) throw std::runtime_error(dir + ": no such checkpoint folder");
+  if (!fs::is_regular_file(p)) throw std::runtime_error(dir + ": not a checkpoint (" + name + " is missing)");
   return p.string();
 }
+
+namespace {
 
 // checksums.json: {"algorithm": "xxh64", "files": {name: {"bytes": n, "xxh64": "16 hex digits"}}}
 // for every regular file in `dir` (written last, so it covers the caller's extra files too).
@@ -100,11 +99,11 @@ void save_module_checkpoint(const std::string& dir, const Module& model, const s
 CheckpointFolder open_checkpoint(const std::string& dir) {
   CheckpointFolder f;
   f.dir = dir;
-  f.weights_path = require_file(dir, "model.safetensors");
+  f.weights_path = require_checkpoint_file(dir, "model.safetensors");
   // Every recorded file, the caller's extra ones too (at ~4 GB/s: a checkpoint that loads is whole,
   // and pretrain --resume's optimizer state is covered before it is read).
   verify_checkpoint_files(dir);
-  f.config_path = require_file(dir, "config.json");
+  f.config_path = require_checkpoint_file(dir, "config.json");
   f.config_text = util::read_file(f.config_path);
   return f;
 }

@@ -47,6 +47,10 @@ void save_module_checkpoint(const std::string& dir, const Module& model, const s
 // when one is missing, has another size or another checksum, or checksums.json itself is malformed.
 bool verify_checkpoint_files(const std::string& dir, const std::vector<std::string>& names = {});
 
+// dir/name, or std::runtime_error "<dir>: no such checkpoint folder" or "<dir>: not a checkpoint
+// (<name> is missing)".
+std::string require_checkpoint_file(const std::string& dir, const char* name);
+
 // A checkpoint folder whose checksums were verified, and its config.json's text.
 struct CheckpointFolder {
   std::string dir, config_path, config_text, weights_path;

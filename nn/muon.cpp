@@ -51,11 +51,9 @@ Muon::Muon(std::vector<ParamGroup> matrices, std::vector<ParamGroup> others, con
       options_(options),
       n_matrix_groups_(groups_.size() - others.size()) {
   // (`others` was moved from element by element above: its size is still the count.)
-  const AdamWOptions& a = options.adamw;
-  if (!(options.momentum >= 0 && options.momentum < 1) || options.ns_steps < 0 || !(options.eps > 0) ||
-      !(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1) || !(a.eps >= 0))
-    throw std::invalid_argument("Muon: need 0 <= momentum < 1, ns_steps >= 0, eps > 0, and for the AdamW groups "
-                                "0 <= beta1, beta2 < 1 and eps >= 0");
+  if (!(options.momentum >= 0 && options.momentum < 1) || options.ns_steps < 0 || !(options.eps > 0))
+    throw std::invalid_argument("Muon: need 0 <= momentum < 1, ns_steps >= 0 and eps > 0");
+  check_adamw_options(options.adamw, "Muon's AdamW groups");
   for (size_t g = 0; g < n_matrix_groups_; ++g)
     for (const Tensor& p : groups_[g].params)
       if (p.dim() != 2)

@@ -216,12 +216,16 @@ void Optimizer::load(const std::string& path) {
 
 // --- AdamW ---
 
-AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
-    : Optimizer(std::move(groups), options.lr, options.weight_decay, {"exp_avg", "exp_avg_sq"}), options_(options) {
+void check_adamw_options(const AdamWOptions& options, const std::string& who) {
   if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1) || !(options.eps >= 0))
-    throw std::invalid_argument("AdamW: need 0 <= beta1, beta2 < 1 and eps >= 0, found beta1 " +
+    throw std::invalid_argument(who + ": need 0 <= beta1, beta2 < 1 and eps >= 0, found beta1 " +
                                 std::to_string(options.beta1) + ", beta2 " + std::to_string(options.beta2) +
                                 ", eps " + std::to_string(options.eps));
+}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : Optimizer(std::move(groups), options.lr, options.weight_decay, {"exp_avg", "exp_avg_sq"}), options_(options) {
+  check_adamw_options(options, "AdamW");
 }
 
 AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)

@@ -89,6 +89,8 @@ class Optimizer {
 struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
+// std::invalid_argument "<who>: need 0 <= beta1, beta2 < 1 and eps >= 0, found ..." when they are not.
+void check_adamw_options(const AdamWOptions& options, const std::string& who);
 
 // Decoupled weight decay (Loshchilov & Hutter), the arithmetic of torch.optim.AdamW, through the
 // fused::adamw_step_ kernel (autograd/fused/adamw.h).

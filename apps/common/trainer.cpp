@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 
-
 #include "apps/common/numerics.h"
 #include "apps/common/schedule_fit.h"
 #include "apps/common/training_output.h"

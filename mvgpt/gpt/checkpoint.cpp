@@ -1,14 +1,11 @@
 #include <mvgpt/gpt/checkpoint.h>
 
-#include <filesystem>
 #include <stdexcept>
 
 #include <mvgpt/gpt/hf.h>
 #include <mvgpt/util/atomic_file.h>
 
 namespace mvgpt::gpt {
-
-namespace fs = std::filesystem;
 
 void save_checkpoint(const std::string& dir, const GPT& model, const std::map<std::string, std::string>& metadata,
                      const ExtraFiles& extra) {
@@ -25,11 +22,9 @@ GPTConfig config_from_text(const std::string& text, const std::string& path) {
 }  // namespace
 
 GPTConfig load_config(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "config.json";
-  if (!fs::exists(dir)) throw std::runtime_error(dir + ": no such checkpoint folder");
-  if (!fs::is_regular_file(path)) throw std::runtime_error(dir + ": not a checkpoint (config.json is missing)");
+  const std::string path = nn::require_checkpoint_file(dir, "config.json");
   verify_checkpoint_files(dir, {"config.json"});
-  return config_from_text(util::read_file(path.string()), path.string());
+  return config_from_text(util::read_file(path), path);
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& dir, Device device) {

@@ -141,11 +141,6 @@ Tensor GPT::forward(const Tensor& idx, KVCache* cache, bool last_only) const {
   return head(x);
 }
 
-Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
-  Tensor logits = forward(idx);
-  return cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}));
-}
-
 Tensor GPT::token_losses(const Tensor& idx, const Tensor& targets, KVCache* cache) const {
   Tensor logits = forward(idx, cache);
   Tensor losses = cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}), -100,

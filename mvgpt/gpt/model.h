@@ -57,8 +57,7 @@ class GPT : public nn::CausalLM {
   Tensor forward(const Tensor& idx, KVCache* cache, bool last_only = false) const;
   // No cache, every position (nn::CausalLM's forward).
   Tensor forward(const Tensor& idx) const override { return forward(idx, nullptr, false); }
-  // Mean cross-entropy of predicting targets (B, T) from idx (B, T).
-  Tensor loss(const Tensor& idx, const Tensor& targets) const override;
+  // loss(idx, targets): nn::CausalLM's, the mean cross-entropy of the logits.
   int64_t block_size() const override { return config_.block_size; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   std::string config_json() const override { return config_.to_json(); }
