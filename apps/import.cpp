@@ -1,6 +1,7 @@
 // import: a Hugging Face folder (gpt2, gpt_neox or llama computing our model, as export writes it)
 // as an ordinary checkpoint, weights bit for bit, with its tokenizer in our format; or a llama2.c
-// .bin (gpt/llama2c.h; its rotations pair neighbours) with its tokenizer.bin (text/tokenizer.h).
+// .bin (gpt/llama2c.h; its rotations pair neighbours) with its tokenizer.bin (text/tokenizer.h); or a
+// GGUF file with the tokenizer in it (gpt/gguf.h).
 #include <cstdio>
 #include <filesystem>
 
@@ -9,6 +10,7 @@
 #include "apps/flags/import.h"
 #include "apps/common/run_folder.h"
 #include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/gguf.h>
 #include <mvgpt/gpt/hf.h>
 #include <mvgpt/gpt/llama2c.h>
 #include <mvgpt/util/atomic_file.h>
@@ -25,7 +27,21 @@ int main(int argc, char** argv) {
     const bool llama2c = args.format == "llama2c";
     gpt::LoadedCheckpoint loaded;
     std::string tokenizer_json, tokenizer;
-    if (llama2c) {
+    if (args.format == "gguf") {
+      require_file(args.from, "GGUF model", "pass the .gguf file (export --format gguf writes one)");
+      gpt::LoadedGguf file;
+      try {
+        file = gpt::load_gguf(args.from);
+      } catch (const std::exception& e) {
+        throw AppError(e.what());
+      }
+      loaded = std::move(file.checkpoint);
+      if (file.tokenizer) {
+        tokenizer = args.from;
+        check_tokenizer_fits(*file.tokenizer, args.from, loaded.model->config(), args.from);
+        tokenizer_json = file.tokenizer->to_json();
+      }
+    } else if (llama2c) {
       require_file(args.from, "llama2.c model", "pass the .bin that llama2.c's export.py wrote");
       try {
         loaded = gpt::load_llama2c(args.from);
@@ -74,8 +90,9 @@ int main(int argc, char** argv) {
     });
     std::printf("wrote %s: %s parameters from %s (%s)%s\n", args.out_dir.c_str(),
                 format_count(loaded.model->num_parameters()).c_str(), args.from.c_str(),
-                llama2c ? ("llama2.c, " + loaded.metadata.at("llama2c_format")).c_str()
-                        : gpt::hf::architecture(loaded.model->config()).c_str(),
+                llama2c                  ? ("llama2.c, " + loaded.metadata.at("llama2c_format")).c_str()
+                : args.format == "gguf" ? ("GGUF " + gpt::gguf_architecture(loaded.model->config()) + ", " + loaded.metadata.at("gguf_type")).c_str()
+                                         : gpt::hf::architecture(loaded.model->config()).c_str(),
                 tokenizer.empty() ? (llama2c ? ", no tokenizer (pass --tokenizer tokenizer.bin to include it)" : ", no tokenizer")
                                   : ", with its tokenizer");
     return 0;

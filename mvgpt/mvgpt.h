@@ -31,6 +31,7 @@
 #include <mvgpt/nn/optim.h>
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/safetensors.h>
+#include <mvgpt/nn/gguf.h>           // GGUF files (llama.cpp's format)
 
 #include <mvgpt/text/tokenizer.h>    // byte-level BPE, and llama2.c's SentencePiece BPE
 #include <mvgpt/text/token_file.h>
@@ -41,5 +42,6 @@
 #include <mvgpt/gpt/generate.h>
 #include <mvgpt/gpt/checkpoint.h>
 #include <mvgpt/gpt/hf.h>            // Hugging Face folders, out and in
+#include <mvgpt/gpt/gguf.h>          // GGUF models for llama.cpp, out and in
 #include <mvgpt/gpt/llama2c.h>       // llama2.c model files in
 #include <mvgpt/gpt/batches.h>

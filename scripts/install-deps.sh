@@ -51,3 +51,17 @@ then
   "${as_root[@]}" /usr/bin/python3 -m pip install --quiet --break-system-packages "${python_packages[@]}" "numpy<2" ||
     echo "install-deps: pip failed (no network?); the Python checks will be skipped" >&2
 fi
+
+# llama.cpp for the GGUF check (tests/python/test_gguf.py): llama-cpp-python builds the llama.cpp it
+# vendors from source with CMake (about 5 minutes on 2 cores, once), pinned as docs/checkpoints.md says.
+# Best effort too: without it that check prints "skipped: llama_cpp not installed".
+llama_cpp_python=0.3.36
+if [ "${MVGPT_SKIP_PYTHON_DEPS:-0}" != 1 ] &&
+   [ "$(/usr/bin/python3 -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))' 2> /dev/null)" != "$llama_cpp_python" ]; then
+  echo "install-deps: pip building llama-cpp-python==$llama_cpp_python (llama.cpp) for /usr/bin/python3"
+  as_root=()
+  [ "$(id -u)" != 0 ] && command -v sudo > /dev/null && as_root=(sudo)
+  "${as_root[@]}" env CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" /usr/bin/python3 -m pip install --quiet --break-system-packages \
+    --no-cache-dir "llama-cpp-python==$llama_cpp_python" ||
+    echo "install-deps: pip could not build llama-cpp-python; the GGUF check will be skipped" >&2
+fi

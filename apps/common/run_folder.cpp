@@ -153,6 +153,25 @@ void check_new_output_folder(const std::string& out, const std::string& app, con
     throw AppError(out + " already exists and is not empty; " + app + " writes a new folder: choose another --out");
 }
 
+void check_new_output_file(const std::string& out, const std::string& extension, const std::string& app,
+                           const std::string& example) {
+  const std::string hint = "; " + app + " writes a new file: name one, such as " + example;
+  if (out.empty()) throw UsageError("--out is empty" + hint);
+  if (!out.ends_with(extension) || fs::path(out).filename() == extension)
+    throw UsageError("--out " + out + " does not end in " + extension + hint);
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(out, ec);
+  if (fs::is_directory(status)) throw UsageError("--out " + out + " is a folder" + hint);
+  if (fs::exists(status))
+    throw AppError(out + " already exists; " + app + " never replaces a file: choose another --out (or move that one away yourself)");
+  const fs::path abs = fs::weakly_canonical(fs::absolute(out), ec);
+  if (ec) throw UsageError("--out " + out + ": " + ec.message() + hint);
+  if (!fs::is_directory(abs.parent_path(), ec))
+    throw AppError("the folder of --out " + out + " (" + abs.parent_path().string() + ") does not exist; create it first");
+  if (const std::string above = managed_folder_above(out); !above.empty())
+    throw UsageError("--out " + out + " is inside " + above + ", which another app writes and replaces as a whole" + hint);
+}
+
 FolderLock::FolderLock(std::string lock_path, const std::string& what) : path_(std::move(lock_path)) {
   for (;;) {
     // O_CLOEXEC: a child (gnuplot) must not inherit the lock and hold it after we die.

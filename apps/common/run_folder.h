@@ -76,6 +76,11 @@ void check_run_folder_path(const std::string& out,
 // "<out>.tmp.<pid>" is locked); `example` is a folder name to suggest. The temporary folders of
 // writers that died ("<out>.tmp.<pid>", unlocked) are removed, with a line on stdout for each.
 void check_new_output_folder(const std::string& out, const std::string& app, const std::string& example);
+// The same checks for an app that writes one new file (export --format gguf): `out` ends in
+// `extension`, does not exist (not even as a dangling link: the app never replaces what it did not
+// make), its folder exists, and it is not inside a folder another app writes. UsageError or AppError.
+void check_new_output_file(const std::string& out, const std::string& extension, const std::string& app,
+                           const std::string& example);
 
 class RunFolder {
  public:

@@ -1,5 +1,5 @@
 #pragma once
-// export's flags: the checkpoint, the format, the new folder. The checks of their values and combinations that need
+// export's flags: the checkpoint, the format, the new folder or file. The checks of their values and combinations that need
 // nothing but the command line run while parsing (NOTE [ Parsing only reads argv ], apps/common/cli.h).
 #include <cstdint>
 #include <memory>
@@ -12,9 +12,10 @@
 
 namespace mvgpt::apps {
 
-// export: a checkpoint as another ecosystem's folder (import reads one back).
+// export: a checkpoint as another ecosystem's folder or file (import reads one back).
 struct ExportArgs {
   std::string ckpt, format = "hf", out_dir, tokenizer_path;
+  std::string outtype = "f32";  // gguf: the matrices' type (f32, f16, bf16, q8_0)
 };
 
 // The CLI::App with the flags bound to `args` (which must outlive it); parsing it fills `args` and

@@ -8,6 +8,7 @@
 
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/gpt/export_names.h>
 #include <mvgpt/nn/lora.h>
 #include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
@@ -19,19 +20,8 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-enum class Family { gpt2, neox, llama };
-
-Family family_of(const GPTConfig& c) {
-  const bool mha = c.kv_heads() == c.n_head;
-  if (c.norm == NormKind::layernorm && c.mlp == MlpKind::gelu && c.bias && mha) return c.rope ? Family::neox : Family::gpt2;
-  if (c.rope && c.norm == NormKind::rmsnorm && c.mlp == MlpKind::swiglu) return Family::llama;
-  throw std::invalid_argument(
-      "no transformers class computes this model (" + std::string(c.rope ? "RoPE" : "learned positions") + ", " +
-      to_string(c.norm) + ", " + to_string(c.mlp) + (c.bias ? ", biases" : ", no biases") +
-      (mha ? "" : ", grouped KV heads") +
-      "): learned positions and RoPE map with layernorm, gelu, biases and n_kv_head = n_head (GPT-2, GPT-NeoX), "
-      "RoPE with rmsnorm and swiglu (Llama)");
-}
+using export_names::Family;
+using export_names::family_of;
 
 // Where one of our tensors lives in the Hugging Face model.
 enum class Layout {
@@ -46,52 +36,22 @@ struct Place {
   int64_t begin = 0, length = 0;
 };
 
-struct Rename {
-  const char* ours;
-  const char* hf;
-};
-constexpr Rename kNeoxTop[] = {{"transformer.wte.", "gpt_neox.embed_in."}, {"transformer.ln_f.", "gpt_neox.final_layer_norm."},
-                               {"lm_head.", "embed_out."}};
-constexpr Rename kNeoxLayer[] = {{"ln_1.", "input_layernorm."},         {"attn.c_attn.", "attention.query_key_value."},
-                                 {"attn.c_proj.", "attention.dense."},  {"ln_2.", "post_attention_layernorm."},
-                                 {"mlp.c_fc.", "mlp.dense_h_to_4h."},   {"mlp.c_proj.", "mlp.dense_4h_to_h."}};
-constexpr Rename kLlamaTop[] = {{"transformer.wte.", "model.embed_tokens."}, {"transformer.ln_f.", "model.norm."},
-                                {"lm_head.", "lm_head."}};
-constexpr Rename kLlamaLayer[] = {{"ln_1.", "input_layernorm."}, {"attn.c_proj.", "self_attn.o_proj."},
-                                  {"ln_2.", "post_attention_layernorm."}, {"mlp.w1.", "mlp.gate_proj."},
-                                  {"mlp.w3.", "mlp.up_proj."}, {"mlp.w2.", "mlp.down_proj."}};
-
 bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
-template <size_t N>
-std::string renamed(const std::string& name, const Rename (&table)[N], const std::string& prefix = "") {
-  for (const auto& r : table)
-    if (starts_with(name, r.ours)) return prefix + r.hf + name.substr(std::strlen(r.ours));
-  throw std::logic_error("hf: no Hugging Face name for " + name);
-}
-
+// The Hugging Face tensors one of ours becomes (NOTE [ One table of tensor names per architecture ]).
 std::vector<Place> places(const std::string& name, const GPTConfig& c, Family f) {
-  const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
-  if (f == Family::gpt2) {
-    const bool conv1d = weight && (name.find(".attn.") != std::string::npos || name.find(".mlp.") != std::string::npos);
-    return {{name, conv1d ? Layout::transposed : Layout::same}};
-  }
-  const std::string layers = "transformer.h.";
-  if (!starts_with(name, layers)) return {{f == Family::neox ? renamed(name, kNeoxTop) : renamed(name, kLlamaTop)}};
-  const size_t dot = name.find('.', layers.size());
-  const std::string index = name.substr(layers.size(), dot - layers.size()), rest = name.substr(dot + 1);
-  if (f == Family::neox) {
-    const std::string hf = renamed(rest, kNeoxLayer, "gpt_neox.layers." + index + ".");
-    return {{hf, starts_with(rest, "attn.c_attn.") ? Layout::qkv_per_head : Layout::same}};
-  }
-  if (starts_with(rest, "attn.c_attn.")) {
-    const std::string p = "model.layers." + index + ".self_attn.", what = weight ? "weight" : "bias";
+  const export_names::Located at = export_names::locate(name, f);
+  if (at.entry->split_qkv()) {  // Llama's q_proj, k_proj, v_proj: rows of c_attn
     const int64_t q = c.n_head * c.head_dim(), kv = c.kv_heads() * c.head_dim();
-    return {{p + "q_proj." + what, Layout::rows, 0, q},
-            {p + "k_proj." + what, Layout::rows, q, kv},
-            {p + "v_proj." + what, Layout::rows, q + kv, kv}};
+    return {{export_names::hf_name(at, f, 0), Layout::rows, 0, q},
+            {export_names::hf_name(at, f, 1), Layout::rows, q, kv},
+            {export_names::hf_name(at, f, 2), Layout::rows, q + kv, kv}};
   }
-  return {{renamed(rest, kLlamaLayer, "model.layers." + index + ".")}};
+  const bool qkv = std::string_view(at.entry->ours) == "attn.c_attn.";
+  // GPT-2's Conv1D weights: every weight inside a block but the norms'.
+  const bool conv1d = at.layer >= 0 && at.rest == "weight" && !starts_with(at.entry->ours, "ln_");
+  const Layout layout = f == Family::gpt2 && conv1d ? Layout::transposed : f == Family::neox && qkv ? Layout::qkv_per_head : Layout::same;
+  return {{export_names::hf_name(at, f), layout}};
 }
 
 // Swaps the two leading axes of t viewed as (a, b, rest...): ours (3, H, D, ...) <-> NeoX's (H, 3, D, ...).
@@ -100,21 +60,6 @@ Tensor swap_leading(const Tensor& t, int64_t a, int64_t b) {
   viewed.push_back(t.shape()[0] / (a * b));
   for (int i = 1; i < t.shape().size(); ++i) viewed.push_back(t.shape()[i]);
   return reshape(contiguous(transpose(reshape(t, viewed), 0, 1)), t.shape());
-}
-
-// transformers rotates split halves (channel j with j + D/2). A model whose rotations pair
-// neighbours (NOTE [ llama2.c's rotary pairs ]) computes the same function in that layout once the
-// q and k rows of each head are reordered (H, D/2, 2) -> (H, 2, D/2); the scores q . k do not
-// depend on the order of the channels, and v is not rotated.
-Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c) {
-  const int64_t D = c.head_dim(), H = c.n_head, K = c.kv_heads();
-  auto reorder = [&](const Tensor& rows, int64_t heads) {
-    Shape viewed{heads, D / 2, 2};
-    for (int i = 1; i < rows.shape().size(); ++i) viewed.push_back(rows.shape()[i]);
-    return reshape(contiguous(transpose(reshape(rows, viewed), 1, 2)), rows.shape());
-  };
-  const std::vector<Tensor> parts = split(qkv, {H * D, K * D, K * D}, 0);
-  return cat({reorder(parts[0], H), reorder(parts[1], K), parts[2]}, 0);
 }
 
 Tensor to_hf(const Tensor& t, const Place& p, const GPTConfig& c) {
@@ -213,7 +158,7 @@ nn::NamedTensors to_hf_tensors(const GPT& model) {
   for (const auto& [name, t] : model.state_dict()) {
     Tensor ours = detach(t);
     if (c.rope_layout == RopeLayout::interleaved && name.find(".attn.c_attn.") != std::string::npos)
-      ours = interleaved_to_split_half(ours, c);
+      ours = export_names::interleaved_to_split_half(ours, c);
     for (const Place& p : places(name, c, f)) out.emplace_back(p.hf, to_hf(ours, p, c));
   }
   return out;

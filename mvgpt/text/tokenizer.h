@@ -106,6 +106,30 @@ class Tokenizer {
   // each string to one id).
   std::string to_hf_json() const;
 
+  // NOTE [ GGUF vocabulary ]
+  // The tokenizer as llama.cpp reads it from a GGUF file's tokenizer.ggml.* keys. Byte-level BPE is
+  // model "gpt2": the tokens spelled as in tokenizer.json (GPT-2's byte alphabet), the merges as
+  // "a b" in rank order, the pre-tokenizer "gpt-2" (llama.cpp's GPT-2 regex, which split_chunks
+  // follows), and <|endoftext|> a control token that is BOS, EOS and EOT (llama.cpp's generation then
+  // stops where `generate --stop-at-end` does). SentencePiece (llama2.c's) is model "llama": the
+  // pieces with "▁" for a space, their scores and types (<unk> unknown, BOS and EOS control, <0xXX>
+  // byte, the rest normal), BOS added before a prompt and the dummy prefix on, as run.c encodes.
+  struct GgufVocabulary {
+    std::string model;  // "gpt2" or "llama"
+    std::string pre;    // gpt2's pre-tokenizer
+    std::vector<std::string> tokens;
+    std::vector<float> scores;         // llama
+    std::vector<int32_t> token_types;  // llama.cpp's: 1 normal, 2 unknown, 3 control, 6 byte
+    std::vector<std::string> merges;   // gpt2
+    int64_t bos = -1, eos = -1, eot = -1, unk = -1;
+    bool add_bos = false, add_space_prefix = false;
+  };
+  // std::invalid_argument when two tokens spell the same bytes (as to_hf_json).
+  GgufVocabulary to_gguf_vocabulary() const;
+  // Reads only the layouts to_gguf_vocabulary writes (a vocabulary trained elsewhere numbers its
+  // tokens otherwise); std::runtime_error naming `source` and what differs.
+  static Tokenizer from_gguf_vocabulary(const GgufVocabulary& vocabulary, const std::string& source);
+
   // Encodes text; "<|endoftext|>" anywhere in it becomes eot_id() (byte-level BPE; SentencePiece
   // has no special text). Big byte-level inputs are encoded in parallel (oneTBB) with the output in
   // order; a SentencePiece text is one sequence (encode_stories_file runs stories in parallel), and

@@ -12,29 +12,6 @@ namespace mvgpt::text {
 
 namespace {
 
-// GPT-2's byte-to-unicode alphabet: printable Latin-1 bytes stand for themselves, the other 68
-// bytes for U+0100 onwards in byte order (so a space is "Ġ", U+0120), each as UTF-8.
-const std::array<std::string, 256>& byte_chars() {
-  static const std::array<std::string, 256> chars = [] {
-    std::array<std::string, 256> out;
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      const int cp = printable ? b : next++;
-      out[b] = cp < 0x80 ? std::string(1, char(cp))
-                         : std::string{char(0xC0 | (cp >> 6)), char(0x80 | (cp & 0x3F))};  // all below U+0800
-    }
-    return out;
-  }();
-  return chars;
-}
-
-std::string spelled(const std::string& bytes) {
-  std::string out;
-  for (unsigned char b : bytes) out += byte_chars()[b];
-  return out;
-}
-
 const nlohmann::json kByteLevel = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                                    {"use_regex", true}};
 
@@ -46,7 +23,7 @@ std::string Tokenizer::to_hf_json() const {
         "Tokenizer::to_hf_json: a SentencePiece tokenizer (llama2.c's) has no Hugging Face form in mvgpt yet");
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   for (TokenId id = 0; id < vocab_size(); ++id) {
-    const std::string s = id == eot_id() ? std::string(kEndOfText) : spelled(token_bytes(id));
+    const std::string s = id == eot_id() ? std::string(kEndOfText) : detail::spelled(token_bytes(id));
     if (vocab.contains(s))
       throw std::invalid_argument("Tokenizer::to_hf_json: tokens " + std::to_string(vocab[s].get<TokenId>()) + " and " +
                                   std::to_string(id) + " are both \"" + s +
@@ -54,7 +31,7 @@ std::string Tokenizer::to_hf_json() const {
     vocab[s] = id;
   }
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
-  for (const auto& [a, b] : merges_) merges.push_back(spelled(token_bytes(a)) + " " + spelled(token_bytes(b)));
+  for (const auto& [a, b] : merges_) merges.push_back(detail::spelled(token_bytes(a)) + " " + detail::spelled(token_bytes(b)));
   nlohmann::ordered_json j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
@@ -90,12 +67,12 @@ Tokenizer tokenizer_from_hf(const nlohmann::json& j, const Fail& fail) {
     return it != vocab.end() && it->is_number_unsigned() ? int64_t(it->get<uint64_t>()) : -1;
   };
   for (int b = 0; b < 256; ++b)
-    if (id_of(byte_chars()[b]) != b)
-      throw fail("byte " + std::to_string(b) + " (\"" + byte_chars()[b] + "\") is not id " + std::to_string(b));
+    if (id_of(detail::byte_chars()[b]) != b)
+      throw fail("byte " + std::to_string(b) + " (\"" + detail::byte_chars()[b] + "\") is not id " + std::to_string(b));
 
   const nlohmann::json& merges_json = model["merges"];
   std::vector<Merge> merges;
-  std::vector<std::string> spelled_tokens(byte_chars().begin(), byte_chars().end());
+  std::vector<std::string> spelled_tokens(detail::byte_chars().begin(), detail::byte_chars().end());
   for (size_t i = 0; i < merges_json.size(); ++i) {
     const nlohmann::json& m = merges_json[i];
     std::string a, b;

@@ -33,7 +33,7 @@ void AtomicFileWriter::write(const void* data, size_t n) {
   if (n && std::fwrite(data, 1, n, file_) != n) throw io_error("cannot write", tmp_path_);
 }
 
-void AtomicFileWriter::commit() {
+void AtomicFileWriter::commit(bool replace) {
   if (!file_) throw std::logic_error("AtomicFileWriter::commit: " + path_ + " was already committed");
   if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) throw io_error("cannot flush", tmp_path_);
   if (std::fclose(file_) != 0) {
@@ -41,7 +41,17 @@ void AtomicFileWriter::commit() {
     throw io_error("cannot close", tmp_path_);
   }
   file_ = nullptr;
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_);
+  if (replace) {
+    if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw io_error("cannot rename into", path_);
+  } else if (::renameat2(AT_FDCWD, tmp_path_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno == EEXIST) throw std::runtime_error(path_ + " appeared while it was written; it was left as it is");
+    // No RENAME_NOREPLACE here (some filesystems): a hard link also fails when the name exists.
+    if (errno != EINVAL && errno != ENOSYS) throw io_error("cannot rename into", path_);
+    if (::link(tmp_path_.c_str(), path_.c_str()) != 0)
+      throw errno == EEXIST ? std::runtime_error(path_ + " appeared while it was written; it was left as it is")
+                            : io_error("cannot link into", path_);
+    std::remove(tmp_path_.c_str());
+  }
   committed_ = true;
   fsync_dir(std::filesystem::path(path_).parent_path().string());  // the rename itself, durable
 }

@@ -22,8 +22,10 @@ class AtomicFileWriter {
 
   void write(const void* data, size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
-  // Flushes, fsyncs and renames into place.
-  void commit();
+  // Flushes, fsyncs and renames into place. `replace` false: the file must not exist, at the rename
+  // too (renameat2 with RENAME_NOREPLACE, or a hard link where the filesystem lacks it): a file
+  // made by someone else meanwhile is kept and std::runtime_error says so.
+  void commit(bool replace = true);
   const std::string& path() const { return path_; }
 
  private:

@@ -57,7 +57,7 @@ TEST_F(ExportImport, BadInputsFailWithOneLineAndWriteNothing) {
   write_text(cwd / "taken" / "file", "someone's\n");
   expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --out taken", cwd), "export", "not empty");
   expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --out .", cwd), "export", "name a new folder", 2);
-  expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --format gguf --out x", cwd), "export", "gguf", 2);
+  expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --format gguf --out x", cwd), "export", "does not end in .gguf", 2);
   // A model no transformers class computes: grouped KV heads with LayerNorm.
   write_text(cwd / "gqa.json", "{\"vocab_size\": 300, \"block_size\": 16, \"n_layer\": 1, \"n_head\": 4, \"n_kv_head\": 2, "
                                "\"n_embd\": 32, \"rope\": true}");
@@ -70,6 +70,45 @@ TEST_F(ExportImport, BadInputsFailWithOneLineAndWriteNothing) {
   expect_one_line_error(run_app("import", "--from nowhere --out y", cwd), "import", "nowhere");
   EXPECT_FALSE(fs::exists(cwd / "y"));
   EXPECT_FALSE(fs::exists(cwd / "x"));
+}
+
+// export --format gguf writes one new file (llama.cpp's own check: tests/python/test_gguf.py), and
+// import --format gguf reads it back to the same weights and loss.
+TEST_F(ExportImport, GgufGoesOutAsOneNewFileAndBackBitForBit) {
+  for (bool rope : {false, true}) {
+    const fs::path run = trained(rope);
+    const fs::path cwd = prepared();
+    const std::string name = rope ? "rope" : "learned";
+    RunResult out = run_app("export", "--ckpt " + run.string() + " --format gguf --out " + name + ".gguf", cwd);
+    ASSERT_EQ(out.code, 0) << out.out << out.err;
+    EXPECT_NE(out.out.find(rope ? "gptneox" : "gpt2"), std::string::npos) << out.out;
+    RunResult back = run_app("import", "--format gguf --from " + name + ".gguf --out back-gguf/" + name, cwd);
+    ASSERT_EQ(back.code, 0) << back.out << back.err;
+    EXPECT_EQ(tensor_bytes(cwd / "back-gguf" / name / "model.safetensors"), tensor_bytes(run / "best" / "model.safetensors"));
+    EXPECT_EQ(slurp(cwd / "back-gguf" / name / "config.json"), slurp(run / "best" / "config.json"));
+    EXPECT_EQ(slurp(cwd / "back-gguf" / name / "tokenizer.json"), slurp(run / "best" / "tokenizer.json"));
+  }
+}
+
+TEST_F(ExportImport, GgufNeverReplacesAFileAndRefusesBadInputInOneLine) {
+  const fs::path run = trained(true);
+  const fs::path cwd = prepared();
+  write_text(cwd / "taken.gguf", "someone's\n");
+  expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --format gguf --out taken.gguf", cwd), "export",
+                        "already exists");
+  EXPECT_EQ(slurp(cwd / "taken.gguf"), "someone's\n");
+  expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --format gguf --out nowhere/m.gguf", cwd), "export",
+                        "does not exist");
+  expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --format gguf --out " + (run / "best" / "m.gguf").string(), cwd),
+                        "export", "inside", 2);
+  expect_one_line_error(run_app("export", "--ckpt " + run.string() + " --outtype f16 --out hf/x", cwd), "export", "--outtype", 2);
+  // Damaged files: one line naming the file; nothing written.
+  write_text(cwd / "junk.gguf", "GGUF\x03");
+  expect_one_line_error(run_app("import", "--format gguf --from junk.gguf --out y", cwd), "import", "junk.gguf");
+  expect_one_line_error(run_app("import", "--format gguf --from taken.gguf --out y", cwd), "import", "not a GGUF file");
+  expect_one_line_error(run_app("import", "--format gguf --from missing.gguf --out y", cwd), "import", "missing.gguf");
+  EXPECT_FALSE(fs::exists(cwd / "y"));
+  EXPECT_FALSE(fs::exists(cwd / "nowhere"));
 }
 
 }  // namespace

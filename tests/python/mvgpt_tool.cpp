@@ -5,6 +5,12 @@
 //   mvgpt_tool random CONFIG SEED SCALE OUT [TOKENIZER]
 //                                          a checkpoint of the config.json CONFIG with weights N(0, SCALE^2)
 //                                          (large enough that logits differ visibly), tokenizer.json beside it
+//   mvgpt_tool encode TOKENIZER TEXTS      each text of the JSON list TEXTS as a prompt (encode_prompt):
+//                                          prints a JSON list of id lists
+//   mvgpt_tool greedy DIR PROMPTS N        each prompt of the JSON list PROMPTS through the checkpoint DIR
+//                                          with its tokenizer.json: encode_prompt, then gpt::generate at
+//                                          temperature 0 for up to N tokens, stopping after the end of the
+//                                          story (as generate --stop-at-end); prints the JSON list of all ids
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +19,9 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/checkpoint.h>
+#include <mvgpt/gpt/generate.h>
+#include <mvgpt/text/tokenizer.h>
+#include <nlohmann/json.hpp>
 #include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
 
@@ -44,10 +53,37 @@ int main(int argc, char** argv) {
       });
       return 0;
     }
+    if (cmd == "encode" && argc == 4) {
+      const text::Tokenizer tok = text::Tokenizer::load(argv[2]);
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& t : nlohmann::json::parse(util::read_file(argv[3]))) out.push_back(tok.encode_prompt(t.get<std::string>()));
+      std::printf("%s\n", out.dump().c_str());
+      return 0;
+    }
+    if (cmd == "greedy" && argc == 5) {
+      auto loaded = gpt::load_checkpoint(argv[2]);
+      const text::Tokenizer tok = text::Tokenizer::load(std::string(argv[2]) + "/tokenizer.json");
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& t : nlohmann::json::parse(util::read_file(argv[3]))) {
+        std::vector<int32_t> ids;
+        for (text::TokenId id : tok.encode_prompt(t.get<std::string>())) ids.push_back(int32_t(id));
+        gpt::SampleOptions greedy;
+        greedy.temperature = 0;
+        const size_t prompt = ids.size();
+        const auto fresh = gpt::generate(*loaded.model, ids, std::strtoll(argv[4], nullptr, 10), greedy,
+                                         [&](int32_t id) { return text::TokenId(id) != tok.eot_id(); });
+        ids.insert(ids.end(), fresh.begin(), fresh.end());
+        // The end of the story is produced, then generation stops (generate --stop-at-end).
+        out.push_back({{"prompt", prompt}, {"ids", ids}});
+      }
+      std::printf("%s\n", out.dump().c_str());
+      return 0;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mvgpt_tool: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: mvgpt_tool logits DIR TOKENS OUT | random CONFIG SEED SCALE OUT [TOKENIZER]\n");
+  std::fprintf(stderr, "usage: mvgpt_tool logits DIR TOKENS OUT | random CONFIG SEED SCALE OUT [TOKENIZER] | encode TOKENIZER TEXTS | "
+                       "greedy DIR PROMPTS N\n");
   return 2;
 }

@@ -1,0 +1,137 @@
+#include <mvgpt/gpt/export_names.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include <mvgpt/autograd/ops.h>
+
+namespace mvgpt::gpt::export_names {
+
+namespace {
+
+// {ours, {Hugging Face}, {GGUF}}: NOTE [ One table of tensor names per architecture ].
+constexpr TensorName kGpt2Top[] = {
+    {"transformer.wte.", {"transformer.wte."}, {"token_embd."}},
+    {"transformer.wpe.", {"transformer.wpe."}, {"position_embd."}},
+    {"transformer.ln_f.", {"transformer.ln_f."}, {"output_norm."}},
+    {"lm_head.", {"lm_head."}, {"output."}},
+};
+constexpr TensorName kGpt2Layer[] = {
+    {"ln_1.", {"ln_1."}, {"attn_norm."}},
+    {"attn.c_attn.", {"attn.c_attn."}, {"attn_qkv."}},
+    {"attn.c_proj.", {"attn.c_proj."}, {"attn_output."}},
+    {"ln_2.", {"ln_2."}, {"ffn_norm."}},
+    {"mlp.c_fc.", {"mlp.c_fc."}, {"ffn_up."}},
+    {"mlp.c_proj.", {"mlp.c_proj."}, {"ffn_down."}},
+};
+constexpr TensorName kNeoxTop[] = {
+    {"transformer.wte.", {"gpt_neox.embed_in."}, {"token_embd."}},
+    {"transformer.ln_f.", {"gpt_neox.final_layer_norm."}, {"output_norm."}},
+    {"lm_head.", {"embed_out."}, {"output."}},
+};
+constexpr TensorName kNeoxLayer[] = {
+    {"ln_1.", {"input_layernorm."}, {"attn_norm."}},
+    {"attn.c_attn.", {"attention.query_key_value."}, {"attn_qkv."}},
+    {"attn.c_proj.", {"attention.dense."}, {"attn_output."}},
+    {"ln_2.", {"post_attention_layernorm."}, {"ffn_norm."}},
+    {"mlp.c_fc.", {"mlp.dense_h_to_4h."}, {"ffn_up."}},
+    {"mlp.c_proj.", {"mlp.dense_4h_to_h."}, {"ffn_down."}},
+};
+constexpr TensorName kLlamaTop[] = {
+    {"transformer.wte.", {"model.embed_tokens."}, {"token_embd."}},
+    {"transformer.ln_f.", {"model.norm."}, {"output_norm."}},
+    {"lm_head.", {"lm_head."}, {"output."}},
+};
+constexpr TensorName kLlamaLayer[] = {
+    {"ln_1.", {"input_layernorm."}, {"attn_norm."}},
+    {"attn.c_attn.", {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."}, {"attn_q.", "attn_k.", "attn_v."}},
+    {"attn.c_proj.", {"self_attn.o_proj."}, {"attn_output."}},
+    {"ln_2.", {"post_attention_layernorm."}, {"ffn_norm."}},
+    {"mlp.w1.", {"mlp.gate_proj."}, {"ffn_gate."}},
+    {"mlp.w3.", {"mlp.up_proj."}, {"ffn_up."}},
+    {"mlp.w2.", {"mlp.down_proj."}, {"ffn_down."}},
+};
+
+std::span<const TensorName> top_level(Family f) {
+  switch (f) {
+    case Family::gpt2: return kGpt2Top;
+    case Family::neox: return kNeoxTop;
+    case Family::llama: return kLlamaTop;
+  }
+  return {};
+}
+std::span<const TensorName> per_layer(Family f) {
+  switch (f) {
+    case Family::gpt2: return kGpt2Layer;
+    case Family::neox: return kNeoxLayer;
+    case Family::llama: return kLlamaLayer;
+  }
+  return {};
+}
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// Reorders the rows of each head of the q and k parts: viewed (heads, a, b, rest...) -> (heads, b, a, rest...).
+Tensor reorder_rotary_rows(const Tensor& qkv, const GPTConfig& c, int64_t a, int64_t b) {
+  const int64_t D = c.head_dim(), H = c.n_head, K = c.kv_heads();
+  auto reorder = [&](const Tensor& rows, int64_t heads) {
+    Shape viewed{heads, a, b};
+    for (int i = 1; i < rows.shape().size(); ++i) viewed.push_back(rows.shape()[i]);
+    return reshape(contiguous(transpose(reshape(rows, viewed), 1, 2)), rows.shape());
+  };
+  const std::vector<Tensor> parts = split(qkv, {H * D, K * D, K * D}, 0);
+  return cat({reorder(parts[0], H), reorder(parts[1], K), parts[2]}, 0);
+}
+
+}  // namespace
+
+Family family_of(const GPTConfig& c) {
+  const bool mha = c.kv_heads() == c.n_head;
+  if (c.norm == NormKind::layernorm && c.mlp == MlpKind::gelu && c.bias && mha) return c.rope ? Family::neox : Family::gpt2;
+  if (c.rope && c.norm == NormKind::rmsnorm && c.mlp == MlpKind::swiglu) return Family::llama;
+  throw std::invalid_argument(
+      "no transformers class or llama.cpp architecture computes this model (" + std::string(c.rope ? "RoPE" : "learned positions") + ", " +
+      to_string(c.norm) + ", " + to_string(c.mlp) + (c.bias ? ", biases" : ", no biases") +
+      (mha ? "" : ", grouped KV heads") +
+      "): learned positions and RoPE map with layernorm, gelu, biases and n_kv_head = n_head (GPT-2, GPT-NeoX), "
+      "RoPE with rmsnorm and swiglu (Llama)");
+}
+
+Located locate(const std::string& ours, Family f) {
+  Located at;
+  std::string rest = ours;
+  std::span<const TensorName> table = top_level(f);
+  const std::string layers = "transformer.h.";
+  if (starts_with(ours, layers)) {
+    const size_t dot = ours.find('.', layers.size());
+    if (dot == std::string::npos) throw std::logic_error("export_names: no layer in " + ours);
+    at.layer = std::stoll(ours.substr(layers.size(), dot - layers.size()));
+    rest = ours.substr(dot + 1);
+    table = per_layer(f);
+  }
+  for (const TensorName& e : table)
+    if (starts_with(rest, e.ours)) {
+      at.entry = &e;
+      at.rest = rest.substr(std::strlen(e.ours));
+      return at;
+    }
+  throw std::logic_error("export_names: no name for " + ours);
+}
+
+std::string hf_name(const Located& at, Family f, int part) {
+  std::string prefix;
+  if (at.layer >= 0) {
+    const std::string i = std::to_string(at.layer);
+    prefix = f == Family::gpt2 ? "transformer.h." + i + "." : f == Family::neox ? "gpt_neox.layers." + i + "." : "model.layers." + i + ".";
+  }
+  return prefix + at.entry->hf[part] + at.rest;
+}
+
+std::string gguf_name(const Located& at, int part) {
+  return (at.layer >= 0 ? "blk." + std::to_string(at.layer) + "." : std::string()) + at.entry->gguf[part] + at.rest;
+}
+
+Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c) { return reorder_rotary_rows(qkv, c, c.head_dim() / 2, 2); }
+Tensor split_half_to_interleaved(const Tensor& qkv, const GPTConfig& c) { return reorder_rotary_rows(qkv, c, 2, c.head_dim() / 2); }
+
+}  // namespace mvgpt::gpt::export_names

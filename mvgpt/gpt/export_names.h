@@ -1,0 +1,54 @@
+#pragma once
+// INTERNAL: shared by the Hugging Face (hf.cpp) and GGUF (gguf.cpp) writers and readers.
+//
+// NOTE [ One table of tensor names per architecture ]
+// Our GPT goes out as one of three families, each the other ecosystems' name for a model that
+// computes our function: gpt2 (learned positions, LayerNorm, tanh GELU, biases), GPT-NeoX (the same
+// with RoPE) and Llama (RoPE, RMSNorm, SwiGLU, grouped KV heads). For each family one table gives,
+// for every prefix of our tensor names, its Hugging Face name and its GGUF (llama.cpp) name; Llama's
+// fused c_attn goes out as three (q, k, v). The layouts (a transposition for GPT-2's Conv1D,
+// GPT-NeoX's per-head qkv, the order of rotary channels) are each format's own and stay beside it.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <mvgpt/gpt/config.h>
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt::gpt::export_names {
+
+enum class Family { gpt2, neox, llama };
+
+// The family that computes the config's model; std::invalid_argument naming what does not map.
+Family family_of(const GPTConfig& c);
+
+struct TensorName {
+  const char* ours;                  // a prefix of our names (top level, or within "transformer.h.<i>.")
+  std::array<const char*, 3> hf;     // Hugging Face's; three for a qkv split by rows
+  std::array<const char*, 3> gguf;   // llama.cpp's
+  bool split_qkv() const { return hf[1] != nullptr; }
+};
+
+// Where one of our tensors is in the table: its entry, its layer (-1 at the top level) and the rest of
+// the name after the prefix ("weight", "bias").
+struct Located {
+  const TensorName* entry = nullptr;
+  int64_t layer = -1;
+  std::string rest;
+};
+// std::logic_error for a name no entry holds (a model this family does not compute).
+Located locate(const std::string& ours, Family f);
+
+// The name of `at` in Hugging Face's or GGUF's model (part k of a split qkv).
+std::string hf_name(const Located& at, Family f, int part = 0);
+std::string gguf_name(const Located& at, int part = 0);
+
+// The rows of the q and k parts of a fused (3 or 1+2*kv heads) qkv weight or bias, reordered between
+// the two orders of rotary channels (NOTE [ llama2.c's rotary pairs ]): interleaved (H, D/2, 2) to
+// split halves (H, 2, D/2) or back. v is not rotated. The scores q . k do not depend on the order of
+// the channels, so the model computes the same function; the reordering is a permutation, exact.
+Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c);
+Tensor split_half_to_interleaved(const Tensor& qkv, const GPTConfig& c);
+
+}  // namespace mvgpt::gpt::export_names
