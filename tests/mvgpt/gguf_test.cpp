@@ -22,16 +22,10 @@ namespace {
 
 using mvgpt::testing::TempDir;
 using testing::bitwise_equal;
+using testing::expect_same_weights;
+using testing::random_model;
 using testing::tiny;
 using testing::tiny_llama;
-
-std::shared_ptr<GPT> random_model(const GPTConfig& c, uint64_t seed) {
-  Generator g(seed);
-  auto m = std::make_shared<GPT>(c, &g);
-  NoGradGuard no_grad;
-  for (auto& p : m->parameters()) ops::copy_(p, ops::mul(ops::randn(p.shape(), DType::f32, Device::cpu(), &g), 0.5));
-  return m;
-}
 
 // The bytes-only tokenizer (257 ids, <|endoftext|> the last); the models take its vocabulary.
 text::Tokenizer bytes_tokenizer() { return text::Tokenizer(); }
@@ -45,15 +39,6 @@ std::set<std::string> names_in(const gguf::File& f) {
   std::set<std::string> out;
   for (const auto& info : f.infos) out.insert(info.name);
   return out;
-}
-
-void expect_same_weights(const GPT& a, const GPT& b) {
-  const auto sa = a.state_dict(), sb = b.state_dict();
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    EXPECT_EQ(sa[i].first, sb[i].first);
-    EXPECT_TRUE(bitwise_equal(sa[i].second, sb[i].second)) << sa[i].first;
-  }
 }
 
 Tensor logits_of(const GPT& m) {

@@ -23,31 +23,15 @@ namespace {
 using mvgpt::testing::TempDir;
 
 using testing::bitwise_equal;
+using testing::expect_same_weights;
+using testing::random_model;
 using testing::tiny;
 using testing::tiny_llama;
-
-// Weights N(0, 0.5) so that no two tensors (or rows) are alike.
-std::shared_ptr<GPT> random_model(const GPTConfig& c, uint64_t seed) {
-  Generator g(seed);
-  auto m = std::make_shared<GPT>(c, &g);
-  NoGradGuard no_grad;
-  for (auto& p : m->parameters()) ops::copy_(p, ops::mul(ops::randn(p.shape(), DType::f32, Device::cpu(), &g), 0.5));
-  return m;
-}
 
 std::map<std::string, Tensor> by_name(const nn::NamedTensors& t) { return {t.begin(), t.end()}; }
 
 
 std::vector<float> row(const Tensor& t, int64_t r) { return ops::contiguous(ops::select(t.detach(), 0, r)).to_vector<float>(); }
-
-void expect_same_weights(const GPT& a, const GPT& b) {
-  const auto sa = a.state_dict(), sb = b.state_dict();
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    EXPECT_EQ(sa[i].first, sb[i].first);
-    EXPECT_TRUE(bitwise_equal(sa[i].second, sb[i].second)) << sa[i].first;
-  }
-}
 
 TEST(HuggingFace, EachVariantMapsToTheClassThatComputesIt) {
   EXPECT_EQ(hf::architecture(tiny(false)), "GPT2LMHeadModel");

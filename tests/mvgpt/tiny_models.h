@@ -1,9 +1,15 @@
 #pragma once
-// The tiny configs the checkpoint tests share, and a bit-for-bit comparison of tensors.
-#include <cstring>
+// The tiny configs the checkpoint tests share, models of them with random weights, and bit-for-bit
+// comparisons of tensors and models.
+#include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
+
+#include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/config.h>
+#include <mvgpt/gpt/model.h>
 
 namespace mvgpt::gpt::testing {
 
@@ -37,6 +43,24 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (!(a.shape() == b.shape()) || a.dtype() != b.dtype()) return false;
   Tensor x = ops::contiguous(a.detach()), y = ops::contiguous(b.detach());
   return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+// Weights N(0, 0.5) so that no two tensors (or rows) are alike.
+inline std::shared_ptr<GPT> random_model(const GPTConfig& c, uint64_t seed) {
+  Generator g(seed);
+  auto m = std::make_shared<GPT>(c, &g);
+  NoGradGuard no_grad;
+  for (auto& p : m->parameters()) ops::copy_(p, ops::mul(ops::randn(p.shape(), DType::f32, Device::cpu(), &g), 0.5));
+  return m;
+}
+
+inline void expect_same_weights(const GPT& a, const GPT& b) {
+  const auto sa = a.state_dict(), sb = b.state_dict();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].first, sb[i].first);
+    EXPECT_TRUE(bitwise_equal(sa[i].second, sb[i].second)) << sa[i].first;
+  }
 }
 
 }  // namespace mvgpt::gpt::testing

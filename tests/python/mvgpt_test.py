@@ -89,3 +89,19 @@ def check(condition, message):
     if not condition:
         print("FAILED: " + message)
         sys.exit(1)
+
+
+def prepare_held_out(cwd):
+    """prepare on the first MB of ../shared/data/tinystories/train.txt (vocabulary 1,000) with all of
+    its valid.txt held out, when the data is beside the repository; otherwise tiny generated stories
+    (vocabulary 300). Returns where the held-out stories came from, for the check's report."""
+    shared = os.path.join(SOURCE_DIR, "..", "shared", "data", "tinystories")
+    if not os.path.isfile(os.path.join(shared, "valid.txt")):
+        prepare(cwd, vocab=300)
+        return "generated stories"
+    with open(os.path.join(shared, "train.txt")) as f:
+        train = f.read(1 << 20)
+    with open(os.path.join(shared, "valid.txt")) as f:
+        valid = f.read()
+    prepare(cwd, vocab=1000, train=train[:train.rfind("<|endoftext|>\n") + 14], valid=valid)
+    return "../shared/data/tinystories/valid.txt"

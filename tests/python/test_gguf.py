@@ -21,7 +21,7 @@ import sys
 
 import numpy
 
-from mvgpt_test import SOURCE_DIR, app, build_dir, check, prepare, require, run, scratch
+from mvgpt_test import SOURCE_DIR, app, build_dir, check, prepare_held_out, require, run, scratch
 
 llama_cpp, torch = require("llama_cpp", "torch")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
@@ -32,19 +32,9 @@ LOGIT_TOL = 5e-3
 GGML_TYPE_F32 = 0
 cwd = scratch("gguf")
 
-shared = os.path.join(SOURCE_DIR, "..", "shared", "data", "tinystories")
-if os.path.isfile(os.path.join(shared, "valid.txt")):
-    with open(os.path.join(shared, "train.txt")) as f:
-        train = f.read(1 << 20)
-    with open(os.path.join(shared, "valid.txt")) as f:
-        valid = f.read()
-    prepare(cwd, vocab=1000, train=train[:train.rfind("<|endoftext|>\n") + 14], valid=valid)
-    source = "../shared/data/tinystories/valid.txt"
-else:
-    prepare(cwd, vocab=300)
-    with open(os.path.join(cwd, "stories", "valid.txt")) as f:
-        valid = f.read()
-    source = "generated stories"
+source = prepare_held_out(cwd)
+with open(os.path.join(cwd, "stories", "valid.txt")) as f:
+    valid = f.read()
 with open(os.path.join(cwd, "data", "valid.bin"), "rb") as f:
     header = struct.unpack("<256i", f.read(1024))
     valid_ids = numpy.frombuffer(f.read(), dtype="<u2").astype(numpy.int64).tolist()

@@ -14,7 +14,7 @@ import sys
 
 import numpy
 
-from mvgpt_test import SOURCE_DIR, app, build_dir, check, prepare, require, run, scratch
+from mvgpt_test import SOURCE_DIR, app, build_dir, check, prepare_held_out, require, run, scratch
 
 torch, transformers, tokenizers = require("torch", "transformers", "tokenizers")
 sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
@@ -22,17 +22,7 @@ from hand_safetensors import read_safetensors, write_safetensors  # noqa: E402
 
 TOOL = os.path.join(build_dir(), "tests", "mvgpt_tool")
 cwd = scratch("hf")
-shared = os.path.join(SOURCE_DIR, "..", "shared", "data", "tinystories")
-if os.path.isfile(os.path.join(shared, "valid.txt")):
-    with open(os.path.join(shared, "train.txt")) as f:
-        train = f.read(1 << 20)
-    with open(os.path.join(shared, "valid.txt")) as f:
-        valid = f.read()
-    prepare(cwd, vocab=1000, train=train[:train.rfind("<|endoftext|>\n") + 14], valid=valid)
-    source = "../shared/data/tinystories/valid.txt"
-else:
-    prepare(cwd, vocab=300)
-    source = "generated stories"
+source = prepare_held_out(cwd)
 with open(os.path.join(cwd, "data", "tokenizer.json")) as f:
     ours_tokenizer = json.load(f)
 vocab = ours_tokenizer["vocab_size"]

@@ -34,6 +34,11 @@ class ScratchDir : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// A short text with words, punctuation, a contraction, digits and a blank line, for the tokenizers'
+// export tests (a vocabulary of 300 learns a few dozen merges from it).
+inline constexpr const char* kSampleText =
+    "The cat sat on the mat. The dog sat on the log. Don't stop, it's 2026!\n\nThe end.";
+
 // EXPECT that `fn` throws E with every one of `parts` in its message.
 template <typename E, typename Fn>
 void expect_throw_with(Fn&& fn, std::initializer_list<std::string_view> parts) {

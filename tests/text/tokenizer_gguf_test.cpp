@@ -12,11 +12,10 @@ namespace mvgpt::text {
 namespace {
 
 using testing_util::expect_throw_with;
-
-const char* kText = "The cat sat on the mat. The dog sat on the log. Don't stop, it's 2026!\n\nThe end.";
+using testing_util::kSampleText;
 
 TEST(TokenizerGguf, ByteLevelBpeIsGpt2sVocabulary) {
-  const Tokenizer t = Tokenizer::train(kText, 300);
+  const Tokenizer t = Tokenizer::train(kSampleText, 300);
   const Tokenizer::GgufVocabulary v = t.to_gguf_vocabulary();
   EXPECT_EQ(v.model, "gpt2");
   EXPECT_EQ(v.pre, "gpt-2");
@@ -49,7 +48,7 @@ TEST(TokenizerGguf, SentencePieceIsLlamasVocabulary) {
 }
 
 TEST(TokenizerGguf, OtherLayoutsAreRefusedNamingWhatDiffers) {
-  const Tokenizer t = Tokenizer::train(kText, 300);
+  const Tokenizer t = Tokenizer::train(kSampleText, 300);
   auto with = [&](auto change) {
     Tokenizer::GgufVocabulary v = t.to_gguf_vocabulary();
     change(v);

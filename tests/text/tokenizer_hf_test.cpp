@@ -13,11 +13,10 @@ namespace mvgpt::text {
 namespace {
 
 using testing_util::expect_throw_with;
-
-const char* kText = "The cat sat on the mat. The dog sat on the log. Don't stop, it's 2026!\n\nThe end.";
+using testing_util::kSampleText;
 
 TEST(TokenizerHf, VocabularySpellsBytesInGpt2sAlphabet) {
-  const Tokenizer t = Tokenizer::train(kText, 300);
+  const Tokenizer t = Tokenizer::train(kSampleText, 300);
   const auto j = nlohmann::json::parse(t.to_hf_json());
   const auto& vocab = j["model"]["vocab"];
   EXPECT_EQ(vocab["A"], 65);
@@ -42,10 +41,10 @@ TEST(TokenizerHf, VocabularySpellsBytesInGpt2sAlphabet) {
 }
 
 TEST(TokenizerHf, ReadsBackToTheSameTokenizer) {
-  const Tokenizer t = Tokenizer::train(kText, 320);
+  const Tokenizer t = Tokenizer::train(kSampleText, 320);
   const Tokenizer back = Tokenizer::from_json(t.to_hf_json(), "tokenizer.json");
   EXPECT_EQ(back.merges(), t.merges());
-  EXPECT_EQ(back.encode(kText), t.encode(kText));
+  EXPECT_EQ(back.encode(kSampleText), t.encode(kSampleText));
   // tokenizers 0.20 may write a merge as ["a", "b"]: the same merge.
   auto j = nlohmann::json::parse(t.to_hf_json());
   const std::string first = j["model"]["merges"][0];
@@ -54,7 +53,7 @@ TEST(TokenizerHf, ReadsBackToTheSameTokenizer) {
 }
 
 TEST(TokenizerHf, AnotherLayoutIsRefusedNamingWhatDiffers) {
-  const Tokenizer t = Tokenizer::train(kText, 300);
+  const Tokenizer t = Tokenizer::train(kSampleText, 300);
   const auto good = nlohmann::json::parse(t.to_hf_json());
   auto refused = [&](auto edit, std::string_view needle) {
     auto j = good;
