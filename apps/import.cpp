@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     check_new_output_folder(args.out_dir, "import", "checkpoints/from-hf");
     const bool llama2c = args.format == "llama2c";
     gpt::LoadedCheckpoint loaded;
-    std::string tokenizer_json, tokenizer;
+    std::string tokenizer_json, tokenizer, gguf_summary;
     if (args.format == "gguf") {
       require_file(args.from, "GGUF model", "pass the .gguf file (export --format gguf writes one)");
       gpt::LoadedGguf file;
@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
         throw AppError(e.what());
       }
       loaded = std::move(file.checkpoint);
+      gguf_summary = "GGUF " + file.architecture + ", " + loaded.metadata.at("gguf_type");
+      if (!file.tokenizer_note.empty()) gguf_summary += "; its tokenizer was left out: " + file.tokenizer_note;
       if (file.tokenizer) {
         tokenizer = args.from;
         check_tokenizer_fits(*file.tokenizer, args.from, loaded.model->config(), args.from);
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
     std::printf("wrote %s: %s parameters from %s (%s)%s\n", args.out_dir.c_str(),
                 format_count(loaded.model->num_parameters()).c_str(), args.from.c_str(),
                 llama2c                  ? ("llama2.c, " + loaded.metadata.at("llama2c_format")).c_str()
-                : args.format == "gguf" ? ("GGUF " + gpt::gguf_architecture(loaded.model->config()) + ", " + loaded.metadata.at("gguf_type")).c_str()
+                : args.format == "gguf" ? gguf_summary.c_str()
                                          : gpt::hf::architecture(loaded.model->config()).c_str(),
                 tokenizer.empty() ? (llama2c ? ", no tokenizer (pass --tokenizer tokenizer.bin to include it)" : ", no tokenizer")
                                   : ", with its tokenizer");

@@ -1,6 +1,7 @@
 #include <mvgpt/nn/gguf.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -14,12 +15,25 @@
 
 namespace mvgpt::gguf {
 
+static_assert(std::endian::native == std::endian::little, "GGUF is little-endian; mvgpt reads and writes it as memory is");
+
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 constexpr int64_t kQ8Block = 32;  // QK8_0
+// The longest metadata array read: vocabularies and merge lists are under a million entries.
+constexpr uint64_t kMaxArray = uint64_t(1) << 24;
+
+// A name from the file as a message shows it: control bytes (a newline would break the one-line
+// error) as '?', and at most 80 bytes.
+std::string shown(const std::string& name) {
+  std::string out = name.substr(0, 80);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return name.size() > 80 ? out + "..." : out;
+}
 
 bool is_integer(ValueType t) {
   return t == ValueType::u8 || t == ValueType::i8 || t == ValueType::u16 || t == ValueType::i16 || t == ValueType::u32 ||
@@ -142,6 +156,8 @@ struct Reader {
     throw std::runtime_error(path + ": " + what + " (at byte " + std::to_string(pos) +
                              "); it is not a GGUF file llama.cpp or mvgpt wrote, or it was cut short");
   }
+  // A well-formed file that holds what mvgpt does not read.
+  [[noreturn]] void unsupported(const std::string& what) const { throw std::runtime_error(path + ": " + what); }
   void need(uint64_t n, const char* what) const {
     if (n > bytes.size() - pos) fail(std::string("the file ends inside ") + what);
   }
@@ -172,20 +188,20 @@ struct Reader {
       case ValueType::i64: v.ints.push_back(get<int64_t>("a value")); break;
       case ValueType::u64: {
         const uint64_t u = get<uint64_t>("a value");
-        if (u > uint64_t(std::numeric_limits<int64_t>::max())) fail("metadata " + key + " holds " + std::to_string(u) + ", too large");
+        if (u > uint64_t(std::numeric_limits<int64_t>::max())) unsupported("metadata " + shown(key) + " holds " + std::to_string(u) + ", too large");
         v.ints.push_back(int64_t(u));
         break;
       }
       case ValueType::boolean: {
         const uint8_t b = get<uint8_t>("a value");
-        if (b > 1) fail("metadata " + key + " is a bool holding " + std::to_string(b));
+        if (b > 1) fail("metadata " + shown(key) + " is a bool holding " + std::to_string(b));
         v.ints.push_back(b);
         break;
       }
       case ValueType::f32: v.floats.push_back(get<float>("a value")); break;
       case ValueType::f64: v.floats.push_back(get<double>("a value")); break;
       case ValueType::string: v.strings.push_back(get_string("a string")); break;
-      default: fail("metadata " + key + " has value type " + std::to_string(uint32_t(t)) + ", which GGUF does not define");
+      default: fail("metadata " + shown(key) + " has value type " + std::to_string(uint32_t(t)) + ", which GGUF does not define");
     }
   }
   Value get_value(const std::string& key) {
@@ -196,13 +212,14 @@ struct Reader {
       return v;
     }
     v.element = ValueType(get<uint32_t>("an array's type"));
-    if (v.element == ValueType::array) fail("metadata " + key + " is an array of arrays, which mvgpt does not read");
+    if (v.element == ValueType::array) unsupported("metadata " + shown(key) + " is an array of arrays, which mvgpt does not read");
     const uint64_t count = get<uint64_t>("an array's length");
     // Each element takes at least its scalar size (8 bytes of length for a string): a count the
     // rest of the file cannot hold is refused before anything is reserved.
     const uint64_t least = v.element == ValueType::string ? 8 : scalar_size(v.element);
-    if (least == 0) fail("metadata " + key + " is an array of type " + std::to_string(uint32_t(v.element)));
-    if (count > (bytes.size() - pos) / least) fail("metadata " + key + " claims " + std::to_string(count) + " elements");
+    if (least == 0) fail("metadata " + shown(key) + " is an array of type " + std::to_string(uint32_t(v.element)));
+    if (count > (bytes.size() - pos) / least) fail("metadata " + shown(key) + " claims " + std::to_string(count) + " elements");
+    if (count > kMaxArray) unsupported("metadata " + shown(key) + " has " + std::to_string(count) + " elements; mvgpt reads up to " + std::to_string(kMaxArray));
     for (uint64_t i = 0; i < count; ++i) get_scalar(v.element, v, key);
     return v;
   }
@@ -378,7 +395,7 @@ File read(const std::string& path) {
     throw std::runtime_error(path + ": not a GGUF file (it does not begin with \"GGUF\")");
   f.version = r.get<uint32_t>("the version");
   if (f.version != 2 && f.version != 3)
-    throw std::runtime_error(path + ": GGUF version " + std::to_string(f.version) + "; mvgpt reads versions 2 and 3");
+    r.unsupported("GGUF version " + std::to_string(f.version) + "; mvgpt reads versions 2 and 3 (llama.cpp's since 2023)");
   const uint64_t n_tensors = r.get<uint64_t>("the tensor count"), n_kv = r.get<uint64_t>("the metadata count");
   // Every entry takes at least 8 bytes (its name's length): counts the file cannot hold are refused.
   if (n_tensors > bytes.size() / 8 || n_kv > bytes.size() / 8)
@@ -386,7 +403,7 @@ File read(const std::string& path) {
   std::set<std::string> seen;
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = r.get_string("a metadata key");
-    if (!seen.insert(key).second) r.fail("metadata " + key + " appears twice");
+    if (!seen.insert(key).second) r.fail("metadata " + shown(key) + " appears twice");
     Value v = r.get_value(key);
     f.metadata.emplace_back(std::move(key), std::move(v));
   }
@@ -400,38 +417,46 @@ File read(const std::string& path) {
   for (uint64_t i = 0; i < n_tensors; ++i) {
     TensorInfo info;
     info.name = r.get_string("a tensor name");
-    if (!seen.insert(info.name).second) r.fail("tensor " + info.name + " appears twice");
+    if (!seen.insert(info.name).second) r.fail("tensor " + shown(info.name) + " appears twice");
     const uint32_t n_dims = r.get<uint32_t>("a tensor's dims");
-    if (n_dims == 0 || n_dims > kMaxDims) r.fail("tensor " + info.name + " has " + std::to_string(n_dims) + " dims");
+    if (n_dims == 0 || n_dims > kMaxDims) r.fail("tensor " + shown(info.name) + " has " + std::to_string(n_dims) + " dims");
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = r.get<uint64_t>("a tensor's dims");
-      if (ne == 0 || ne > (uint64_t(1) << 40) || numel > bytes.size() / ne) r.fail("tensor " + info.name + " has a dim of " + std::to_string(ne));
+      if (ne == 0 || ne > (uint64_t(1) << 40) || numel > bytes.size() / ne) r.fail("tensor " + shown(info.name) + " has a dim of " + std::to_string(ne));
       numel *= ne;
       info.shape.insert(0, int64_t(ne));
     }
     const uint32_t type = r.get<uint32_t>("a tensor's type");
     if (type != 0 && type != 1 && type != 8 && type != 30)
-      r.fail("tensor " + info.name + " has ggml type " + std::to_string(type) + "; mvgpt reads F32 (0), F16 (1), Q8_0 (8) and BF16 (30)");
+      r.unsupported("tensor " + shown(info.name) + " has ggml type " + std::to_string(type) +
+                    "; mvgpt reads F32 (0), F16 (1), Q8_0 (8) and BF16 (30): convert the file to one of them first "
+                    "(llama-quantize --allow-requantize IN OUT F16)");
     info.type = TensorType(type);
     if (info.type == TensorType::q8_0 && info.shape.back() % kQ8Block != 0)
-      r.fail("tensor " + info.name + " is Q8_0 with rows of " + std::to_string(info.shape.back()));
+      r.fail("tensor " + shown(info.name) + " is Q8_0 with rows of " + std::to_string(info.shape.back()));
     info.offset = r.get<uint64_t>("a tensor's offset");
-    if (info.offset % alignment != 0) r.fail("tensor " + info.name + " starts at " + std::to_string(info.offset) + ", not aligned");
     f.infos.push_back(std::move(info));
   }
   const uint64_t data_start = align_up(r.pos, alignment);
   if (data_start > bytes.size()) r.fail("the data section is missing");
   const uint64_t data_size = bytes.size() - data_start;
+  // Each tensor starts where the one before it ends, aligned (as ggml requires): no two overlap,
+  // so what is decoded is at most the file's size.
+  uint64_t expected = 0;
   for (const TensorInfo& info : f.infos) {
     uint64_t numel = 1;
     for (int64_t d : info.shape) numel *= uint64_t(d);
     const uint64_t n = tensor_bytes(info.type, numel);
+    if (info.offset != expected)
+      throw std::runtime_error(path + ": tensor " + shown(info.name) + " starts at " + std::to_string(info.offset) + " of the data, not " +
+                               std::to_string(expected) + " (where the one before it ends, aligned); the file is damaged");
     if (info.offset > data_size || n > data_size - info.offset)
-      throw std::runtime_error(path + ": tensor " + info.name + " (" + std::to_string(n) + " bytes at " + std::to_string(info.offset) +
-                               ") runs past the end of the file; it was cut short");
-    f.tensors.push_back(decode_tensor(bytes.data() + data_start + info.offset, info));
+      throw std::runtime_error(path + ": tensor " + shown(info.name) + " (" + std::to_string(n) + " bytes at " +
+                               std::to_string(info.offset) + ") runs past the end of the file; it was cut short");
+    expected = align_up(info.offset + n, alignment);
   }
+  for (const TensorInfo& info : f.infos) f.tensors.push_back(decode_tensor(bytes.data() + data_start + info.offset, info));
   return f;
 }
 

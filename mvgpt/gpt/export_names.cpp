@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/nn/lora.h>
 
 namespace mvgpt::gpt::export_names {
 
@@ -69,17 +70,15 @@ std::span<const TensorName> per_layer(Family f) {
   return {};
 }
 
-bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // Reorders the rows of each head of the q and k parts: viewed (heads, a, b, rest...) -> (heads, b, a, rest...).
 Tensor reorder_rotary_rows(const Tensor& qkv, const GPTConfig& c, int64_t a, int64_t b) {
-  const int64_t D = c.head_dim(), H = c.n_head, K = c.kv_heads();
+  const int64_t H = c.n_head, K = c.kv_heads();
   auto reorder = [&](const Tensor& rows, int64_t heads) {
     Shape viewed{heads, a, b};
     for (int i = 1; i < rows.shape().size(); ++i) viewed.push_back(rows.shape()[i]);
     return reshape(contiguous(transpose(reshape(rows, viewed), 1, 2)), rows.shape());
   };
-  const std::vector<Tensor> parts = split(qkv, {H * D, K * D, K * D}, 0);
+  const std::vector<Tensor> parts = split(qkv, qkv_rows(c), 0);
   return cat({reorder(parts[0], H), reorder(parts[1], K), parts[2]}, 0);
 }
 
@@ -102,7 +101,7 @@ Located locate(const std::string& ours, Family f) {
   std::string rest = ours;
   std::span<const TensorName> table = top_level(f);
   const std::string layers = "transformer.h.";
-  if (starts_with(ours, layers)) {
+  if (ours.starts_with(layers)) {
     const size_t dot = ours.find('.', layers.size());
     if (dot == std::string::npos) throw std::logic_error("export_names: no layer in " + ours);
     at.layer = std::stoll(ours.substr(layers.size(), dot - layers.size()));
@@ -110,12 +109,19 @@ Located locate(const std::string& ours, Family f) {
     table = per_layer(f);
   }
   for (const TensorName& e : table)
-    if (starts_with(rest, e.ours)) {
+    if (rest.starts_with(e.ours)) {
       at.entry = &e;
       at.rest = rest.substr(std::strlen(e.ours));
       return at;
     }
   throw std::logic_error("export_names: no name for " + ours);
+}
+
+bool is_qkv(const Located& at) { return std::string_view(at.entry->ours) == "attn.c_attn."; }
+
+std::vector<int64_t> qkv_rows(const GPTConfig& c) {
+  const int64_t q = c.n_head * c.head_dim(), kv = c.kv_heads() * c.head_dim();
+  return {q, kv, kv};
 }
 
 std::string hf_name(const Located& at, Family f, int part) {
@@ -133,5 +139,41 @@ std::string gguf_name(const Located& at, int part) {
 
 Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c) { return reorder_rotary_rows(qkv, c, c.head_dim() / 2, 2); }
 Tensor split_half_to_interleaved(const Tensor& qkv, const GPTConfig& c) { return reorder_rotary_rows(qkv, c, 2, c.head_dim() / 2); }
+
+void check_exportable(const GPT& model, const text::Tokenizer* tokenizer, const std::string& target) {
+  const GPTConfig& c = model.config();
+  if (nn::lora_options(model).rank > 0)
+    throw std::invalid_argument("the model has LoRA adapters; fold them in first (merge), then export");
+  if (tokenizer && int64_t(tokenizer->vocab_size()) > c.vocab_size)
+    throw std::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
+                                std::to_string(c.vocab_size));
+  require_linear_rope_scaling(c, target);
+}
+
+void require_linear_rope_scaling(const GPTConfig& c, const std::string& target) {
+  if (c.rope_scaling.enabled() && c.rope_scaling.type != RopeScalingType::linear)
+    throw std::invalid_argument("rope_scaling " + c.rope_scaling.to_string() + " has no " + target +
+                                " equivalent (only linear does); export the model without it");
+}
+
+bool bits_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor x = contiguous(a), y = contiguous(b);
+  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+}
+
+void check_tensors_fit(const std::string& source, const std::string& what, const std::vector<std::string>& missing,
+                       const std::vector<std::string>& misshaped, const std::vector<std::string>& unexpected) {
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 4; ++i) s += (i ? ", " : "") + v[i];
+    return v.size() > 4 ? s + " and " + std::to_string(v.size() - 4) + " more" : s;
+  };
+  std::string problems;
+  if (!missing.empty()) problems += "missing " + list(missing);
+  if (!misshaped.empty()) problems += std::string(problems.empty() ? "" : "; ") + "mis-shaped " + list(misshaped);
+  if (!unexpected.empty()) problems += std::string(problems.empty() ? "" : "; ") + "unexpected " + list(unexpected);
+  if (!problems.empty()) throw std::invalid_argument(source + " does not fit its " + what + ": " + problems);
+}
 
 }  // namespace mvgpt::gpt::export_names

@@ -13,8 +13,12 @@
 #include <span>
 #include <string>
 
+#include <vector>
+
 #include <mvgpt/gpt/config.h>
+#include <mvgpt/gpt/model.h>
 #include <mvgpt/tensor/tensor.h>
+#include <mvgpt/text/tokenizer.h>
 
 namespace mvgpt::gpt::export_names {
 
@@ -39,6 +43,10 @@ struct Located {
 };
 // std::logic_error for a name no entry holds (a model this family does not compute).
 Located locate(const std::string& ours, Family f);
+// Whether `at` is a block's fused attn.c_attn (rows [q, k, v]).
+bool is_qkv(const Located& at);
+// The rows of q, k and v in a fused c_attn: {H * D, K * D, K * D}.
+std::vector<int64_t> qkv_rows(const GPTConfig& c);
 
 // The name of `at` in Hugging Face's or GGUF's model (part k of a split qkv).
 std::string hf_name(const Located& at, Family f, int part = 0);
@@ -50,5 +58,18 @@ std::string gguf_name(const Located& at, int part = 0);
 // the channels, so the model computes the same function; the reordering is a permutation, exact.
 Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c);
 Tensor split_half_to_interleaved(const Tensor& qkv, const GPTConfig& c);
+
+// What both exports refuse before any work, as std::invalid_argument naming it: LoRA adapters (merge
+// them first), a tokenizer with more ids than the model, and rope scaling other than linear (NTK
+// changes with the length in `target`, "transformers" or "llama.cpp").
+void check_exportable(const GPT& model, const text::Tokenizer* tokenizer, const std::string& target);
+void require_linear_rope_scaling(const GPTConfig& c, const std::string& target);
+
+bool bits_equal(const Tensor& a, const Tensor& b);
+
+// "<source> does not fit its <what>: missing a, b; mis-shaped c (...); unexpected d and 3 more"
+// (std::invalid_argument); nothing when all three are empty.
+void check_tensors_fit(const std::string& source, const std::string& what, const std::vector<std::string>& missing,
+                       const std::vector<std::string>& misshaped, const std::vector<std::string>& unexpected);
 
 }  // namespace mvgpt::gpt::export_names

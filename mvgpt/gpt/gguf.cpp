@@ -9,7 +9,6 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/gpt/export_names.h>
-#include <mvgpt/nn/lora.h>
 #include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::gpt {
@@ -38,13 +37,7 @@ RopeLayout native_layout(Family f) { return f == Family::llama ? RopeLayout::int
 
 const char* layout_name(RopeLayout l) { return l == RopeLayout::interleaved ? "interleaved" : "split_half"; }
 
-bool is_qkv(const export_names::Located& at) { return std::string_view(at.entry->ours) == "attn.c_attn."; }
-
-bool bits_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = contiguous(a), y = contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
-}
+using export_names::is_qkv;
 
 // GGUF keeps llama.cpp's float32 for epsilons, bases and factors: read back as the shortest decimal
 // that is that float32 (1e-6 stays 1e-6, not 9.99999997e-07), so a config comes back as it went out.
@@ -120,9 +113,7 @@ std::string gguf_architecture(const GPTConfig& c) {
   if (c.exact_gelu && f != Family::llama)
     throw std::invalid_argument("the model uses the exact GELU; llama.cpp's gpt2 and gptneox compute its tanh approximation "
                                 "(train with \"gelu_approximate\": \"tanh\", or export --format hf)");
-  if (c.rope_scaling.enabled() && c.rope_scaling.type != RopeScalingType::linear)
-    throw std::invalid_argument("rope_scaling " + c.rope_scaling.to_string() +
-                                " has no llama.cpp equivalent (only linear does); export the model without it");
+  export_names::require_linear_rope_scaling(c, "llama.cpp");
   return arch_name(f);
 }
 
@@ -131,11 +122,7 @@ void save_gguf(const std::string& path, const GPT& model, const text::Tokenizer&
   const GPTConfig& c = model.config();
   const Family f = export_names::family_of(c);
   const std::string arch = gguf_architecture(c);
-  if (nn::lora_options(model).rank > 0)
-    throw std::invalid_argument("the model has LoRA adapters; fold them in first (merge), then export");
-  if (int64_t(tokenizer.vocab_size()) > c.vocab_size)
-    throw std::invalid_argument("the tokenizer has " + std::to_string(tokenizer.vocab_size()) + " tokens, the model " +
-                                std::to_string(c.vocab_size));
+  export_names::check_exportable(model, &tokenizer, "llama.cpp");
 
   gguf::Metadata m;
   auto key = [&](const std::string& k) { return arch + "." + k; };
@@ -187,8 +174,7 @@ void save_gguf(const std::string& path, const GPT& model, const text::Tokenizer&
       add(export_names::gguf_name(at), ours);
       continue;
     }
-    const int64_t q = c.n_head * c.head_dim(), kv = c.kv_heads() * c.head_dim();
-    const std::vector<Tensor> parts = split(ours, {q, kv, kv}, 0);
+    const std::vector<Tensor> parts = split(ours, export_names::qkv_rows(c), 0);
     for (int k = 0; k < 3; ++k) add(export_names::gguf_name(at, k), contiguous(parts[k]));
   }
   if (c.tie_embeddings && f == Family::neox)
@@ -239,10 +225,12 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
   if (f != Family::gpt2) {
     c.rope = true;
     c.rope_base = file.find(key("rope.freq_base")) ? shortest_decimal(file.get_float(key("rope.freq_base"))) : 10000.0;
-    const int64_t rotated = file.find(key("rope.dimension_count")) ? file.get_int(key("rope.dimension_count")) : -1;
-    if (c.n_head > 0 && rotated != c.n_embd / c.n_head)
+    // llama.cpp's default is the head size, every channel.
+    const int64_t head = c.n_head > 0 ? c.n_embd / c.n_head : 0;
+    const int64_t rotated = file.find(key("rope.dimension_count")) ? file.get_int(key("rope.dimension_count")) : head;
+    if (c.n_head > 0 && rotated != head)
       throw fail(key("rope.dimension_count") + " is " + std::to_string(rotated) + "; mvgpt rotates every channel of a head (" +
-                 std::to_string(c.n_head > 0 ? c.n_embd / c.n_head : 0) + ")");
+                 std::to_string(head) + ")");
     if (file.find(key("rope.scaling.type"))) {
       const std::string type = file.get_string(key("rope.scaling.type"));
       if (type == "linear") c.rope_scaling = {RopeScalingType::linear, shortest_decimal(file.get_float(key("rope.scaling.factor")))};
@@ -258,11 +246,14 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
   if (f == Family::neox && (!file.find(key("use_parallel_residual")) || file.get_bool(key("use_parallel_residual"))))
     throw fail(key("use_parallel_residual") + " is not false; mvgpt computes sequential residuals");
   const Tensor* head = tensor("output.weight");
-  c.tie_embeddings = !head || bits_equal(*head, *embedding);
+  c.tie_embeddings = !head || export_names::bits_equal(*head, *embedding);
   try {
     c.validate();
+    if (export_names::family_of(c) != f) throw std::invalid_argument("");
   } catch (const std::invalid_argument& e) {
-    throw fail(e.what());
+    throw fail(std::string(e.what()).empty() ? "its " + arch + " metadata describes a model mvgpt does not compute as " + arch +
+                                                   " (grouped KV heads with LayerNorm?)"
+                                             : std::string(e.what()));
   }
   // What the metadata asks for is bounded by what the file holds (as load_checkpoint does).
   if (c.num_parameters() > 2 * values + (int64_t(1) << 20))
@@ -271,29 +262,33 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
 
   NoGradGuard no_grad;
   std::set<std::string> used;
-  std::vector<std::string> problems;
+  std::vector<std::string> missing, misshaped, unexpected;
   nn::NamedTensors state;
   const GPT shapes(c);
   for (const auto& [name, ours] : shapes.state_dict()) {
     const export_names::Located at = export_names::locate(name, f);
+    const int n_parts = at.entry->split_qkv() ? 3 : 1;
+    const std::vector<int64_t> rows = n_parts == 3 ? export_names::qkv_rows(c) : std::vector<int64_t>{ours.shape()[0]};
     std::vector<Tensor> parts;
-    for (int k = 0; k < (at.entry->split_qkv() ? 3 : 1); ++k) {
+    for (int k = 0; k < n_parts; ++k) {
       const std::string g = export_names::gguf_name(at, k);
       const Tensor* t = tensor(g);
       if (!t) {
-        problems.push_back("missing " + g);
+        missing.push_back(g);
         continue;
       }
       used.insert(g);
+      Shape want = ours.shape();
+      want[0] = rows[k];
+      if (t->shape() != want) {
+        misshaped.push_back(g + " " + to_string(t->shape()) + " (expected " + to_string(want) + ")");
+        continue;
+      }
       safetensors::require_finite_float(path, g, *t, "", "the model is unusable");
       parts.push_back(*t);
     }
-    if (parts.size() != (at.entry->split_qkv() ? 3u : 1u)) continue;
-    Tensor t = parts.size() == 1 ? parts[0] : cat(parts, 0);
-    if (t.shape() != ours.shape()) {
-      problems.push_back(name + " is " + to_string(t.shape()) + " (expected " + to_string(ours.shape()) + ")");
-      continue;
-    }
+    if (int(parts.size()) != n_parts) continue;
+    Tensor t = n_parts == 1 ? parts[0] : cat(parts, 0);
     if (c.rope && is_qkv(at) && c.rope_layout != native_layout(f))
       t = c.rope_layout == RopeLayout::interleaved ? export_names::split_half_to_interleaved(t, c)
                                                    : export_names::interleaved_to_split_half(t, c);
@@ -301,12 +296,11 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
   }
   if (c.tie_embeddings && head) used.insert("output.weight");
   for (const auto& info : file.infos)
-    if (!used.count(info.name)) problems.push_back("unexpected " + info.name);
-  if (!problems.empty()) {
-    std::string what;
-    for (size_t i = 0; i < problems.size() && i < 4; ++i) what += (i ? ", " : "") + problems[i];
-    if (problems.size() > 4) what += " and " + std::to_string(problems.size() - 4) + " more";
-    throw fail("its tensors do not fit its " + arch + " metadata: " + what);
+    if (!used.count(info.name)) unexpected.push_back(info.name);
+  try {
+    export_names::check_tensors_fit(path, arch + " metadata", missing, misshaped, unexpected);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
   }
 
   LoadedGguf out;
@@ -323,10 +317,11 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
   std::string type_names;
   for (TensorType t : types) type_names += (type_names.empty() ? "" : "+") + gguf::tensor_type_name(t);
   out.checkpoint.metadata["gguf_type"] = type_names;
+  out.architecture = arch;
   try {
     out.tokenizer = read_vocabulary(file);
-  } catch (const std::invalid_argument& e) {
-    throw fail(e.what());
+  } catch (const std::exception& e) {  // the model is still ours to read
+    out.tokenizer_note = e.what();
   }
   return out;
 }

@@ -20,8 +20,9 @@
 // length is block_size. The exact GELU, ReLU^2, grouped KV heads with LayerNorm, NTK rope scaling and
 // LoRA adapters (merge them first) have no llama.cpp equivalent and are refused, naming what does not
 // map. The tokenizer goes in GGUF's own keys (NOTE [ GGUF vocabulary ] in text/tokenizer.h).
-// Reading takes the three architectures as written here (and by llama.cpp's converter where they
-// compute our model), and gives back F32 files bit for bit.
+// Reading takes the three architectures when their metadata and tensors describe our model (every
+// file written here does) and gives back F32 files bit for bit; a vocabulary in a layout other than
+// the two written here (NOTE [ GGUF vocabulary ]) is left out, saying why.
 #include <map>
 #include <optional>
 #include <string>
@@ -45,7 +46,9 @@ void save_gguf(const std::string& path, const GPT& model, const text::Tokenizer&
 
 struct LoadedGguf {
   LoadedCheckpoint checkpoint;               // metadata: the file's mvgpt.* keys, and "gguf_type"
+  std::string architecture;                  // the file's: gpt2, gptneox or llama
   std::optional<text::Tokenizer> tokenizer;  // when the file has one mvgpt reads
+  std::string tokenizer_note;                // else why not, when it has one
 };
 // std::runtime_error naming the file and what does not fit.
 LoadedGguf load_gguf(const std::string& path, Device device = Device::cpu());

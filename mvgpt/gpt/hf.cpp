@@ -9,7 +9,6 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/gpt/export_names.h>
-#include <mvgpt/nn/lora.h>
 #include <mvgpt/nn/safetensors.h>
 #include <mvgpt/util/atomic_file.h>
 #include <mvgpt/util/json.h>
@@ -36,20 +35,19 @@ struct Place {
   int64_t begin = 0, length = 0;
 };
 
-bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
-
 // The Hugging Face tensors one of ours becomes (NOTE [ One table of tensor names per architecture ]).
 std::vector<Place> places(const std::string& name, const GPTConfig& c, Family f) {
   const export_names::Located at = export_names::locate(name, f);
   if (at.entry->split_qkv()) {  // Llama's q_proj, k_proj, v_proj: rows of c_attn
-    const int64_t q = c.n_head * c.head_dim(), kv = c.kv_heads() * c.head_dim();
+    const std::vector<int64_t> rows = export_names::qkv_rows(c);
+    const int64_t q = rows[0], kv = rows[1];
     return {{export_names::hf_name(at, f, 0), Layout::rows, 0, q},
             {export_names::hf_name(at, f, 1), Layout::rows, q, kv},
             {export_names::hf_name(at, f, 2), Layout::rows, q + kv, kv}};
   }
-  const bool qkv = std::string_view(at.entry->ours) == "attn.c_attn.";
+  const bool qkv = export_names::is_qkv(at);
   // GPT-2's Conv1D weights: every weight inside a block but the norms'.
-  const bool conv1d = at.layer >= 0 && at.rest == "weight" && !starts_with(at.entry->ours, "ln_");
+  const bool conv1d = at.layer >= 0 && at.rest == "weight" && !std::string_view(at.entry->ours).starts_with("ln_");
   const Layout layout = f == Family::gpt2 && conv1d ? Layout::transposed : f == Family::neox && qkv ? Layout::qkv_per_head : Layout::same;
   return {{export_names::hf_name(at, f), layout}};
 }
@@ -85,16 +83,8 @@ const char* model_type(Family f) { return f == Family::gpt2 ? "gpt2" : f == Fami
 // with the length).
 json rope_scaling_json(const GPTConfig& c) {
   if (!c.rope_scaling.enabled()) return nullptr;
-  if (c.rope_scaling.type != RopeScalingType::linear)
-    throw std::invalid_argument("rope_scaling " + c.rope_scaling.to_string() +
-                                " has no transformers equivalent (only linear does); export the model without it");
+  export_names::require_linear_rope_scaling(c, "transformers");
   return {{"type", "linear"}, {"factor", c.rope_scaling.factor}};
-}
-
-bool bits_equal(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = contiguous(a), y = contiguous(b);
-  return std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
 }
 
 }  // namespace
@@ -150,9 +140,7 @@ std::string config_json(const GPTConfig& c, int64_t eot_id) {
 nn::NamedTensors to_hf_tensors(const GPT& model) {
   const GPTConfig& c = model.config();
   const Family f = family_of(c);
-  if (c.rope_scaling.enabled()) rope_scaling_json(c);  // refuses NTK before any work
-  if (nn::lora_options(model).rank > 0)
-    throw std::invalid_argument("the model has LoRA adapters; fold them in first (merge), then export");
+  export_names::check_exportable(model, nullptr, "transformers");
   NoGradGuard no_grad;
   nn::NamedTensors out;
   for (const auto& [name, t] : model.state_dict()) {
@@ -292,7 +280,7 @@ nn::NamedTensors tensors_from_hf(const GPTConfig& c, const nn::NamedTensors& hf_
     for (const Place& p : places(name, c, f)) {
       std::string hf_name = p.hf;
       // The base models' files (GPT2Model) have no "transformer." prefix.
-      if (!hf.count(hf_name) && f == Family::gpt2 && starts_with(hf_name, "transformer.")) hf_name = hf_name.substr(12);
+      if (!hf.count(hf_name) && f == Family::gpt2 && hf_name.starts_with("transformer.")) hf_name = hf_name.substr(12);
       const auto it = hf.find(hf_name);
       if (it == hf.end()) {
         missing.push_back(p.hf);
@@ -317,7 +305,7 @@ nn::NamedTensors tensors_from_hf(const GPTConfig& c, const nn::NamedTensors& hf_
     const std::string embedding = places("transformer.wte.weight", c, f)[0].hf;
     if (const auto it = hf.find(head); it != hf.end()) {
       const auto e = hf.find(embedding);
-      if (e == hf.end() || !bits_equal(it->second, e->second))
+      if (e == hf.end() || !export_names::bits_equal(it->second, e->second))
         throw std::invalid_argument(source + ": " + head + " differs from " + embedding +
                                     " but config.json ties them (tie_word_embeddings); set it false to keep both");
       used.insert(head);
@@ -331,27 +319,14 @@ nn::NamedTensors tensors_from_hf(const GPTConfig& c, const nn::NamedTensors& hf_
                         name.ends_with(".inv_freq");
     if (!used.count(name) && !buffer) unexpected.push_back(name);
   }
-  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
-    auto list = [](const std::vector<std::string>& v) {
-      std::string s;
-      for (size_t i = 0; i < v.size() && i < 4; ++i) s += (i ? ", " : "") + v[i];
-      return v.size() > 4 ? s + " and " + std::to_string(v.size() - 4) + " more" : s;
-    };
-    std::string what;
-    if (!missing.empty()) what += "missing " + list(missing);
-    if (!misshaped.empty()) what += std::string(what.empty() ? "" : "; ") + "mis-shaped " + list(misshaped);
-    if (!unexpected.empty()) what += std::string(what.empty() ? "" : "; ") + "unexpected " + list(unexpected);
-    throw std::invalid_argument(source + " does not fit its config.json (" + architecture(c) + "): " + what);
-  }
+  export_names::check_tensors_fit(source, "config.json (" + architecture(c) + ")", missing, misshaped, unexpected);
   return out;
 }
 
 void save_hf(const std::string& dir, const GPT& model, const text::Tokenizer* tokenizer,
              const std::map<std::string, std::string>& metadata) {
   const int64_t eot = tokenizer ? int64_t(tokenizer->eot_id()) : -1;
-  if (tokenizer && int64_t(tokenizer->vocab_size()) > model.config().vocab_size)
-    throw std::invalid_argument("the tokenizer has " + std::to_string(tokenizer->vocab_size()) + " tokens, the model " +
-                                std::to_string(model.config().vocab_size));
+  export_names::check_exportable(model, tokenizer, "transformers");
   // Everything that can refuse runs before the folder is touched.
   const std::string config = config_json(model.config(), eot);
   const nn::NamedTensors tensors = to_hf_tensors(model);

@@ -19,7 +19,9 @@ static std::runtime_error io_error(const std::string& what, const std::string& p
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-  file_ = std::fopen(tmp_path_.c_str(), "wb");
+  // "x": O_EXCL, so a file (or a link) already at the temporary name, which is not ours, is neither
+  // truncated nor followed.
+  file_ = std::fopen(tmp_path_.c_str(), "wbx");
   if (!file_) throw io_error("cannot create", tmp_path_);
 }
 

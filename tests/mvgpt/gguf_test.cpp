@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include <mvgpt/autograd/grad_mode.h>
@@ -226,6 +227,71 @@ TEST(Gguf, WhatLlamaCppCannotComputeIsRefusedBeforeTheFileIsTouched) {
   nn::add_lora(*adapted, {.rank = 2});
   EXPECT_THROW(save_gguf(path, *adapted, bytes_tokenizer(), gguf::TensorType::f32), std::invalid_argument);
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// The file at `from` written again to `to` after `change` (its metadata and tensors, as read).
+void rewritten(const std::string& from, const std::string& to, const std::function<void(gguf::Metadata&, std::vector<gguf::TensorOut>&)>& change) {
+  const gguf::File f = gguf::read(from);
+  gguf::Metadata m = f.metadata;
+  std::vector<gguf::TensorOut> t;
+  for (size_t i = 0; i < f.infos.size(); ++i) t.push_back({f.infos[i].name, f.tensors[i], f.infos[i].type});
+  change(m, t);
+  gguf::save(to, m, t, /*replace=*/true);
+}
+
+void set(gguf::Metadata& m, const std::string& key, const gguf::Value& v) {
+  for (auto& [k, old] : m)
+    if (k == key) old = v;
+}
+
+TEST(Gguf, FilesThatDoNotDescribeOurModelAreRefusedNamingWhatDiffers) {
+  TempDir dir;
+  const std::string good = dir.file("good.gguf"), bad = dir.file("bad.gguf");
+  save_gguf(good, *random_model(with_vocab(tiny_llama(false), 257), 2), bytes_tokenizer(), gguf::TensorType::f32);
+  auto refused = [&](const std::string& what) {
+    try {
+      load_gguf(bad);
+      ADD_FAILURE() << "loaded: " << what;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  // q and k each off by a head's rows (the total still fits): each part's shape is checked.
+  rewritten(good, bad, [](auto&, auto& t) {
+    for (auto& x : t) {
+      if (x.name == "blk.0.attn_q.weight") x.tensor = ops::narrow(x.tensor, 0, 0, 6);
+      if (x.name == "blk.0.attn_k.weight") x.tensor = ops::cat({x.tensor, ops::narrow(x.tensor, 0, 0, 2)}, 0);
+    }
+  });
+  refused("mis-shaped blk.0.attn_q.weight");
+  rewritten(good, bad, [](auto&, auto& t) { std::erase_if(t, [](const auto& x) { return x.name == "blk.1.ffn_down.weight"; }); });
+  refused("missing blk.1.ffn_down.weight");
+  rewritten(good, bad, [](auto&, auto& t) { t.push_back({"blk.9.extra.weight", ops::zeros({2}, DType::f32), gguf::TensorType::f32}); });
+  refused("unexpected blk.9.extra.weight");
+  rewritten(good, bad, [](auto& m, auto&) { set(m, "llama.rope.dimension_count", gguf::Value::u32(1)); });
+  refused("rotates every channel");
+  // Without rope.dimension_count, llama.cpp's default (the head size) is ours.
+  rewritten(good, bad, [](auto& m, auto&) { std::erase_if(m, [](const auto& kv) { return kv.first == "llama.rope.dimension_count"; }); });
+  EXPECT_NO_THROW(load_gguf(bad));
+  // A gptneox file with grouped KV heads: llama.cpp's GPT-NeoX takes them, our LayerNorm model has none.
+  const std::string neox = dir.file("neox.gguf");
+  save_gguf(neox, *random_model(with_vocab(tiny(true), 257), 2), bytes_tokenizer(), gguf::TensorType::f32);
+  rewritten(neox, bad, [](auto& m, auto&) { set(m, "gptneox.attention.head_count_kv", gguf::Value::u32(1)); });
+  refused("grouped KV heads");
+}
+
+TEST(Gguf, AVocabularyInAnotherLayoutIsLeftOutSayingWhy) {
+  TempDir dir;
+  const std::string good = dir.file("good.gguf"), other = dir.file("other.gguf");
+  const auto model = random_model(with_vocab(tiny(true), 257), 2);
+  save_gguf(good, *model, bytes_tokenizer(), gguf::TensorType::f32);
+  rewritten(good, other, [](auto& m, auto&) { set(m, "tokenizer.ggml.pre", gguf::Value::string("llama-bpe")); });
+  const LoadedGguf back = load_gguf(other);
+  EXPECT_FALSE(back.tokenizer.has_value());
+  EXPECT_NE(back.tokenizer_note.find("llama-bpe"), std::string::npos) << back.tokenizer_note;
+  EXPECT_EQ(back.architecture, "gptneox");
+  expect_same_weights(*model, *back.checkpoint.model);
 }
 
 TEST(Gguf, OneTableOfNamesServesBothFormats) {

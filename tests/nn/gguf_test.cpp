@@ -184,6 +184,38 @@ TEST(Gguf, DamagedOrHostileFilesAreRefusedNamingTheFile) {
   refused(patched(info + 4 + 16 + 4, &unaligned, 8), "an unaligned offset");
   refused(patched(info + 4 + 16 + 4, &past, 8), "an offset past the end");
   EXPECT_NO_THROW(read(good));
+
+  // Well formed, but not what mvgpt reads: said plainly, not as damage.
+  const uint32_t q4_k = 12;
+  { std::ofstream(bad, std::ios::binary | std::ios::trunc) << patched(info + 4 + 16, &q4_k, 4); }
+  try {
+    read(bad);
+    ADD_FAILURE() << "read a Q4_K tensor";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ggml type 12"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("cut short"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gguf, OverlappingTensorsAreRefusedBeforeAnythingIsDecoded) {
+  TempDir dir;
+  const std::string good = dir.file("two.gguf");
+  save(good, {}, {{"a", ramp({64}, 1.0f)}, {"b", ramp({64}, 2.0f)}});
+  std::string bytes = util::read_file(good);
+  // b's offset (256: a's 64 floats) set to 0, where a is: both would read the same bytes.
+  const size_t b_offset = bytes.find("b", bytes.find("a") + 1) + 1 + 4 + 8 + 4;
+  uint64_t offset;
+  std::memcpy(&offset, bytes.data() + b_offset, 8);
+  ASSERT_EQ(offset, 256u);
+  offset = 0;
+  std::memcpy(bytes.data() + b_offset, &offset, 8);
+  util::write_file_atomic(dir.file("overlap.gguf"), bytes);
+  try {
+    read(dir.file("overlap.gguf"));
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor b starts at 0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <mvgpt/util/atomic_file.h>
 
@@ -33,6 +34,25 @@ TEST(AtomicFile, AbandonedWriteLeavesTheOldFile) {
   EXPECT_EQ(read_file(p), "good");
   for (auto& e : std::filesystem::directory_iterator(temp_dir()))
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();
+}
+
+TEST(AtomicFile, NeverWritesThroughAFileAtItsTemporaryName) {
+  auto p = (temp_dir() / "c.txt").string();
+  const std::string tmp = p + ".tmp." + std::to_string(::getpid());
+  write_file_atomic(tmp, "someone's");  // not ours, whatever its name
+  EXPECT_THROW(write_file_atomic(p, "x"), std::runtime_error);
+  EXPECT_EQ(read_file(tmp), "someone's");
+  EXPECT_FALSE(std::filesystem::exists(p));
+  std::filesystem::remove(tmp);
+}
+
+TEST(AtomicFile, CommitWithoutReplaceKeepsAFileThatAppeared) {
+  auto p = (temp_dir() / "d.txt").string();
+  AtomicFileWriter w(p);
+  w.write("mine");
+  { std::ofstream(p) << "theirs"; }  // made by someone else while we wrote
+  EXPECT_THROW(w.commit(/*replace=*/false), std::runtime_error);
+  EXPECT_EQ(read_file(p), "theirs");
 }
 
 TEST(AtomicFile, MissingFolderIsAClearError) {
