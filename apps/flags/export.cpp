@@ -7,9 +7,9 @@ namespace mvgpt::apps {
 std::unique_ptr<CLI::App> export_cli(ExportArgs& a) {
   auto app = std::make_unique<CLI::App>(
       "Writes a checkpoint as a Hugging Face folder that transformers loads (AutoModelForCausalLM.from_pretrained):\n"
-      "learned positions as GPT2LMHeadModel, RoPE as GPTNeoXForCausalLM, the Llama style as LlamaForCausalLM,\n"
-      "with the tokenizer as tokenizer.json for PreTrainedTokenizerFast; or as a GGUF file that llama.cpp runs (gpt2, gptneox,\n"
-      "llama; the tokenizer in GGUF's own keys) (docs/checkpoints.md).", "export");
+      "learned positions as GPT2LMHeadModel, RoPE as GPTNeoXForCausalLM, the Llama style as LlamaForCausalLM, with the\n"
+      "tokenizer as tokenizer.json; or (--format gguf) as one GGUF file that llama.cpp runs: gpt2, gptneox or llama, with\n"
+      "the tokenizer in GGUF's own keys (docs/checkpoints.md).", "export");
   app->add_option("--ckpt", a.ckpt, "checkpoint or run folder")->required();
   app->add_option("--format", a.format, "hf (a folder) or gguf (one file)")->check(CLI::IsMember({"hf", "gguf"}))->capture_default_str();
   app->add_option("--out", a.out_dir, "hf: the new folder (must not exist yet, or be empty); gguf: the new .gguf file")->required();
