@@ -57,7 +57,7 @@ const char* value_type_name(ValueType t) {
   return uint32_t(t) <= uint32_t(ValueType::f64) ? names[uint32_t(t)] : "unknown";
 }
 
-// Bytes a tensor of `numel` elements in rows of `row` takes in the file.
+// Bytes a tensor of `numel` elements takes in the file (Q8_0: whole blocks of 32).
 uint64_t tensor_bytes(TensorType type, uint64_t numel) {
   switch (type) {
     case TensorType::f32: return numel * 4;

@@ -9,7 +9,6 @@
 
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
-#include <mvgpt/fused/adamw.h>
 #include <mvgpt/nn/linear.h>
 
 namespace mvgpt::nn {
@@ -81,13 +80,11 @@ void Muon::step() {
       const Tensor& p = groups_[g].params[i];
       if (!p.grad().defined()) continue;
       std::vector<Tensor>& s = state_for(g, i);
-      const Tensor grad = contiguous(p.grad());
       if (g >= n_matrix_groups_) {
-        AdamWParams hp{.lr = group_lr(g), .beta1 = o.adamw.beta1, .beta2 = o.adamw.beta2, .eps = o.adamw.eps,
-                       .weight_decay = weight_decay(g), .step = step_};
-        fused::adamw_step_(p, grad, s[0], s[1], hp);
+        adamw_update(p, s, o.adamw, group_lr(g), weight_decay(g), step_);
         continue;
       }
+      const Tensor grad = contiguous(p.grad());
       Tensor& buf = s[0];
       copy_(buf, add(mul(buf, o.momentum), mul(grad, 1 - o.momentum)));
       Tensor u = o.nesterov ? add(mul(grad, 1 - o.momentum), mul(buf, o.momentum)) : buf;

@@ -223,6 +223,12 @@ void check_adamw_options(const AdamWOptions& options, const std::string& who) {
                                 ", eps " + std::to_string(options.eps));
 }
 
+void adamw_update(const Tensor& p, std::vector<Tensor>& state, const AdamWOptions& o, double lr, double weight_decay,
+                  int64_t step) {
+  const AdamWParams hp{.lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = weight_decay, .step = step};
+  fused::adamw_step_(p, mvgpt::contiguous(p.grad()), state[0], state[1], hp);
+}
+
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
     : Optimizer(std::move(groups), options.lr, options.weight_decay, {"exp_avg", "exp_avg_sq"}), options_(options) {
   check_adamw_options(options, "AdamW");
@@ -235,13 +241,10 @@ void AdamW::step() {
   NoGradGuard no_grad;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    AdamWParams hp{.lr = group_lr(g), .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
-                   .weight_decay = weight_decay(g), .step = step_};
+    const double lr = group_lr(g), wd = weight_decay(g);
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
-      if (!p.grad().defined()) continue;
-      std::vector<Tensor>& s = state_for(g, i);
-      fused::adamw_step_(p, mvgpt::contiguous(p.grad()), s[0], s[1], hp);
+      if (p.grad().defined()) adamw_update(p, state_for(g, i), options_, lr, wd, step_);
     }
   }
 }

@@ -91,6 +91,10 @@ struct AdamWOptions {
 };
 // std::invalid_argument "<who>: need 0 <= beta1, beta2 < 1 and eps >= 0, found ..." when they are not.
 void check_adamw_options(const AdamWOptions& options, const std::string& who);
+// One AdamW update of p from its gradient, with its state {exp_avg, exp_avg_sq}: `options`' betas and
+// eps at the group's lr and weight decay (AdamW's step, and Muon's AdamW groups).
+void adamw_update(const Tensor& p, std::vector<Tensor>& state, const AdamWOptions& options, double lr, double weight_decay,
+                  int64_t step);
 
 // Decoupled weight decay (Loshchilov & Hutter), the arithmetic of torch.optim.AdamW, through the
 // fused::adamw_step_ kernel (autograd/fused/adamw.h).

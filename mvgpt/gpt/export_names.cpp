@@ -137,8 +137,11 @@ std::string gguf_name(const Located& at, int part) {
   return (at.layer >= 0 ? "blk." + std::to_string(at.layer) + "." : std::string()) + at.entry->gguf[part] + at.rest;
 }
 
-Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c) { return reorder_rotary_rows(qkv, c, c.head_dim() / 2, 2); }
-Tensor split_half_to_interleaved(const Tensor& qkv, const GPTConfig& c) { return reorder_rotary_rows(qkv, c, 2, c.head_dim() / 2); }
+Tensor with_rope_layout(const Tensor& qkv, const GPTConfig& c, RopeLayout from, RopeLayout to) {
+  if (from == to) return qkv;
+  const int64_t half = c.head_dim() / 2;
+  return from == RopeLayout::interleaved ? reorder_rotary_rows(qkv, c, half, 2) : reorder_rotary_rows(qkv, c, 2, half);
+}
 
 void check_exportable(const GPT& model, const text::Tokenizer* tokenizer, const std::string& target) {
   const GPTConfig& c = model.config();

@@ -52,12 +52,12 @@ std::vector<int64_t> qkv_rows(const GPTConfig& c);
 std::string hf_name(const Located& at, Family f, int part = 0);
 std::string gguf_name(const Located& at, int part = 0);
 
-// The rows of the q and k parts of a fused (3 or 1+2*kv heads) qkv weight or bias, reordered between
-// the two orders of rotary channels (NOTE [ llama2.c's rotary pairs ]): interleaved (H, D/2, 2) to
-// split halves (H, 2, D/2) or back. v is not rotated. The scores q . k do not depend on the order of
-// the channels, so the model computes the same function; the reordering is a permutation, exact.
-Tensor interleaved_to_split_half(const Tensor& qkv, const GPTConfig& c);
-Tensor split_half_to_interleaved(const Tensor& qkv, const GPTConfig& c);
+// A fused qkv weight or bias whose rotary channels are in the order `from`, with the rows of its q
+// and k parts reordered per head to the order `to` (NOTE [ llama2.c's rotary pairs ]): interleaved
+// (H, D/2, 2) and split halves (H, 2, D/2). v is not rotated; `from` == `to` gives qkv itself. The
+// scores q . k do not depend on the order of the channels, so the model computes the same function;
+// the reordering is a permutation, exact.
+Tensor with_rope_layout(const Tensor& qkv, const GPTConfig& c, RopeLayout from, RopeLayout to);
 
 // What both exports refuse before any work, as std::invalid_argument naming it: LoRA adapters (merge
 // them first), a tokenizer with more ids than the model, and rope scaling other than linear (NTK

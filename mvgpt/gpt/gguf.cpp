@@ -16,6 +16,7 @@ namespace mvgpt::gpt {
 namespace {
 
 using export_names::Family;
+using export_names::is_qkv;
 using gguf::TensorType;
 using gguf::Value;
 
@@ -34,10 +35,6 @@ const char* arch_name(Family f) { return f == Family::gpt2 ? "gpt2" : f == Famil
 
 // The order of rotary channels llama.cpp's architecture uses (NOTE [ GGUF models ]).
 RopeLayout native_layout(Family f) { return f == Family::llama ? RopeLayout::interleaved : RopeLayout::split_half; }
-
-const char* layout_name(RopeLayout l) { return l == RopeLayout::interleaved ? "interleaved" : "split_half"; }
-
-using export_names::is_qkv;
 
 // GGUF keeps llama.cpp's float32 for epsilons, bases and factors: read back as the shortest decimal
 // that is that float32 (1e-6 stays 1e-6, not 9.99999997e-07), so a config comes back as it went out.
@@ -149,7 +146,7 @@ void save_gguf(const std::string& path, const GPT& model, const text::Tokenizer&
       m.emplace_back(key("rope.scaling.type"), Value::string("linear"));
       m.emplace_back(key("rope.scaling.factor"), Value::f32(float(c.rope_scaling.factor)));
     }
-    m.emplace_back("mvgpt.rope_layout", Value::string(layout_name(c.rope_layout)));
+    m.emplace_back("mvgpt.rope_layout", Value::string(to_string(c.rope_layout)));
   }
   if (f == Family::neox) m.emplace_back(key("use_parallel_residual"), Value::boolean(false));
   add_vocabulary(m, tokenizer, c.vocab_size);
@@ -167,19 +164,16 @@ void save_gguf(const std::string& path, const GPT& model, const text::Tokenizer&
   for (const auto& [name, t] : model.state_dict()) {
     Tensor ours = detach(t);
     const export_names::Located at = export_names::locate(name, f);
-    if (c.rope && is_qkv(at) && c.rope_layout != native_layout(f))
-      ours = c.rope_layout == RopeLayout::interleaved ? export_names::interleaved_to_split_half(ours, c)
-                                                      : export_names::split_half_to_interleaved(ours, c);
+    if (c.rope && is_qkv(at)) ours = export_names::with_rope_layout(ours, c, c.rope_layout, native_layout(f));
     if (!at.entry->split_qkv()) {
       add(export_names::gguf_name(at), ours);
+      // llama.cpp's GPT-NeoX needs a head: a tied one goes out as output.weight too.
+      if (name == "transformer.wte.weight" && c.tie_embeddings && f == Family::neox) add("output.weight", ours);
       continue;
     }
     const std::vector<Tensor> parts = split(ours, export_names::qkv_rows(c), 0);
     for (int k = 0; k < 3; ++k) add(export_names::gguf_name(at, k), contiguous(parts[k]));
   }
-  if (c.tie_embeddings && f == Family::neox)
-    for (const auto& [name, t] : model.state_dict())
-      if (name == "transformer.wte.weight") add("output.weight", detach(t));
   gguf::save(path, m, tensors, /*replace=*/false);
 }
 
@@ -239,8 +233,9 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
     c.rope_layout = native_layout(f);
     if (file.find("mvgpt.rope_layout")) {
       const std::string l = file.get_string("mvgpt.rope_layout");
-      if (l != "split_half" && l != "interleaved") throw fail("mvgpt.rope_layout is \"" + l + "\" (split_half or interleaved)");
-      c.rope_layout = l == "interleaved" ? RopeLayout::interleaved : RopeLayout::split_half;
+      if (l == to_string(RopeLayout::interleaved)) c.rope_layout = RopeLayout::interleaved;
+      else if (l == to_string(RopeLayout::split_half)) c.rope_layout = RopeLayout::split_half;
+      else throw fail("mvgpt.rope_layout is \"" + l + "\" (split_half or interleaved)");
     }
   }
   if (f == Family::neox && (!file.find(key("use_parallel_residual")) || file.get_bool(key("use_parallel_residual"))))
@@ -249,11 +244,11 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
   c.tie_embeddings = !head || export_names::bits_equal(*head, *embedding);
   try {
     c.validate();
-    if (export_names::family_of(c) != f) throw std::invalid_argument("");
+    // The architecture fixed the norm and the MLP, so this refuses only what no family of ours
+    // computes (grouped KV heads with LayerNorm), naming it.
+    export_names::family_of(c);
   } catch (const std::invalid_argument& e) {
-    throw fail(std::string(e.what()).empty() ? "its " + arch + " metadata describes a model mvgpt does not compute as " + arch +
-                                                   " (grouped KV heads with LayerNorm?)"
-                                             : std::string(e.what()));
+    throw fail(e.what());
   }
   // What the metadata asks for is bounded by what the file holds (as load_checkpoint does).
   if (c.num_parameters() > 2 * values + (int64_t(1) << 20))
@@ -289,9 +284,7 @@ LoadedGguf load_gguf(const std::string& path, Device device) {
     }
     if (int(parts.size()) != n_parts) continue;
     Tensor t = n_parts == 1 ? parts[0] : cat(parts, 0);
-    if (c.rope && is_qkv(at) && c.rope_layout != native_layout(f))
-      t = c.rope_layout == RopeLayout::interleaved ? export_names::split_half_to_interleaved(t, c)
-                                                   : export_names::interleaved_to_split_half(t, c);
+    if (c.rope && is_qkv(at)) t = export_names::with_rope_layout(t, c, native_layout(f), c.rope_layout);
     state.emplace_back(name, t);
   }
   if (c.tie_embeddings && head) used.insert("output.weight");

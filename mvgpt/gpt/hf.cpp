@@ -145,8 +145,9 @@ nn::NamedTensors to_hf_tensors(const GPT& model) {
   nn::NamedTensors out;
   for (const auto& [name, t] : model.state_dict()) {
     Tensor ours = detach(t);
-    if (c.rope_layout == RopeLayout::interleaved && name.find(".attn.c_attn.") != std::string::npos)
-      ours = export_names::interleaved_to_split_half(ours, c);
+    // transformers rotates split halves.
+    if (name.find(".attn.c_attn.") != std::string::npos)
+      ours = export_names::with_rope_layout(ours, c, c.rope_layout, RopeLayout::split_half);
     for (const Place& p : places(name, c, f)) out.emplace_back(p.hf, to_hf(ours, p, c));
   }
   return out;

@@ -69,6 +69,16 @@ def our_logits(ckpt, windows):
     return read_safetensors(out)[0]["logits"].double().numpy()
 
 
+def logit_agreement(llm, windows, mine):
+    """(max abs difference, share of positions with the same top-1 token) of llama.cpp's logits against ours."""
+    worst, top1 = 0.0, 0
+    for b, w in enumerate(windows):
+        theirs = llama_logits(llm, w)
+        worst = max(worst, float(numpy.abs(theirs - mine[b]).max()))
+        top1 += int((theirs.argmax(-1) == mine[b].argmax(-1)).sum())
+    return worst, top1 / (len(windows) * len(windows[0]))
+
+
 def llama_greedy(llm, prompt, n):
     """llama.cpp's greedy sampler from the prompt ids, up to n tokens, stopping after its end of generation."""
     llm.reset()
@@ -81,9 +91,10 @@ def llama_greedy(llm, prompt, n):
 
 
 def compare(name, path, ckpt, windows, prompts, tokenizer_ids):
-    """Tokenization, logits and greedy agreement of one GGUF file against the checkpoint; returns figures."""
+    """Tokenization, logits and greedy agreement of one GGUF file against the checkpoint; returns figures (with
+    llama.cpp's architecture and our logits on `windows`)."""
     llm = llama(path)
-    figures = {"kind": name}
+    figures = {"kind": name, "arch": llm.metadata["general.architecture"]}
     # Tokenization of the held-out stories.
     theirs, ours = tokenizer_ids(llm)
     differ = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
@@ -92,15 +103,9 @@ def compare(name, path, ckpt, windows, prompts, tokenizer_ids):
           f"{differ[:1]}")
     figures["tokens"] = len(ours)
     # Logits on held-out windows.
-    mine = our_logits(ckpt, windows)
-    worst = 0.0
-    top1 = 0
-    for b, w in enumerate(windows):
-        theirs_l = llama_logits(llm, w)
-        worst = max(worst, float(numpy.abs(theirs_l - mine[b]).max()))
-        top1 += int((theirs_l.argmax(-1) == mine[b].argmax(-1)).sum())
+    figures["logits"] = our_logits(ckpt, windows)
+    worst, figures["top1"] = logit_agreement(llm, windows, figures["logits"])
     figures["max_logit_diff"] = worst
-    figures["top1"] = top1 / (len(windows) * len(windows[0]))
     # Greedy continuations.
     with open(os.path.join(cwd, "prompts.json"), "w") as f:
         json.dump(prompts, f)
@@ -149,7 +154,7 @@ for name, (arch, fields) in KINDS.items():
     path = os.path.join(cwd, name + ".gguf")
     print(run([app("export"), "--ckpt", ckpt, "--format", "gguf", "--out", path], cwd).strip())
     figures = compare(name, path, ckpt, held_out_windows(), PROMPTS, bpe_tokenizer_ids)
-    check(llama(path).metadata["general.architecture"] == arch, f"{name}: not llama.cpp's {arch}")
+    check(figures["arch"] == arch, f"{name}: llama.cpp's {figures['arch']}, not {arch}")
 
     # Back in, bit for bit: the F32 weights and the tokenizer.
     back = os.path.join(cwd, "back-" + name)
@@ -163,14 +168,9 @@ for name, (arch, fields) in KINDS.items():
         typed = os.path.join(cwd, f"{name}-{outtype}.gguf")
         run([app("export"), "--ckpt", ckpt, "--format", "gguf", "--outtype", outtype, "--out", typed], cwd)
         llm = llama(typed)
-        mine = our_logits(ckpt, held_out_windows())
-        agree, worst = 0, 0.0
-        for b, w in enumerate(held_out_windows()):
-            theirs_l = llama_logits(llm, w)
-            worst = max(worst, float(numpy.abs(theirs_l - mine[b]).max()))
-            agree += int((theirs_l.argmax(-1) == mine[b].argmax(-1)).sum())
-        figures[outtype] = (worst, agree / (4 * T))
-        check(agree / (4 * T) > 0.9, f"{name} {outtype}: llama.cpp picks our next token at only {agree}/{4 * T} positions")
+        figures[outtype] = logit_agreement(llm, held_out_windows(), figures["logits"])
+        check(figures[outtype][1] > 0.9,
+              f"{name} {outtype}: llama.cpp picks our next token at only {100 * figures[outtype][1]:.1f}% of positions")
         del llm
     # A BF16 file read back and written again holds the same values.
     bf16_back = os.path.join(cwd, f"back-{name}-bf16")
