@@ -49,11 +49,12 @@ function(mvgpt_warnings target)
   endif()
 endfunction()
 
-# The CUDA settings of a module with .cu sources (backends, fused): machine code for A100 (sm_80) and
-# H100/H200 (sm_90), plus sm_90 PTX that newer GPUs JIT-compile; the CUDA runtime.
+# The CUDA settings of a module with .cu sources (backends, fused): MVGPT_CUDA_ARCHITECTURES (by
+# default machine code for A100 (sm_80) and H100/H200 (sm_90), plus sm_90 PTX that newer GPUs
+# JIT-compile; scripts/gpu-check.sh builds for the GPU it runs on only, "native"); the CUDA runtime.
 function(mvgpt_cuda_sources target)
   target_link_libraries(${target} PRIVATE CUDA::cudart)
-  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "80-real;90-real;90-virtual"
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES "${MVGPT_CUDA_ARCHITECTURES}"
                                              CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON)
   # Warnings in device code and in the host code nvcc hands to the C++ compiler; errors only with
   # MVGPT_CUDA_WERROR (scripts/gpu-check.sh sets it), so a newer nvcc's new warning cannot break a

@@ -1,49 +1,95 @@
 #!/usr/bin/env bash
-# gpu-check: the one command for a machine with an NVIDIA GPU (H100/H200 class). Builds mvgpt with
-# CUDA (nvcc warnings are errors here), runs the whole test suite, then the CUDA cases on their own
-# (each op and each model path on the GPU against the CPU: a skip there is a failure, except tests
-# that skip *because* a GPU is present), the op cases under compute-sanitizer (memcheck, racecheck),
-# pretrains the RoPE model on the GPU, generates with it on the GPU, and compares `evaluate --json`
-# and `context --json` losses on cuda with cpu. Every step runs under a time limit and its exit code
-# counts. Ends with one table of the steps; exit 1 when any failed. Its limits add up to well over
-# 10 minutes, but it is meant to take under 10 on one H100/H200 with 16 cores (not yet measured: no
-# GPU machine has run it); the table's last row says whether it did.
+# gpu-check: the one command for a machine with an NVIDIA GPU (H100/H200 class), made for a bare,
+# offline one: with --bundle (scripts/gpu-bundle.sh's folder) it takes every library it builds
+# against from that folder's .deb files, unpacked into a private prefix (never into /), and the
+# stories from it too. It builds only the targets it runs, with CUDA for this GPU (nvcc warnings are
+# errors), then:
+#   - the CUDA cases of every primitive op, every fused unit, every model path and the apps, on the
+#     GPU against the CPU, with MVGPT_REQUIRE_CUDA=1 (a case that cannot reach the GPU fails instead
+#     of skipping; the one skip allowed is the test of the no-GPU errors, which skips because a GPU
+#     is present);
+#   - the op and fused-unit CUDA cases under compute-sanitizer's memcheck and racecheck, with
+#     MVGPT_CUDA_ALLOCATOR=direct (every tensor its own cudaMalloc, so that memcheck sees its bounds);
+#   - prepare, pretraining the RoPE model for a minute on the GPU, generate on the GPU, and the
+#     losses of `evaluate --json` and `context --json` on cuda against cpu.
+# The sanitizers run beside the data and training steps. Every step has a time limit and fails when
+# it ran no test. Ends with one table of the steps (also in OUT/summary.txt); exit 1 when any failed.
+# Aim: under 8 minutes on 16 cores, build included (the table's last row says).
 #
-#   scripts/gpu-check.sh [log]          (default: runs/gpu-check.log)
+#   scripts/gpu-check.sh [--bundle DIR] [--out DIR] [--build-only]
 #
-# Environment: MVGPT_BUILD_DIR (build-gpu), MVGPT_JOBS (nproc), MVGPT_DATA_DIR (the TinyStories
-# folder with train.txt/valid.txt, used when data/ has no token files yet; prepare also looks in
-# ../shared/data/tinystories), MVGPT_GPU_CHECK_MINUTES (1, the pretraining time),
-# MVGPT_GPU_CHECK_LOSS_TOL (1e-3, the largest |loss(cuda) - loss(cpu)| accepted).
+#   --bundle DIR   the folder scripts/gpu-bundle.sh made (default: the system's own packages)
+#   --out DIR      where the log and the table go, at most 8 files (default runs/gpu-check); it must
+#                  be new, empty or an earlier gpu-check's output
+#   --build-only   stop after the build and the check of where its libraries came from (for a
+#                  machine without a GPU: how docs/cuda.md shows the bundle is all the build takes)
+#
+# Environment: MVGPT_BUILD_DIR (build-gpu), MVGPT_JOBS (nproc), MVGPT_DATA_DIR (without --bundle:
+# the TinyStories folder; prepare also looks in ../shared/data/tinystories), MVGPT_GPU_CHECK_MINUTES
+# (1, the pretraining time), MVGPT_GPU_CHECK_LOSS_TOL (1e-3, the largest |loss(cuda) - loss(cpu)|),
+# MVGPT_GPU_CHECK_ARCH (the CUDA architectures: native where a GPU answers, else 90).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-log=${1:-runs/gpu-check.log}
+
+usage() { sed -n '19,25p' "$0" | sed 's/^# \{0,1\}//'; }
+bundle= out=runs/gpu-check build_only=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bundle) bundle=${2:?--bundle needs a folder}; shift 2 ;;
+    --out) out=${2:?--out needs a folder}; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
 build=${MVGPT_BUILD_DIR:-build-gpu}
 jobs=${MVGPT_JOBS:-$(nproc)}
 minutes=${MVGPT_GPU_CHECK_MINUTES:-1}
 loss_tol=${MVGPT_GPU_CHECK_LOSS_TOL:-1e-3}
-run_dir=checkpoints/gpu-check-rope
-work=runs/gpu-check
-mkdir -p "$(dirname "$log")" "$work"
-exec > >(tee "$log") 2>&1
+budget=480  # seconds: the 8 minutes this check should take on 16 cores
+
+# The output folder holds only what this script writes (6 files); an earlier run's are replaced.
+outputs=(gpu-check.log summary.txt evaluate-cuda.json evaluate-cpu.json context-cuda.json context-cpu.json)
+if [ -e "$out" ] && [ -n "$(ls -A "$out" 2> /dev/null)" ]; then
+  for f in "$out"/* "$out"/.[!.]*; do
+    [ -e "$f" ] || continue
+    case " ${outputs[*]} " in *" $(basename "$f") "*) ;; *)
+      echo "gpu-check: $out holds $(basename "$f"), which this check does not write: name a new or empty --out folder" >&2
+      exit 2 ;;
+    esac
+  done
+fi
+mkdir -p "$out" || { echo "gpu-check: cannot make --out folder $out" >&2; exit 2; }
+out=$(cd "$out" && pwd)
+rm -f "${outputs[@]/#/$out/}"
+if [ -n "$bundle" ]; then
+  [ -f "$bundle/MANIFEST" ] || { echo "gpu-check: $bundle has no MANIFEST: make it with scripts/gpu-bundle.sh" >&2; exit 2; }
+  bundle=$(cd "$bundle" && pwd)
+fi
+
+work=$build/gpu-check  # the check's own files (gtest output, data, the trained model): this script's alone
+rm -rf "$work"
+mkdir -p "$work"
+rows=$work/rows  # "step|result|seconds|note", one line a step
+: > "$rows"
+exec > >(tee "$out/gpu-check.log") 2>&1
 
 start=$SECONDS
-rows=()      # "step|result|seconds|note" for the summary table
-failed=0
 step() { printf '\n=== [%4d s] %s\n' $((SECONDS - start)) "$*"; }
-# record NAME RESULT SECONDS NOTE: one row of the table; any result but PASS, SKIP or SLOW fails the check.
-record() {
-  rows+=("$1|$2|$3|$4")
-  case $2 in PASS | SKIP | SLOW) ;; *) failed=1 ;; esac
-}
-# run NAME SECONDS CMD...: runs CMD under a time limit; records PASS or FAIL (exit code, time limit).
-# Returns CMD's exit code. The note of a passing step is $note when set.
+# record NAME RESULT SECONDS NOTE: one row of the table; any result but PASS, SKIP or SLOW fails.
+record() { echo "$1|$2|$3|$4" >> "$rows"; }
+# run NAME SECONDS CMD...: CMD under a time limit; records PASS (note: $note) or FAIL. Returns its code.
 run() {
   local name=$1 limit=$2
   shift 2
   echo "+ $*"
   local t0=$SECONDS
-  timeout --signal=INT --kill-after=15 "$limit" "$@"
+  if declare -F "$1" > /dev/null; then  # a function of this script: in a bash of its own (exported)
+    timeout --signal=INT --kill-after=15 "$limit" bash -c '"$@"' bash "$@"
+  else
+    timeout --signal=INT --kill-after=15 "$limit" "$@"
+  fi
   local rc=$?
   if [ $rc -eq 0 ]; then
     record "$name" PASS $((SECONDS - t0)) "${note:-}"
@@ -55,51 +101,50 @@ run() {
   note=
   return $rc
 }
-# gtest_skips JSON: prints "name: message" for each skipped test whose message does not say that it
-# skips because a GPU is present (those are written for machines without one).
-gtest_skips() {
-  python3 - "$1" <<'EOF'
-import json, sys
-try:
-    report = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"(no gtest report: {e})")
-    sys.exit(0)
-for suite in report.get("testsuites", []):
-    for t in suite.get("testsuite", []):
-        if t.get("result") != "SKIPPED" and t.get("status") != "NOTRUN":
-            continue
-        msg = " ".join(s.get("message", "") for s in t.get("skipped", []) + t.get("failures", []))
-        if "a GPU is present" in msg:
-            continue
-        print(f"{suite['name']}.{t['name']}: {msg.strip()[:200]}")
-EOF
+
+# The skips a GPU machine may show: tests of the no-GPU errors, which skip when a GPU is present.
+allowed_skips=(CudaDevice.WithoutGpuRequestsFailClearly)
+# gtest_summary FILE: "RAN FAILED SKIPPED_NAMES..." from GoogleTest's closing lines (1.12 lists the
+# skipped tests there by name, though not in --gtest_brief mode, and writes no skip messages).
+gtest_summary() {
+  local ran failed
+  ran=$(sed -n 's/^\[==========\] \([0-9][0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$1" | tail -1)
+  failed=$(sed -n 's/^\[  FAILED  \] \([0-9][0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$1" | tail -1)
+  echo "${ran:-0}" "${failed:-0}" $(sed -n 's/^\[  SKIPPED \] \([^ ]*\)$/\1/p' "$1" | sort -u)
 }
-# gtest_cases NAME SECONDS BINARY FILTER: runs the CUDA cases of one test binary; fails on any failure,
-# on no test run, and on any skip (the GPU must be usable for every one of them).
-gtest_cases() {
-  local name=$1 limit=$2 bin=$3 filter=$4 json=$work/$1.json
-  rm -f "$json"
-  run "$name" "$limit" "$bin" --gtest_filter="$filter" --gtest_brief=1 --gtest_output="json:$json" || return 1
-  local skips count last secs
-  skips=$(gtest_skips "$json")
-  count=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tests'])" "$json" 2>/dev/null || echo 0)
-  last=${rows[${#rows[@]}-1]}
-  secs=$(echo "$last" | cut -d'|' -f3)
-  unset 'rows[${#rows[@]}-1]'
-  if [ "$count" = 0 ]; then
-    record "$name" FAIL "$secs" "no test matched $filter"
-  elif [ -n "$skips" ]; then
-    echo "!!! skipped on a GPU machine:"
-    echo "$skips"
-    record "$name" FAIL "$secs" "$(echo "$skips" | wc -l) of $count skipped"
+# gtest_step NAME SECONDS BINARY FILTER [PREFIX...]: runs one binary's cases matching FILTER (under
+# PREFIX, e.g. a sanitizer) with MVGPT_REQUIRE_CUDA=1; fails on any failure, on no test run and on
+# a skip that is not allowed.
+gtest_step() {
+  local name=$1 limit=$2 bin=$3 filter=$4 log=$work/$1.out
+  shift 4
+  echo "+ $* $bin --gtest_filter=$filter"
+  local t0=$SECONDS
+  MVGPT_REQUIRE_CUDA=1 timeout --signal=INT --kill-after=15 "$limit" "$@" "$bin" --gtest_filter="$filter" \
+    > "$log" 2>&1
+  local rc=$? secs=$((SECONDS - t0))
+  grep -v '^\[ RUN      \]\|^\[       OK \]' "$log"  # what failed or was skipped, and the totals
+  local summary ran failed skipped bad=()
+  summary=$(gtest_summary "$log")
+  read -r ran failed skipped <<< "$summary"
+  for s in $skipped; do
+    case " ${allowed_skips[*]} " in *" $s "*) ;; *) bad+=("$s") ;; esac
+  done
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    record "$name" FAIL $secs "time limit $limit s ($ran tests had run)"
+  elif [ "$ran" = 0 ]; then
+    record "$name" FAIL $secs "no test ran (filter $filter, exit $rc)"
+  elif [ $rc -ne 0 ]; then
+    record "$name" FAIL $secs "exit $rc: $failed of $ran failed$(grep -q 'ERROR SUMMARY: [1-9]' "$log" && echo "; $(grep -o 'ERROR SUMMARY: [0-9]* errors*' "$log" | tail -1)")"
+  elif [ ${#bad[@]} -gt 0 ]; then
+    record "$name" FAIL $secs "${#bad[@]} of $ran skipped: ${bad[*]:0:3}"
   else
-    record "$name" PASS "$secs" "$count tests, none skipped"
+    record "$name" PASS $secs "$ran tests$([ -n "$skipped" ] && echo ", allowed skips: $skipped")"
   fi
 }
 # loss_diff A.json B.json: the largest |loss| difference of rows with the same model (and method).
 loss_diff() {
-  python3 - "$1" "$2" <<'EOF'
+  python3 - "$1" "$2" << 'EOF'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 key = lambda r: (r.get("model"), r.get("method"), r.get("position", r.get("length")))
@@ -113,14 +158,14 @@ for r in a:
 print(f"{worst:.3g} {n}")
 EOF
 }
-# compare NAME CUDA.json CPU.json: records PASS when every loss agrees within $loss_tol.
+# compare NAME CUDA.json CPU.json: PASS when every loss agrees within $loss_tol.
 compare() {
-  local out worst n
-  out=$(loss_diff "$2" "$3" 2>&1) || {
-    record "$1" FAIL - "cannot compare: $out"
+  local res worst n
+  res=$(loss_diff "$2" "$3" 2>&1) || {
+    record "$1" FAIL - "cannot compare: $res"
     return
   }
-  read -r worst n <<< "$out"
+  read -r worst n <<< "$res"
   if [ "${n:-0}" -gt 0 ] && python3 -c "import sys; sys.exit(0 if float('$worst') <= float('$loss_tol') else 1)"; then
     record "$1" PASS - "max |loss(cuda) - loss(cpu)| = $worst over $n rows (tolerance $loss_tol)"
   else
@@ -130,106 +175,191 @@ compare() {
 
 step "machine"
 gpus=0
-if nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; then
+if nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2> /dev/null; then
   gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
   record machine PASS - "$gpus GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+elif [ $build_only = 1 ]; then
+  record machine SKIP - "no GPU answers (nvidia-smi): --build-only"
 else
   record machine FAIL - "nvidia-smi failed: no GPU or no driver"
 fi
-/usr/local/cuda/bin/nvcc --version | tail -2 || true
-# The gtest reports and the loss comparisons are read with python3.
-command -v python3 > /dev/null || record python3 FAIL - "python3 not found: the CUDA steps' reports cannot be read"
-echo "cores: $(nproc), jobs: $jobs, commit: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (+ local changes)')"
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$nvcc" --version | tail -2 || true
+command -v python3 > /dev/null || record python3 FAIL - "python3 not found: the loss comparisons need it"
+echo "cores: $(nproc), jobs: $jobs, commit: $(git rev-parse --short HEAD 2> /dev/null)$(git diff --quiet 2> /dev/null || echo ' (+ local changes)')"
+arch=${MVGPT_GPU_CHECK_ARCH:-$([ "$gpus" -gt 0 ] && echo native || echo 90)}
 
-step "configure (MVGPT_CUDA=ON, nvcc warnings are errors)"
-generator=()
-command -v ninja > /dev/null && generator=(-G Ninja)
-launcher=()
-command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-built=1
-run configure 180 cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DMVGPT_CUDA=ON -DMVGPT_CUDA_WERROR=ON -DMVGPT_BUILD_BENCH=OFF || built=0
-
-if [ $built = 1 ]; then
-  step "build"
-  run build 420 cmake --build "$build" -j "$jobs" || built=0
+# The bundle's packages, unpacked into a private prefix; CMake finds them through CMAKE_PREFIX_PATH
+# and the programs through LD_LIBRARY_PATH.
+cmake_deps=()
+if [ -n "$bundle" ]; then
+  step "bundle: check and unpack $bundle"
+  prefix=$PWD/$build/bundle-prefix runtime=$PWD/$build/bundle-runtime
+  unpack() {  # unpack DEB DIR: dpkg-deb where there is one, else ar and tar (the same data)
+    if command -v dpkg-deb > /dev/null; then
+      dpkg-deb -x "$1" "$2"
+    else
+      local t
+      t=$(mktemp -d) && (cd "$t" && ar x "$1" && tar -xf data.tar.* -C "$2") && rm -rf "$t"
+    fi
+  }
+  unpack_all() {
+    (cd "$bundle" && grep -v '^#' MANIFEST | sha256sum --quiet -c -) || {
+      echo "the bundle's files do not match its MANIFEST"
+      return 1
+    }
+    rm -rf "$prefix" "$runtime" "$runtime-lib" && mkdir -p "$prefix" "$runtime" "$runtime-lib" || return 1
+    local d
+    for d in "$bundle"/debs/*.deb; do unpack "$d" "$prefix" || return 1; done
+    for d in "$bundle"/runtime/*.deb; do unpack "$d" "$runtime" || return 1; done
+    # Debian's OpenBLASConfig.cmake names its files by absolute /usr paths: point it at the prefix.
+    sed -i "s#/usr/#$prefix/usr/#g" "$prefix"/usr/lib/x86_64-linux-gnu/openblas-pthread/cmake/openblas/OpenBLASConfig.cmake
+    # Run-time libraries go on the path only where the system has none of its own (a newer system
+    # copy must not be shadowed by Debian 12's).
+    local lib
+    for lib in "$runtime"/usr/lib/x86_64-linux-gnu/lib*.so.*; do
+      [ -L "$lib" ] || continue  # the soname's link (libgomp.so.1), not the file it names
+      ldconfig -p 2> /dev/null | grep -q "^[[:space:]]$(basename "$lib") " || cp -P "$lib" "$runtime-lib/"
+    done
+    for lib in "$runtime-lib"/*; do
+      [ -e "$lib" ] || continue
+      ln -sf "$(readlink -f "$lib")" "$lib"  # the link, made absolute (it was relative to its folder)
+    done
+    echo "run-time libraries the system lacks, taken from the bundle: $(ls "$runtime-lib" | tr '\n' ' ')"
+  }
+  export bundle prefix runtime
+  export -f unpack unpack_all
+  note="$(ls "$bundle"/debs | wc -l) packages into $build/bundle-prefix" run bundle 60 unpack_all || bundle_failed=1
+  export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu:$prefix/usr/lib/x86_64-linux-gnu/openblas-pthread:$runtime-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  cmake_deps=(--fresh "-DCMAKE_PREFIX_PATH=$prefix/usr"
+    "-DOpenBLAS_DIR=$prefix/usr/lib/x86_64-linux-gnu/openblas-pthread/cmake/openblas")
 fi
 
-if [ $built = 1 ]; then
-  step "tests (whole suite)"
-  note="see the skips below" run ctest 300 bash -c \
-    "ctest --test-dir '$build' -j $jobs --output-on-failure --timeout 240 2>&1 | tee '$work/ctest.out'; exit \${PIPESTATUS[0]}"
-  skipped=$(grep -c '(Skipped)' "$work/ctest.out")
-  last=${rows[${#rows[@]}-1]}
-  rows[${#rows[@]}-1]="${last%|*}|$skipped skipped (no GPU-less reason allowed in the CUDA steps below)"
+built=${bundle_failed:+0}
+built=${built:-1}
+if [ "$built" = 1 ]; then
+  step "configure (MVGPT_CUDA=ON for $arch, nvcc warnings are errors)"
+  generator=()
+  command -v ninja > /dev/null && generator=(-G Ninja)
+  launcher=()
+  command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  run configure 120 cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" "${cmake_deps[@]}" \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" -DMVGPT_CUDA=ON -DMVGPT_CUDA_WERROR=ON \
+    -DMVGPT_CUDA_ARCHITECTURES="$arch" -DMVGPT_BUILD_BENCH=OFF || built=0
+fi
+if [ "$built" = 1 ]; then
+  step "build (the test binaries with CUDA cases, and the apps)"
+  targets=(test_backends test_fused test_mvgpt test_apps prepare pretrain generate evaluate context)
+  # 300 s on 16 cores; longer on fewer (a --build-only proof on a small machine).
+  run build $((jobs >= 16 ? 300 : 300 * 16 / jobs)) cmake --build "$build" -j "$jobs" --target "${targets[@]}" || built=0
+fi
 
-  step "CUDA cases: every op and every model path on the GPU against the CPU (a skip is a failure)"
-  gtest_cases cuda-ops 180 "$build/tests/test_backends" '*cuda_*:CudaOnly.*:CudaDevice.*:DeviceCoverage.*'
-  gtest_cases cuda-model 180 "$build/tests/test_mvgpt" '*ModelOnDevice*cuda_*'
-  gtest_cases cuda-apps 240 "$build/tests/test_apps" '*AppsOnDevice*cuda'
+if [ "$built" = 1 ] && [ -n "$bundle" ]; then
+  step "where the build's libraries came from (all from the bundle's prefix)"
+  # deps_from_bundle: CMake found each package in the prefix, and each program loads them from it.
+  deps_from_bundle() {
+    local bad=0 v path lib
+    for v in OpenBLAS_DIR TBB_DIR GTest_DIR nlohmann_json_DIR CLI11_DIR MVGPT_DNNL_INCLUDE_DIR MVGPT_DNNL_LIBRARY; do
+      path=$(sed -n "s/^$v:[A-Z]*=//p" "$build/CMakeCache.txt")
+      echo "$v = $path"
+      case $path in "$prefix"/*) ;; *) echo "  not from the bundle"; bad=1 ;; esac
+    done
+    for bin in "$build/tests/test_backends" "$build/apps/pretrain"; do
+      for lib in libopenblas libtbb.so libdnnl; do
+        path=$(ldd "$bin" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
+        echo "$(basename "$bin"): $lib -> ${path:-(not loaded)}"
+        case $path in "$prefix"/*) ;; *) bad=1 ;; esac
+      done
+      ldd "$bin" | grep -q 'not found' && { ldd "$bin" | grep 'not found'; bad=1; }
+    done
+    return $bad
+  }
+  export build prefix
+  export -f deps_from_bundle
+  note="CMake's packages and ldd's libraries all in $build/bundle-prefix" run deps-from-bundle 30 deps_from_bundle
+fi
 
-  step "compute-sanitizer over the CUDA op cases"
+if [ "$built" = 1 ] && [ $build_only = 0 ]; then
+  step "CUDA cases: every op, fused unit, model path and app on the GPU against the CPU"
+  gtest_step cuda-ops 150 "$build/tests/test_backends" '*cuda*:*Cuda*'
+  gtest_step cuda-fused 120 "$build/tests/test_fused" '*OnDevice*cuda*'
+  gtest_step cuda-model 150 "$build/tests/test_mvgpt" '*OnDevice*cuda*'
+  gtest_step cuda-apps 180 "$build/tests/test_apps" '*OnDevice*cuda*'
+
+  # The sanitizers beside the data and training steps (the GPU has room for both); their rows and
+  # output join the log when they finish.
+  step "compute-sanitizer (memcheck, racecheck) over every op's and fused unit's CUDA cases, in the background"
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if [ -x "$sanitizer" ]; then
-    # memcheck over every op case; racecheck (shared-memory hazards) over the kernels that use it.
-    note="no errors" run sanitizer-memcheck 150 "$sanitizer" --tool memcheck --error-exitcode 99 \
-      "$build/tests/test_backends" --gtest_filter='Devices/OpOnDevice.*/cuda_*' --gtest_brief=1
-    shared='*cuda_reduce*:*cuda_softmax:*cuda_layer_norm:*cuda_rms_norm:*cuda_attention:*cuda_cross_entropy:*cuda_norms_wide'
-    note="no errors" run sanitizer-racecheck 150 "$sanitizer" --tool racecheck --error-exitcode 99 \
-      "$build/tests/test_backends" --gtest_filter="$shared" --gtest_brief=1
-  else
-    record sanitizer FAIL - "compute-sanitizer not found (part of the CUDA toolkit: cuda-sanitizer package)"
-  fi
+  (
+    exec > "$work/sanitizers.out" 2>&1
+    if [ ! -x "$sanitizer" ]; then
+      record sanitizers FAIL - "compute-sanitizer not found (the CUDA toolkit's cuda-sanitizer package)"
+      exit
+    fi
+    export MVGPT_CUDA_ALLOCATOR=direct
+    for tool in memcheck racecheck; do
+      gtest_step "$tool-ops" 150 "$build/tests/test_backends" 'Devices/OpOnDevice.*/cuda_*' \
+        "$sanitizer" --tool "$tool" --error-exitcode 99
+      gtest_step "$tool-fused" 120 "$build/tests/test_fused" '*UnitOnDevice*cuda*' \
+        "$sanitizer" --tool "$tool" --error-exitcode 99
+    done
+  ) &
+  sanitizers=$!
 
   step "NCCL (data parallel over GPUs)"
   if [ "$gpus" -ge 2 ]; then
-    gtest_cases nccl 240 "$build/tests/test_dist" 'NcclRanks.*'
+    gtest_step nccl 240 "$build/tests/test_dist" 'NcclRanks.*'
   else
     record nccl SKIP - "$gpus GPU(s): the NCCL tests need 2"
   fi
 
   step "data"
-  if [ ! -f data/train.bin ] || [ ! -f data/valid.bin ] || [ ! -f data/tokenizer.json ]; then
-    run prepare 180 "$build/apps/prepare" --out data
-  else
-    record prepare PASS 0 "data/ already has train.bin, valid.bin and tokenizer.json"
+  data=$work/data run_dir=$work/rope
+  data_flags=()
+  [ -n "$bundle" ] && data_flags=(--data-dir "$bundle/data")
+  if run prepare 150 "$build/apps/prepare" --out "$data" "${data_flags[@]}"; then
+    step "pretrain the RoPE model for $minutes minute(s) on cuda"
+    if run pretrain $((minutes * 60 + 90)) "$build/apps/pretrain" --rope --minutes "$minutes" --device cuda \
+      --data "$data" --out "$run_dir"; then
+      step "generate on cuda"
+      note="a story from the trained model" run generate-cuda 60 "$build/apps/generate" --ckpt "$run_dir" \
+        --device cuda --prompt "Once upon a time" --max-new-tokens 200 --seed 1
+
+      step "evaluate --json on cuda and on cpu"
+      run evaluate-cuda 60 bash -c "'$build/apps/evaluate' --ckpt '$run_dir' --tokens '$data/valid.bin' --device cuda --json --max-windows 64 > '$out/evaluate-cuda.json'" &&
+        run evaluate-cpu 120 bash -c "'$build/apps/evaluate' --ckpt '$run_dir' --tokens '$data/valid.bin' --device cpu --json --max-windows 64 > '$out/evaluate-cpu.json'" &&
+        compare evaluate-cuda-vs-cpu "$out/evaluate-cuda.json" "$out/evaluate-cpu.json"
+
+      step "context --json on cuda and on cpu"
+      run context-cuda 90 bash -c "'$build/apps/context' --ckpt '$run_dir' --tokens '$data/valid.bin' --device cuda --streams 2 --no-plot --json --out-dir '$work/context-cuda' > '$out/context-cuda.json'" &&
+        run context-cpu 150 bash -c "'$build/apps/context' --ckpt '$run_dir' --tokens '$data/valid.bin' --device cpu --streams 2 --no-plot --json --out-dir '$work/context-cpu' > '$out/context-cpu.json'" &&
+        compare context-cuda-vs-cpu "$out/context-cuda.json" "$out/context-cpu.json"
+    fi
   fi
 
-  step "pretrain the RoPE model for $minutes minute(s) on cuda"
-  if run pretrain $((minutes * 60 + 120)) "$build/apps/pretrain" --rope --minutes "$minutes" --device cuda \
-    --out "$run_dir" --overwrite; then
-    step "generate on cuda"
-    note="a story from the trained model" run generate-cuda 60 "$build/apps/generate" --ckpt "$run_dir" --device cuda \
-      --prompt "Once upon a time" --max-new-tokens 200 --seed 1
-
-    step "evaluate --json on cuda and on cpu"
-    run evaluate-cuda 90 bash -c "'$build/apps/evaluate' --ckpt '$run_dir' --device cuda --json --max-windows 64 > '$work/evaluate-cuda.json'" &&
-      run evaluate-cpu 180 bash -c "'$build/apps/evaluate' --ckpt '$run_dir' --device cpu --json --max-windows 64 > '$work/evaluate-cpu.json'" &&
-      compare evaluate-cuda-vs-cpu "$work/evaluate-cuda.json" "$work/evaluate-cpu.json"
-
-    step "context --json on cuda and on cpu"
-    run context-cuda 120 bash -c "'$build/apps/context' --ckpt '$run_dir' --device cuda --streams 2 --no-plot --json --out-dir '$work/context-cuda' > '$work/context-cuda.json'" &&
-      run context-cpu 240 bash -c "'$build/apps/context' --ckpt '$run_dir' --device cpu --streams 2 --no-plot --json --out-dir '$work/context-cpu' > '$work/context-cpu.json'" &&
-      compare context-cuda-vs-cpu "$work/context-cuda.json" "$work/context-cpu.json"
-  fi
+  step "compute-sanitizer's results"
+  wait $sanitizers
+  cat "$work/sanitizers.out"
 fi
 
 step "summary"
 total=$((SECONDS - start))
-if [ $total -le 600 ]; then
-  record total PASS $total "within the 10 minutes"
+if [ $total -le $budget ]; then
+  record total PASS $total "within the $((budget / 60)) minutes"
 else
-  record total SLOW $total "over the 10 minutes this check should take"
+  record total SLOW $total "over the $((budget / 60)) minutes this check should take"
 fi
-printf '%-22s %-6s %6s  %s\n' step result secs note
-printf '%-22s %-6s %6s  %s\n' ---- ------ ---- ----
-for r in "${rows[@]}"; do
-  IFS='|' read -r name result secs rnote <<< "$r"
-  printf '%-22s %-6s %6s  %s\n' "$name" "$result" "$secs" "$rnote"
-done
-if [ $failed = 0 ]; then
-  echo "gpu-check: all steps passed in $((SECONDS - start)) s; log in $log"
+{
+  echo "# mvgpt gpu-check, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2> /dev/null)$([ -n "$bundle" ] && echo ", bundle $bundle")"
+  printf '%-22s %-6s %6s  %s\n' step result secs note
+  printf '%-22s %-6s %6s  %s\n' ---- ------ ---- ----
+  while IFS='|' read -r name result secs rnote; do
+    printf '%-22s %-6s %6s  %s\n' "$name" "$result" "$secs" "$rnote"
+  done < "$rows"
+} | tee "$out/summary.txt"
+if ! grep -qv '|PASS|\||SKIP|\||SLOW|' "$rows"; then
+  echo "gpu-check: all steps passed in $total s; log and table in $out"
 else
-  echo "gpu-check: FAILED ($((SECONDS - start)) s); log in $log"
+  echo "gpu-check: FAILED ($total s); log and table in $out"
   exit 1
 fi

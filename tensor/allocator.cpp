@@ -15,9 +15,23 @@ size_t CachingAllocator::size_class(size_t nbytes, size_t small_step, size_t sma
   return (nbytes + step - 1) / step * step;
 }
 
+AllocatorMode allocator_mode_from_env(const char* variable) {
+  const char* value = std::getenv(variable);
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "caching") return AllocatorMode::caching;
+  if (v == "direct") return AllocatorMode::direct;
+  throw std::runtime_error(std::string(variable) + "=" + v +
+                           " is not an allocator mode: use caching (the default) or direct (every tensor its own "
+                           "block, for compute-sanitizer)");
+}
+
+size_t CachingAllocator::block_size(size_t nbytes) const {
+  return mode_ == AllocatorMode::direct ? std::max<size_t>(nbytes, 1) : size_class(nbytes, small_step_, small_limit_);
+}
+
 void* CachingAllocator::allocate(size_t nbytes) {
-  const size_t size = size_class(nbytes, small_step_, small_limit_);
-  {
+  const size_t size = block_size(nbytes);
+  if (mode_ == AllocatorMode::caching) {
     std::lock_guard lock(mutex_);
     auto it = free_.find(size);
     if (it != free_.end() && !it->second.empty()) {
@@ -44,11 +58,17 @@ void* CachingAllocator::allocate(size_t nbytes) {
 
 void CachingAllocator::deallocate(void* ptr, size_t nbytes) {
   if (!ptr) return;
-  const size_t size = size_class(nbytes, small_step_, small_limit_);
-  std::lock_guard lock(mutex_);
-  live_ -= size;
-  free_[size].push_back(ptr);
-  cached_ += size;
+  const size_t size = block_size(nbytes);
+  {
+    std::lock_guard lock(mutex_);
+    live_ -= size;
+    if (mode_ == AllocatorMode::caching) {
+      free_[size].push_back(ptr);
+      cached_ += size;
+      return;
+    }
+  }
+  free_block(ptr);
 }
 
 size_t CachingAllocator::live_bytes() const {

@@ -28,9 +28,19 @@ class Allocator {
   virtual void empty_cache() = 0;
 };
 
-// Freed blocks go to size-class free lists and are handed out again, with the live / peak / cached
-// accounting above. Subclasses supply the memory and the size classes' parameters: CpuAllocator,
-// and the CUDA backend's device allocator.
+// How a CachingAllocator hands out memory. caching: freed blocks are kept in size-class free lists
+// and handed out again. direct: each request is its own block of exactly the bytes asked for, given
+// back at once, so that a memory checker (compute-sanitizer's memcheck) sees every tensor's own
+// bounds: a reused block of a larger size class hides a small overrun from it.
+enum class AllocatorMode { caching, direct };
+
+// The mode the environment variable `variable` names: unset, empty or "caching" is caching, "direct"
+// is direct; anything else throws one line naming the variable, its value and the two choices.
+AllocatorMode allocator_mode_from_env(const char* variable);
+
+// Freed blocks go to size-class free lists and are handed out again (or, in direct mode, straight
+// back), with the live / peak / cached accounting above. Subclasses supply the memory and the size
+// classes' parameters: CpuAllocator, and the CUDA backend's device allocator.
 class CachingAllocator : public Allocator {
  public:
   void* allocate(size_t nbytes) final;
@@ -46,8 +56,11 @@ class CachingAllocator : public Allocator {
   // of 1/8 of the power of two below it (waste under 12.5%).
   static size_t size_class(size_t nbytes, size_t small_step, size_t small_limit);
 
+  AllocatorMode mode() const { return mode_; }
+
  protected:
-  CachingAllocator(size_t small_step, size_t small_limit) : small_step_(small_step), small_limit_(small_limit) {}
+  CachingAllocator(size_t small_step, size_t small_limit, AllocatorMode mode = AllocatorMode::caching)
+      : small_step_(small_step), small_limit_(small_limit), mode_(mode) {}
   // A fresh block of `size` bytes, or nullptr when the system has no memory: allocate() then empties
   // the cache and asks once more. Other failures throw.
   virtual void* allocate_block(size_t size) = 0;
@@ -67,13 +80,18 @@ class CachingAllocator : public Allocator {
   }
 
  private:
+  // The bytes a request of nbytes takes: its size class, or in direct mode exactly nbytes (at least 1).
+  size_t block_size(size_t nbytes) const;
+
   const size_t small_step_, small_limit_;
+  const AllocatorMode mode_;
   mutable std::mutex mutex_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> free blocks
   size_t live_ = 0, peak_ = 0, cached_ = 0;
 };
 
-// Host memory aligned to 64 bytes; size classes in 64-byte steps up to 4 KiB.
+// Host memory aligned to 64 bytes; size classes in 64-byte steps up to 4 KiB. Always caching
+// (std::aligned_alloc needs whole multiples of the alignment, which direct sizes are not).
 class CpuAllocator final : public CachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;

@@ -14,10 +14,13 @@
 namespace mvgpt::cuda {
 
 // Device memory from cudaMalloc on one device; size classes in 512-byte steps up to 1 MiB, then
-// 1/8 of the power of two below (waste under 12.5%).
+// 1/8 of the power of two below (waste under 12.5%). MVGPT_CUDA_ALLOCATOR=direct passes every
+// allocation straight to cudaMalloc and every free to cudaFree, exactly sized, for compute-sanitizer
+// (scripts/gpu-check.sh sets it for memcheck and racecheck).
 class CudaAllocator final : public CachingAllocator {
  public:
-  explicit CudaAllocator(int device) : CachingAllocator(kSmallStep, kSmallLimit), device_(device) {}
+  explicit CudaAllocator(int device)
+      : CachingAllocator(kSmallStep, kSmallLimit, allocator_mode_from_env("MVGPT_CUDA_ALLOCATOR")), device_(device) {}
   ~CudaAllocator() override;
 
   // The size class a request of nbytes is served from.

@@ -23,4 +23,8 @@ struct MemoryInfo {
 };
 MemoryInfo memory_info(int index);
 
+// Tests only: true sends every scatter-add through the walking kernel, the reference of the sorted
+// one (NOTE [ Sorted scatter-add ], backends/cuda/cuda_index.cu). No effect without CUDA.
+void force_walking_scatter_add(bool on);
+
 }  // namespace mvgpt::cuda

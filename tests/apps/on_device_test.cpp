@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <mvgpt/backends/backend.h>
+#include "cuda_required.h"
 
 namespace mvgpt::apps::testing {
 namespace {
@@ -19,9 +20,9 @@ using json = nlohmann::ordered_json;
 class AppsOnDevice : public AppsTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "cuda" && !cuda_available())
-      GTEST_SKIP() << "no CUDA device: " << cuda_status().reason
-                   << "; the apps run against the CPU on a GPU machine (scripts/gpu-check.sh)";
+    if (GetParam() == "cuda") {
+      MVGPT_SKIP_WITHOUT_CUDA("the apps run against the CPU on a GPU machine (scripts/gpu-check.sh)");
+    }
   }
 };
 

@@ -10,6 +10,7 @@
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/ops.h>
+#include "cuda_required.h"
 #include "ops_test_util.h"
 
 namespace mvgpt {
@@ -27,7 +28,8 @@ struct Path {
 };
 std::vector<Path> paths() {
   std::vector<Path> p = {{"cpu-onednn", Device::cpu(), false}, {"cpu-fallback", Device::cpu(), true}};
-  if (cuda_available()) p.push_back({"cuda", Device::cuda(0), false});
+  // Under MVGPT_REQUIRE_CUDA=1 (a GPU machine) the CUDA path is there, and fails without a GPU.
+  if (cuda_available() || testing::cuda_required()) p.push_back({"cuda", Device::cuda(0), false});
   return p;
 }
 struct FallbackScope {

@@ -9,6 +9,7 @@
 #include <mvgpt/backends/cuda/cuda_backend.h>
 #include <mvgpt/backends/deferred_checks.h>
 #include <mvgpt/backends/ops.h>
+#include "cuda_required.h"
 #include "backends/ops_test_util.h"
 
 namespace mvgpt {
@@ -68,9 +69,7 @@ TEST(CudaDevice, StatusSaysWhyThereIsNoGpu) {
 class CudaOnly : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cuda_available())
-      GTEST_SKIP() << "no CUDA device: "
-                   << cuda_status().reason;
+    MVGPT_SKIP_WITHOUT_CUDA("these cases run on a GPU machine (scripts/gpu-check.sh)");
   }
 };
 
@@ -97,6 +96,8 @@ TEST_F(CudaOnly, CreationOpsWorkOnAFreshDevice) {
 TEST_F(CudaOnly, AllocatorCachesFreedBlocks) {
   backend_for(Device::cuda());
   Allocator& a = allocator_for(Device::cuda());
+  if (auto* c = dynamic_cast<CachingAllocator*>(&a); c && c->mode() == AllocatorMode::direct)
+    GTEST_SKIP() << "MVGPT_CUDA_ALLOCATOR=direct: nothing is cached";
   const size_t live = a.live_bytes();
   void* p = a.allocate(1000);
   EXPECT_GT(a.live_bytes(), live);
@@ -108,6 +109,34 @@ TEST_F(CudaOnly, AllocatorCachesFreedBlocks) {
   a.deallocate(q, 900);
   a.empty_cache();
   EXPECT_EQ(a.cached_bytes(), 0u);
+}
+
+// NOTE [ Sorted scatter-add ]: the sorted index_add against the walking kernel it replaces, bit
+// for bit, at an embedding backward's shape (a long index, few rows, many repeats) along either axis.
+TEST_F(CudaOnly, SortedIndexAddEqualsTheWalk) {
+  std::vector<int64_t> tokens(3000);
+  for (size_t k = 0; k < tokens.size(); ++k) tokens[k] = int64_t((k * 104729 + k * k) % 37);
+  struct Restore {
+    ~Restore() { cuda::force_walking_scatter_add(false); }
+  } restore;
+  for (DType idt : {DType::i64, DType::i32}) {
+    Tensor index = ops::to(ops::to(Tensor::from_vector(tokens), idt), Device::cuda());
+    for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::boolean}) {
+      for (int axis : {0, 1}) {
+        const Shape table = axis == 0 ? Shape{37, 50} : Shape{50, 37};
+        const Shape grads = axis == 0 ? Shape{3000, 50} : Shape{50, 3000};
+        Tensor base = ops::to(testing::make_input(table, dt, 3, testing::Kind::transposed, -9, 9), Device::cuda());
+        Tensor src = ops::to(testing::make_input(grads, dt, 4, testing::Kind::contiguous, -9, 9), Device::cuda());
+        cuda::force_walking_scatter_add(true);
+        Tensor walk = ops::contiguous(ops::to(ops::index_add(base, axis, index, src), Device::cpu()));
+        cuda::force_walking_scatter_add(false);
+        Tensor sorted = ops::contiguous(ops::to(ops::index_add(base, axis, index, src), Device::cpu()));
+        ASSERT_EQ(walk.nbytes(), sorted.nbytes());
+        EXPECT_EQ(std::memcmp(walk.raw_data(), sorted.raw_data(), walk.nbytes()), 0)
+            << dtype_name(dt) << " along axis " << axis << ", index " << dtype_name(idt);
+      }
+    }
+  }
 }
 
 TEST_F(CudaOnly, OutOfRangeIndexIsAClearError) {

@@ -19,6 +19,7 @@
 
 #include <mvgpt/backends/cuda/cuda_backend.h>
 #include <mvgpt/backends/ops.h>
+#include "cuda_required.h"
 #include "backends/device_compare.h"
 #include "backends/ops_test_util.h"
 
@@ -251,6 +252,12 @@ std::vector<OpCase> op_cases() {
       r.push_back(ops::scatter_add(x, 0, gidx, input(d, {2, 4}, DType::f32, 56)));
       r.push_back(ops::scatter_add(x, 1, ints(d, {3, 3, 0, 1, 3, 3, 3, 3}, idt, {2, 4}), input(d, {2, 5}, DType::f32, 57)));
       r.push_back(ops::embedding(input(d, {10, 4}, DType::f32, 58), ints(d, {9, 0, 3, 3, 7, 1}, idt, {2, 3})));
+      // An embedding's backward: a long index with many repeats (the sorted path on a GPU).
+      std::vector<int64_t> tokens(700);
+      for (size_t k = 0; k < tokens.size(); ++k) tokens[k] = int64_t((k * 7919 + k / 5) % 23);
+      for (DType dt : {DType::f32, DType::bf16, DType::i64})
+        r.push_back(ops::index_add(input(d, {23, 9}, dt, 62, Kind::transposed, -9, 9), 0, ints(d, tokens, idt),
+                                   input(d, {700, 9}, dt, 63, Kind::contiguous, -9, 9)));
     }
     return r;
   });
@@ -366,10 +373,9 @@ TEST_P(OpOnDevice, MatchesCpuAndIsDeterministic) {
   const auto [type, index] = GetParam();
   const OpCase& c = all_cases()[index];
   const Device dev = type == DeviceType::cuda ? Device::cuda(0) : Device::cpu();
-  if (dev.is_cuda() && !cuda_available())
-    GTEST_SKIP() << "no CUDA device: "
-                 << cuda_status().reason
-                 << "; case '" << c.name << "' runs against the CPU on a GPU machine (scripts/gpu-check.sh)";
+  if (dev.is_cuda()) {
+    MVGPT_SKIP_WITHOUT_CUDA("case '" << c.name << "' runs against the CPU on a GPU machine (scripts/gpu-check.sh)");
+  }
   const std::vector<Tensor> want = c.run(Device::cpu());
   const std::vector<Tensor> got = on_host(c.run(dev));
   const std::vector<Tensor> again = on_host(c.run(dev));

@@ -10,6 +10,7 @@
 
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/fused/unit.h>
+#include "cuda_required.h"
 #include "backends/device_compare.h"
 
 namespace mvgpt {
@@ -92,9 +93,9 @@ TEST_P(UnitOnDevice, MatchesCpuAndIsDeterministic) {
   const auto& [type, nc] = GetParam();
   const fused::DeviceCase c = units()[nc.unit].device_cases()[nc.index];
   const Device dev = type == DeviceType::cuda ? Device::cuda(0) : Device::cpu();
-  if (dev.is_cuda() && !cuda_available())
-    GTEST_SKIP() << "no CUDA device: " << cuda_status().reason << "; case '" << c.name
-                 << "' runs against the CPU on a GPU machine (scripts/gpu-check.sh)";
+  if (dev.is_cuda()) {
+    MVGPT_SKIP_WITHOUT_CUDA("case '" << c.name << "' runs against the CPU on a GPU machine (scripts/gpu-check.sh)");
+  }
   const std::vector<Tensor> want = c.run(Device::cpu());
   const std::vector<Tensor> got = testing::on_host(c.run(dev));
   const std::vector<Tensor> again = testing::on_host(c.run(dev));

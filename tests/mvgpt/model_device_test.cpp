@@ -18,6 +18,7 @@
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/model.h>
 #include <mvgpt/nn/optim.h>
+#include "cuda_required.h"
 
 namespace mvgpt {
 
@@ -68,9 +69,9 @@ Device device_of(DeviceType t) { return t == DeviceType::cuda ? Device::cuda(0) 
 
 // Skips a CUDA case where no GPU is usable, saying why.
 #define SKIP_WITHOUT(dev)                                                                              \
-  if ((dev).is_cuda() && !cuda_available())                                                            \
-  GTEST_SKIP() << "no CUDA device: " << cuda_status().reason                                           \
-               << "; this model path runs against the CPU on a GPU machine (scripts/gpu-check.sh)"
+  if ((dev).is_cuda()) {                                                                               \
+    MVGPT_SKIP_WITHOUT_CUDA("this model path runs against the CPU on a GPU machine (scripts/gpu-check.sh)"); \
+  }
 
 std::vector<int32_t> tokens(int64_t n, int64_t vocab, uint64_t seed) {
   Generator g(seed);

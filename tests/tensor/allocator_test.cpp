@@ -1,7 +1,11 @@
-// The CPU allocator: live bytes return to baseline, freed blocks are reused, alignment holds.
+// The CPU allocator: live bytes return to baseline, freed blocks are reused, alignment holds; the
+// caching allocator's direct mode (what compute-sanitizer runs the CUDA allocator in).
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
 
 #include <mvgpt/tensor/allocator.h>
 #include <mvgpt/tensor/tensor.h>
@@ -45,6 +49,71 @@ TEST(Allocator, PeakTracksTheHighWaterMark) {
   { Tensor big = Tensor::empty({1 << 18}, DType::f64); }
   EXPECT_GE(a.peak_bytes(), base + (size_t(1) << 21));
   EXPECT_EQ(a.live_bytes(), base);
+}
+
+// A caching allocator over malloc that records what reaches the system.
+class RecordingAllocator final : public CachingAllocator {
+ public:
+  explicit RecordingAllocator(AllocatorMode mode) : CachingAllocator(512, 1 << 20, mode) {}
+  ~RecordingAllocator() override { empty_cache(); }
+  std::vector<size_t> allocated;
+  int freed = 0;
+
+ private:
+  void* allocate_block(size_t size) override {
+    allocated.push_back(size);
+    return std::malloc(size);
+  }
+  void free_block(void* ptr) override {
+    ++freed;
+    std::free(ptr);
+  }
+  [[noreturn]] void out_of_memory(size_t) override { throw std::bad_alloc(); }
+};
+
+TEST(Allocator, DirectModeGivesEachRequestItsExactBlockAndFreesAtOnce) {
+  RecordingAllocator a(AllocatorMode::direct);
+  void* p = a.allocate(1000);
+  EXPECT_EQ(a.allocated, std::vector<size_t>{1000});
+  EXPECT_EQ(a.live_bytes(), 1000u);
+  a.deallocate(p, 1000);
+  EXPECT_EQ(a.freed, 1);
+  EXPECT_EQ(a.live_bytes(), 0u);
+  EXPECT_EQ(a.cached_bytes(), 0u);
+  // The same size again is a fresh block, not a reused one.
+  a.deallocate(a.allocate(1000), 1000);
+  EXPECT_EQ(a.allocated, (std::vector<size_t>{1000, 1000}));
+  EXPECT_EQ(a.freed, 2);
+  EXPECT_EQ(a.peak_bytes(), 1000u);
+}
+
+TEST(Allocator, CachingModeRoundsAndReuses) {
+  RecordingAllocator a(AllocatorMode::caching);
+  a.deallocate(a.allocate(1000), 1000);
+  a.deallocate(a.allocate(1000), 1000);
+  EXPECT_EQ(a.allocated, std::vector<size_t>{1024});
+  EXPECT_EQ(a.freed, 0);
+  EXPECT_EQ(a.cached_bytes(), 1024u);
+}
+
+TEST(Allocator, ModeFromTheEnvironment) {
+  const char* var = "MVGPT_TEST_ALLOCATOR_MODE";
+  unsetenv(var);
+  EXPECT_EQ(allocator_mode_from_env(var), AllocatorMode::caching);
+  setenv(var, "caching", 1);
+  EXPECT_EQ(allocator_mode_from_env(var), AllocatorMode::caching);
+  setenv(var, "direct", 1);
+  EXPECT_EQ(allocator_mode_from_env(var), AllocatorMode::direct);
+  setenv(var, "cudaMalloc", 1);
+  try {
+    allocator_mode_from_env(var);
+    ADD_FAILURE() << "an unknown mode was accepted";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("MVGPT_TEST_ALLOCATOR_MODE=cudaMalloc"), std::string::npos) << m;
+    EXPECT_NE(m.find("direct"), std::string::npos) << m;
+  }
+  unsetenv(var);
 }
 
 }  // namespace
