@@ -74,6 +74,8 @@ mkdir -p "$work"
 rows=$work/rows  # "step|result|seconds|note", one line a step
 : > "$rows"
 exec > >(tee "$out/gpu-check.log") 2>&1
+tee_pid=$!
+trap 'exec 1>&- 2>&-; wait $tee_pid' EXIT  # the log complete before the caller collects --out
 
 start=$SECONDS
 step() { printf '\n=== [%4d s] %s\n' $((SECONDS - start)) "$*"; }
@@ -286,25 +288,27 @@ if [ "$built" = 1 ] && [ $build_only = 0 ]; then
   gtest_step cuda-model 150 "$build/tests/test_mvgpt" '*OnDevice*cuda*'
   gtest_step cuda-apps 180 "$build/tests/test_apps" '*OnDevice*cuda*'
 
-  # The sanitizers beside the data and training steps (the GPU has room for both); their rows and
-  # output join the log when they finish.
+  # The sanitizers beside the data and training steps, memcheck and racecheck each in a background
+  # track of its own (the GPU has room for all three); their rows and output join the log at the end.
   step "compute-sanitizer (memcheck, racecheck) over every op's and fused unit's CUDA cases, in the background"
-  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  (
-    exec > "$work/sanitizers.out" 2>&1
-    if [ ! -x "$sanitizer" ]; then
-      record sanitizers FAIL - "compute-sanitizer not found (the CUDA toolkit's cuda-sanitizer package)"
-      exit
-    fi
-    export MVGPT_CUDA_ALLOCATOR=direct
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+    /usr/local/cuda/compute-sanitizer/compute-sanitizer 2> /dev/null | head -1)
+  tracks=()
+  if [ -z "$sanitizer" ]; then
+    record sanitizers FAIL - "compute-sanitizer not found (the CUDA toolkit's cuda-sanitizer package)"
+  else
     for tool in memcheck racecheck; do
-      gtest_step "$tool-ops" 150 "$build/tests/test_backends" 'Devices/OpOnDevice.*/cuda_*' \
-        "$sanitizer" --tool "$tool" --error-exitcode 99
-      gtest_step "$tool-fused" 120 "$build/tests/test_fused" '*UnitOnDevice*cuda*' \
-        "$sanitizer" --tool "$tool" --error-exitcode 99
+      (
+        exec > "$work/$tool.log" 2>&1
+        export MVGPT_CUDA_ALLOCATOR=direct
+        gtest_step "$tool-ops" 180 "$build/tests/test_backends" 'Devices/OpOnDevice.*/cuda_*' \
+          "$sanitizer" --tool "$tool" --error-exitcode 99
+        gtest_step "$tool-fused" 150 "$build/tests/test_fused" '*UnitOnDevice*cuda*' \
+          "$sanitizer" --tool "$tool" --error-exitcode 99
+      ) &
+      tracks+=($!)
     done
-  ) &
-  sanitizers=$!
+  fi
 
   step "NCCL (data parallel over GPUs)"
   if [ "$gpus" -ge 2 ]; then
@@ -338,8 +342,8 @@ if [ "$built" = 1 ] && [ $build_only = 0 ]; then
   fi
 
   step "compute-sanitizer's results"
-  wait $sanitizers
-  cat "$work/sanitizers.out"
+  [ ${#tracks[@]} -gt 0 ] && wait "${tracks[@]}"
+  cat "$work/memcheck.log" "$work/racecheck.log" 2> /dev/null
 fi
 
 step "summary"
