@@ -48,9 +48,12 @@ jobs=${MVGPT_JOBS:-$(nproc)}
 minutes=${MVGPT_GPU_CHECK_MINUTES:-1}
 loss_tol=${MVGPT_GPU_CHECK_LOSS_TOL:-1e-3}
 budget=480  # seconds: the 8 minutes this check should take on 16 cores
+# Every step ends by this many seconds after the start, whatever its own limit: the device tool stops
+# a command at 600 s, and a check cut off from outside would leave no table.
+deadline=${MVGPT_GPU_CHECK_DEADLINE:-560}
 
 # The output folder holds only what this script writes (6 files); an earlier run's are replaced.
-outputs=(gpu-check.log summary.txt evaluate-cuda.json evaluate-cpu.json context-cuda.json context-cpu.json)
+outputs=(gpu-check.log summary.txt summary.txt.tmp evaluate-cuda.json evaluate-cpu.json context-cuda.json context-cpu.json)
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2> /dev/null)" ]; then
   for f in "$out"/* "$out"/.[!.]*; do
     [ -e "$f" ] || continue
@@ -79,11 +82,30 @@ trap 'exec 1>&- 2>&-; wait $tee_pid' EXIT  # the log complete before the caller 
 
 start=$SECONDS
 step() { printf '\n=== [%4d s] %s\n' $((SECONDS - start)) "$*"; }
+# table: the steps so far, as summary.txt holds them.
+table() {
+  echo "# mvgpt gpu-check, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2> /dev/null)$([ -n "$bundle" ] && echo ", bundle $bundle")"
+  printf '%-22s %-6s %6s  %s\n' step result secs note
+  printf '%-22s %-6s %6s  %s\n' ---- ------ ---- ----
+  while IFS='|' read -r name result secs rnote; do
+    printf '%-22s %-6s %6s  %s\n' "$name" "$result" "$secs" "$rnote"
+  done < "$rows"
+}
 # record NAME RESULT SECONDS NOTE: one row of the table; any result but PASS, SKIP or SLOW fails.
-record() { echo "$1|$2|$3|$4" >> "$rows"; }
+# summary.txt is rewritten with each row, so a run stopped from outside still leaves its table.
+record() {
+  echo "$1|$2|$3|$4" >> "$rows"
+  table > "$out/summary.txt.tmp" && mv "$out/summary.txt.tmp" "$out/summary.txt"
+}
+# limit_for SECONDS: a step's time limit, cut to what is left before the deadline (at least 1).
+limit_for() {
+  local left=$((deadline - (SECONDS - start)))
+  echo $(($1 < left ? $1 : (left > 1 ? left : 1)))
+}
 # run NAME SECONDS CMD...: CMD under a time limit; records PASS (note: $note) or FAIL. Returns its code.
 run() {
-  local name=$1 limit=$2
+  local name=$1 limit
+  limit=$(limit_for "$2")
   shift 2
   echo "+ $*"
   local t0=$SECONDS
@@ -118,7 +140,8 @@ gtest_summary() {
 # PREFIX, e.g. a sanitizer) with MVGPT_REQUIRE_CUDA=1; fails on any failure, on no test run and on
 # a skip that is not allowed.
 gtest_step() {
-  local name=$1 limit=$2 bin=$3 filter=$4 log=$work/$1.out
+  local name=$1 limit bin=$3 filter=$4 log=$work/$1.out
+  limit=$(limit_for "$2")
   shift 4
   echo "+ $* $bin --gtest_filter=$filter"
   local t0=$SECONDS
@@ -137,7 +160,7 @@ gtest_step() {
   elif [ "$ran" = 0 ]; then
     record "$name" FAIL $secs "no test ran (filter $filter, exit $rc)"
   elif [ $rc -ne 0 ]; then
-    record "$name" FAIL $secs "exit $rc: $failed of $ran failed$(grep -q 'ERROR SUMMARY: [1-9]' "$log" && echo "; $(grep -o 'ERROR SUMMARY: [0-9]* errors*' "$log" | tail -1)")"
+    record "$name" FAIL $secs "exit $rc: $failed of $ran failed$(grep -o '\(ERROR\|RACECHECK\) SUMMARY: [1-9][0-9]* [a-z]*' "$log" | tail -1 | sed 's/^/; /')"
   elif [ ${#bad[@]} -gt 0 ]; then
     record "$name" FAIL $secs "${#bad[@]} of $ran skipped: ${bad[*]:0:3}"
   else
@@ -221,11 +244,8 @@ if [ -n "$bundle" ]; then
     local lib
     for lib in "$runtime"/usr/lib/x86_64-linux-gnu/lib*.so.*; do
       [ -L "$lib" ] || continue  # the soname's link (libgomp.so.1), not the file it names
-      ldconfig -p 2> /dev/null | grep -q "^[[:space:]]$(basename "$lib") " || cp -P "$lib" "$runtime-lib/"
-    done
-    for lib in "$runtime-lib"/*; do
-      [ -e "$lib" ] || continue
-      ln -sf "$(readlink -f "$lib")" "$lib"  # the link, made absolute (it was relative to its folder)
+      ldconfig -p 2> /dev/null | grep -q "^[[:space:]]$(basename "$lib") (libc6,x86-64" ||
+        ln -sf "$(readlink -f "$lib")" "$runtime-lib/$(basename "$lib")"
     done
     echo "run-time libraries the system lacks, taken from the bundle: $(ls "$runtime-lib" | tr '\n' ' ')"
   }
@@ -252,6 +272,7 @@ fi
 if [ "$built" = 1 ]; then
   step "build (the test binaries with CUDA cases, and the apps)"
   targets=(test_backends test_fused test_mvgpt test_apps prepare pretrain generate evaluate context)
+  [ "$gpus" -ge 2 ] && targets+=(test_dist)
   # 300 s on 16 cores; longer on fewer (a --build-only proof on a small machine).
   run build $((jobs >= 16 ? 300 : 300 * 16 / jobs)) cmake --build "$build" -j "$jobs" --target "${targets[@]}" || built=0
 fi
@@ -353,14 +374,7 @@ if [ $total -le $budget ]; then
 else
   record total SLOW $total "over the $((budget / 60)) minutes this check should take"
 fi
-{
-  echo "# mvgpt gpu-check, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2> /dev/null)$([ -n "$bundle" ] && echo ", bundle $bundle")"
-  printf '%-22s %-6s %6s  %s\n' step result secs note
-  printf '%-22s %-6s %6s  %s\n' ---- ------ ---- ----
-  while IFS='|' read -r name result secs rnote; do
-    printf '%-22s %-6s %6s  %s\n' "$name" "$result" "$secs" "$rnote"
-  done < "$rows"
-} | tee "$out/summary.txt"
+cat "$out/summary.txt"
 if ! grep -qv '|PASS|\||SKIP|\||SLOW|' "$rows"; then
   echo "gpu-check: all steps passed in $total s; log and table in $out"
 else

@@ -1,6 +1,7 @@
 #pragma once
 // Entry points of the CUDA backend. Built from backends/cuda/*.cu when MVGPT_CUDA is on; otherwise
 // no_cuda.cpp provides them and each says that this build has no CUDA.
+#include <cstdint>
 #include <string>
 
 #include <mvgpt/backends/backend.h>
@@ -26,5 +27,7 @@ MemoryInfo memory_info(int index);
 // Tests only: true sends every scatter-add through the walking kernel, the reference of the sorted
 // one (NOTE [ Sorted scatter-add ], backends/cuda/cuda_index.cu). No effect without CUDA.
 void force_walking_scatter_add(bool on);
+// Tests only: how many scatter-adds have taken the sorted path (0 without CUDA).
+int64_t sorted_scatter_add_count();
 
 }  // namespace mvgpt::cuda

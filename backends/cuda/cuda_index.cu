@@ -83,8 +83,9 @@ __global__ void sort_input_kernel(int64_t n, const I* index, int64_t idx_axis, I
   }
 }
 
-// One block per run of equal sorted keys (the block of the run's first entry; the others return),
-// its threads over the positions: dst[pos, key] += src[pos, order[j]] for the run's j in order.
+// One column of blocks per run of equal sorted keys (blockIdx.x at the run's first entry; the
+// others return), their threads over the positions (blockIdx.y splits many positions over several
+// blocks, each position still one thread): dst[pos, key] += src[pos, order[j]] for the run's j in order.
 template <typename T, typename I>
 __global__ void sorted_scatter_add_kernel(StridedIndexer<3> ix, int64_t positions, int64_t n, T* dst,
                                           int64_t dst_axis, const T* src, int64_t src_axis, const I* keys,
@@ -94,7 +95,7 @@ __global__ void sorted_scatter_add_kernel(StridedIndexer<3> ix, int64_t position
     if (head > 0 && keys[head - 1] == key) continue;
     int64_t end = head + 1;
     while (end < n && keys[end] == key) ++end;
-    for (int64_t p = threadIdx.x; p < positions; p += blockDim.x) {
+    for (int64_t p = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; p < positions; p += int64_t(gridDim.y) * blockDim.x) {
       int64_t off[3];
       ix.offsets(p, off);
       T* d = dst + off[0] + int64_t(key) * dst_axis;
@@ -105,7 +106,8 @@ __global__ void sorted_scatter_add_kernel(StridedIndexer<3> ix, int64_t position
   }
 }
 
-std::atomic<bool> walk_only{false};  // force_walking_scatter_add
+std::atomic<bool> walk_only{false};          // force_walking_scatter_add
+std::atomic<int64_t> sorted_launches{0};     // sorted_scatter_add_count
 
 template <typename F>
 void dispatch_index(const Tensor& index, F&& f) {
@@ -185,7 +187,10 @@ void scatter_add_impl(cudaStream_t stream, const Tensor& dst, int axis, const Te
       using T = decltype(tag);
       if (sorted) {
         const int threads = threads_for_row(positions);
-        sorted_scatter_add_kernel<T, I><<<unsigned(std::min<int64_t>(n, 65535 * 8)), threads, 0, stream>>>(
+        const dim3 grid(unsigned(std::min<int64_t>(n, 65535 * 8)),
+                        unsigned(std::min<int64_t>((positions + threads - 1) / threads, 65535)));
+        sorted_launches.fetch_add(1);
+        sorted_scatter_add_kernel<T, I><<<grid, threads, 0, stream>>>(
             ix, positions, n, static_cast<T*>(dst.raw_data()), dst_axis, static_cast<const T*>(src.raw_data()),
             src_axis, static_cast<const I*>(keys.raw_data()), static_cast<const int32_t*>(order.raw_data()));
         return;
@@ -209,6 +214,7 @@ void scatter_add_impl(cudaStream_t stream, const Tensor& dst, int axis, const Te
 }  // namespace
 
 void force_walking_scatter_add(bool on) { walk_only.store(on); }
+int64_t sorted_scatter_add_count() { return sorted_launches.load(); }
 
 void CudaBackend::index_select(const Tensor& src, int axis, const Tensor& index, const Tensor& out) {
   for (const Tensor* t : {&src, &index, &out}) require_on(*t, device(), "CudaBackend::index_select");

@@ -112,7 +112,8 @@ TEST_F(CudaOnly, AllocatorCachesFreedBlocks) {
 }
 
 // NOTE [ Sorted scatter-add ]: the sorted index_add against the walking kernel it replaces, bit
-// for bit, at an embedding backward's shape (a long index, few rows, many repeats) along either axis.
+// for bit, at an embedding backward's shape (a long index, few rows, many repeats) along either axis,
+// with more columns than a block has threads.
 TEST_F(CudaOnly, SortedIndexAddEqualsTheWalk) {
   std::vector<int64_t> tokens(3000);
   for (size_t k = 0; k < tokens.size(); ++k) tokens[k] = int64_t((k * 104729 + k * k) % 37);
@@ -123,14 +124,16 @@ TEST_F(CudaOnly, SortedIndexAddEqualsTheWalk) {
     Tensor index = ops::to(ops::to(Tensor::from_vector(tokens), idt), Device::cuda());
     for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::boolean}) {
       for (int axis : {0, 1}) {
-        const Shape table = axis == 0 ? Shape{37, 50} : Shape{50, 37};
-        const Shape grads = axis == 0 ? Shape{3000, 50} : Shape{50, 3000};
+        const Shape table = axis == 0 ? Shape{37, 300} : Shape{300, 37};
+        const Shape grads = axis == 0 ? Shape{3000, 300} : Shape{300, 3000};
         Tensor base = ops::to(testing::make_input(table, dt, 3, testing::Kind::transposed, -9, 9), Device::cuda());
         Tensor src = ops::to(testing::make_input(grads, dt, 4, testing::Kind::contiguous, -9, 9), Device::cuda());
         cuda::force_walking_scatter_add(true);
         Tensor walk = ops::contiguous(ops::to(ops::index_add(base, axis, index, src), Device::cpu()));
         cuda::force_walking_scatter_add(false);
+        const int64_t before = cuda::sorted_scatter_add_count();
         Tensor sorted = ops::contiguous(ops::to(ops::index_add(base, axis, index, src), Device::cpu()));
+        EXPECT_EQ(cuda::sorted_scatter_add_count(), before + 1) << "the sorted path did not run";
         ASSERT_EQ(walk.nbytes(), sorted.nbytes());
         EXPECT_EQ(std::memcmp(walk.raw_data(), sorted.raw_data(), walk.nbytes()), 0)
             << dtype_name(dt) << " along axis " << axis << ", index " << dtype_name(idt);
