@@ -53,7 +53,7 @@ budget=480  # seconds: the 8 minutes this check should take on 16 cores
 deadline=${MVGPT_GPU_CHECK_DEADLINE:-560}
 
 # The output folder holds only what this script writes (6 files); an earlier run's are replaced.
-outputs=(gpu-check.log summary.txt summary.txt.tmp evaluate-cuda.json evaluate-cpu.json context-cuda.json context-cpu.json)
+outputs=(gpu-check.log summary.txt evaluate-cuda.json evaluate-cpu.json context-cuda.json context-cpu.json)
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2> /dev/null)" ]; then
   for f in "$out"/* "$out"/.[!.]*; do
     [ -e "$f" ] || continue
@@ -92,10 +92,11 @@ table() {
   done < "$rows"
 }
 # record NAME RESULT SECONDS NOTE: one row of the table; any result but PASS, SKIP or SLOW fails.
-# summary.txt is rewritten with each row, so a run stopped from outside still leaves its table.
+# summary.txt is rewritten with each row, so a run stopped from outside still leaves its table; each
+# writer (the sanitizer tracks run beside the main one) renames a whole table of its own into place.
 record() {
   echo "$1|$2|$3|$4" >> "$rows"
-  table > "$out/summary.txt.tmp" && mv "$out/summary.txt.tmp" "$out/summary.txt"
+  table > "$work/summary.$BASHPID" && mv -f "$work/summary.$BASHPID" "$out/summary.txt"
 }
 # limit_for SECONDS: a step's time limit, cut to what is left before the deadline (at least 1).
 limit_for() {
