@@ -218,8 +218,8 @@ void print_run(const PretrainArgs& args, const std::string& run_name, const gpt:
     std::printf("gradient accumulation: %lld micro-batches of %lld sequences a step\n", (long long)s.grad_accum_steps,
                 (long long)(s.batch_size / dist::size() / s.grad_accum_steps));
   if (s.optimizer == "muon")
-    std::printf("Muon for the hidden matrices: lr %.3g -> %.3g, momentum 0.95 (Nesterov), 5 Newton-Schulz steps; the rest:\n",
-                s.muon_lr, s.muon_lr * s.min_lr / s.lr);
+    std::printf("Muon for the hidden matrices: lr %.3g -> %.3g, momentum 0.95 (Nesterov), %lld Newton-Schulz steps (%s); the rest:\n",
+                s.muon_lr, s.muon_lr * s.min_lr / s.lr, (long long)s.muon_ns_steps, s.muon_coefficients.c_str());
   const std::string shape = s.schedule == "wsd" ? format("the peak, then a linear decay over the last %.0f%% of", 100 * s.decay_fraction)
                                                 : std::string("cosine over");
   std::printf("AdamW lr %.3g -> %.3g (warm-up %lld, %s %s), betas %.3g %.3g, weight decay %.3g, clip %.3g, seed %llu%s\n",
@@ -228,6 +228,8 @@ void print_run(const PretrainArgs& args, const std::string& run_name, const gpt:
                              : format("%lld steps", (long long)s.schedule_steps).c_str(),
               s.beta1, s.beta2, s.weight_decay, s.grad_clip, (unsigned long long)s.seed,
               config.dropout > 0 ? format(", dropout %.3g", config.dropout).c_str() : "");
+  if (s.embedding_lr > 0)
+    std::printf("the embeddings at their own rate: %.3g -> %.3g\n", s.embedding_lr, s.embedding_lr * s.min_lr / s.lr);
 }
 
 // The command line that continues this run: this one, --overwrite left out, --resume added.

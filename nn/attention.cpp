@@ -35,6 +35,10 @@ SelfAttention::SelfAttention(const AttentionConfig& c, const Init& init) : confi
   const int64_t qkv = (config.n_head + 2 * config.n_kv_head) * head_dim;
   c_attn = register_module("c_attn", std::make_shared<Linear>(config.n_embd, qkv, config.bias, init));
   c_proj = register_module("c_proj", std::make_shared<Linear>(config.n_embd, config.n_embd, config.bias, init));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(head_dim, config.qk_norm_eps, /*affine=*/true, init));
+    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(head_dim, config.qk_norm_eps, /*affine=*/true, init));
+  }
 }
 
 Tensor SelfAttention::attend_fused(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
@@ -83,6 +87,10 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
   // (B, T, n, D) -> (B, n, T, D)
   auto heads = [&](const Tensor& t, int64_t n) { return transpose(reshape(t, {B, T, n, D}), 1, 2); };
   Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
+  if (q_norm) {  // before the rotation, which keeps each head's norm: cached keys are normalised ones
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
 
   if (config.rope) {
     Tensor pos = positions;

@@ -1,7 +1,7 @@
 #pragma once
 // Self-attention, causal (a decoder's: CausalSelfAttention) or over every position (SelfAttention
 // with causal = false: an encoder's, a ViT's), with a fused QKV projection, optional rotary embeddings (either layout),
-// grouped-query attention (n_kv_head dividing n_head) and an optional KV cache.
+// grouped-query attention (n_kv_head dividing n_head), optional QK-norm and an optional KV cache.
 //
 //   c_attn: Linear(C, (H + 2 Hkv) * D): q, k, v stacked in that order (for Hkv == H this is
 //           nanoGPT's [3C, C]); c_proj: Linear(C, C).
@@ -15,6 +15,7 @@
 #include <mvgpt/nn/kv_cache.h>
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/module.h>
+#include <mvgpt/nn/rms_norm.h>
 
 namespace mvgpt::nn {
 
@@ -33,6 +34,11 @@ struct AttentionConfig {
   // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's
   // attn_dropout and resid_dropout). Masks come from default_generator().
   double dropout = 0.0;
+  // QK-norm (OLMo 2, Qwen3, modded-nanogpt): each head's query and key RMS-normalised over its D
+  // channels, with a learned gain of D, before the rotation. Bounds the logits, so the attention
+  // trains stably at higher rates.
+  bool qk_norm = false;
+  double qk_norm_eps = 1e-6;
 };
 
 class SelfAttention : public Module {
@@ -63,6 +69,7 @@ class SelfAttention : public Module {
   int64_t head_dim;
   bool use_fused = true;  // false: the unfused reference path (also taken in training with dropout)
   std::shared_ptr<Linear> c_attn, c_proj;
+  std::shared_ptr<RMSNorm> q_norm, k_norm;  // with qk_norm only: RMSNorm(D)
 };
 
 // A decoder's attention: SelfAttention with causal set whatever the config says.

@@ -13,6 +13,33 @@
 
 namespace mvgpt::nn {
 
+namespace {
+// Polar Express's coefficients for 5 steps, safety factor 2e-2 and cushion 2 (Amsel, Persson, Musco
+// and Gower, arXiv:2505.16932; as modded-nanogpt and nanochat run them).
+constexpr std::array<std::array<double, 3>, 5> kPolarExpress{{
+    {8.156554524902461, -22.48329292557795, 15.878769915207462},
+    {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+    {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+    {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+    {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
+}};
+}  // namespace
+
+std::array<double, 3> newton_schulz_step(const MuonOptions& o, int k) {
+  if (o.coefficients == MuonOptions::Coefficients::jordan) return {o.ns_a, o.ns_b, o.ns_c};
+  return kPolarExpress[size_t(std::min<int>(k, int(kPolarExpress.size()) - 1))];
+}
+
+std::string to_string(MuonOptions::Coefficients c) {
+  return c == MuonOptions::Coefficients::jordan ? "jordan" : "polar_express";
+}
+
+MuonOptions::Coefficients muon_coefficients_from_string(const std::string& text) {
+  if (text == "jordan") return MuonOptions::Coefficients::jordan;
+  if (text == "polar_express") return MuonOptions::Coefficients::polar_express;
+  throw std::invalid_argument("Muon: coefficients \"" + text + "\"; expected jordan or polar_express");
+}
+
 Tensor newton_schulz(const Tensor& g, const MuonOptions& o) {
   if (g.dim() < 2 || !is_floating(g.dtype()))
     throw std::invalid_argument("newton_schulz: expected float matrices (..., A, B), found " + g.describe());
@@ -22,11 +49,15 @@ Tensor newton_schulz(const Tensor& g, const MuonOptions& o) {
   Tensor x = tall ? transpose(g, r, c) : g;  // (..., m, n), m <= n: the Gram matrices are the small ones
   // Each matrix over its Frobenius norm: its spectral norm is then at most 1, as the iteration needs.
   const Tensor norm = sqrt(sum(square(x), {r, c}, true));
-  x = div(x, maximum(norm, full({}, o.eps, x.dtype(), x.device())));
+  if (o.coefficients == MuonOptions::Coefficients::jordan)
+    x = div(x, maximum(norm, full({}, o.eps, x.dtype(), x.device())));
+  else
+    x = div(x, add(mul(norm, 1.02), o.eps));
   for (int k = 0; k < o.ns_steps; ++k) {
-    Tensor a = matmul(x, transpose(x, r, c));                    // (..., m, m)
-    Tensor b = add(mul(a, o.ns_b), mul(matmul(a, a), o.ns_c));  // b A + c A^2
-    x = add(mul(x, o.ns_a), matmul(b, x));                       // a X + B X
+    const auto [ka, kb, kc] = newton_schulz_step(o, k);
+    Tensor a = matmul(x, transpose(x, r, c));              // (..., m, m)
+    Tensor b = add(mul(a, kb), mul(matmul(a, a), kc));  // b A + c A^2
+    x = add(mul(x, ka), matmul(b, x));                   // a X + B X
   }
   return tall ? contiguous(transpose(x, r, c)) : x;
 }
@@ -108,6 +139,7 @@ void Muon::step() {
 std::vector<std::pair<std::string, double>> Muon::hyper_parameters() const {
   return {{"momentum", options_.momentum},   {"nesterov", options_.nesterov ? 1.0 : 0.0},
           {"weight_decay", options_.weight_decay}, {"ns_steps", double(options_.ns_steps)},
+          {"ns_polar_express", options_.coefficients == MuonOptions::Coefficients::polar_express ? 1.0 : 0.0},
           {"adamw_lr", options_.adamw.lr},   {"adamw_beta1", options_.adamw.beta1},
           {"adamw_beta2", options_.adamw.beta2}};
 }

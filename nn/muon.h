@@ -13,6 +13,7 @@
 //   W   = W (1 - lr wd) - lr sqrt(max(1, A / B)) O
 // The products of the iteration follow the precision policy (NOTE [ Precision policy ]): bfloat16
 // operands summed in float32 under bf16, as PyTorch runs them in bfloat16.
+#include <array>
 #include <string>
 #include <vector>
 
@@ -27,18 +28,29 @@ struct MuonOptions {
   bool nesterov = true;
   double weight_decay = 0.0;  // decoupled, as AdamW's
   int ns_steps = 5;
-  // The quintic iteration X <- a X + (b A + c A^2) X, A = X X^T (modded-nanogpt's coefficients).
-  double ns_a = 3.4445, ns_b = -4.7750, ns_c = 2.0315;
-  double eps = 1e-7;  // U is divided by max(|U|_F, eps) first
+  // The quintic iteration X <- a X + (b A + c A^2) X, A = X X^T: the same (a, b, c) at every step
+  // (Jordan's, modded-nanogpt's first), or Polar Express's (Amsel et al. 2025): a minimax-optimal
+  // (a, b, c) for each of 5 steps (the fifth repeats past them), fitted greedily, so the first k
+  // are the best k-step iteration; they lift small singular values faster (a = 8.16 at the first
+  // step), so fewer steps reach about 1.
+  enum class Coefficients { jordan, polar_express };
+  Coefficients coefficients = Coefficients::jordan;
+  double ns_a = 3.4445, ns_b = -4.7750, ns_c = 2.0315;  // jordan's
+  double eps = 1e-7;  // U is divided by max(|U|_F, eps) first (polar_express: by 1.02 |U|_F + eps, its safety margin)
   // The rate of the AdamW groups (embeddings, head, norms, biases) and its other settings.
   AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.0};
 };
 
 // The orthogonalisation: g (..., A, B) float, one matrix or a batch of them -> approximately U V^T
-// for each g = U S V^T, its singular values pushed into about [0.7, 1.2] by `steps` quintic
-// iterations (not exactly 1: the coefficients trade exactness for speed, as in modded-nanogpt).
-// Works on the shorter side (transposes when A > B).
+// for each g = U S V^T, its singular values pushed into about [0.7, 1.2] by 5 quintic iterations of
+// either coefficients (not exactly 1: the coefficients trade exactness for speed, as in
+// modded-nanogpt). Works on the shorter side (transposes when A > B).
 Tensor newton_schulz(const Tensor& g, const MuonOptions& options = {});
+// The (a, b, c) of step k (0-based) under the options' coefficients.
+std::array<double, 3> newton_schulz_step(const MuonOptions& options, int k);
+// "jordan" / "polar_express", and back (std::invalid_argument naming the text and the choices).
+std::string to_string(MuonOptions::Coefficients c);
+MuonOptions::Coefficients muon_coefficients_from_string(const std::string& text);
 
 class Muon : public Optimizer {
  public:

@@ -26,6 +26,20 @@ std::vector<ParamGroup> weight_decay_groups(const NamedTensors& named, double we
   return {decayed, plain};
 }
 
+std::vector<ParamGroup> with_lr_scale(std::vector<ParamGroup> groups,
+                                      const std::unordered_set<const TensorImpl*>& chosen, double lr_scale) {
+  std::vector<ParamGroup> kept, scaled;
+  for (ParamGroup& g : groups) {
+    ParamGroup rest{.params = {}, .weight_decay = g.weight_decay, .lr_scale = g.lr_scale};
+    ParamGroup own{.params = {}, .weight_decay = g.weight_decay, .lr_scale = g.lr_scale * lr_scale};
+    for (Tensor& p : g.params) (chosen.count(p.impl()) ? own : rest).params.push_back(std::move(p));
+    if (!rest.params.empty()) kept.push_back(std::move(rest));
+    if (!own.params.empty()) scaled.push_back(std::move(own));
+  }
+  for (ParamGroup& g : scaled) kept.push_back(std::move(g));
+  return kept;
+}
+
 // --- Optimizer ---
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double default_weight_decay,

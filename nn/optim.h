@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <mvgpt/nn/module.h>
@@ -33,6 +34,13 @@ struct ParamGroup {
 std::vector<ParamGroup> weight_decay_groups(
     const NamedTensors& named, double weight_decay,
     const std::function<bool(const std::string&, const Tensor&)>& decay = {});
+
+// Per-group rates: the parameters in `chosen` leave their groups for copies of those groups (same
+// weight decay) whose lr_scale is multiplied by `lr_scale`, placed after the rest; groups left empty
+// are dropped. For example the embeddings at their own rate:
+//   with_lr_scale(weight_decay_groups(named, 0.1), {wte.weight.impl()}, 3.0)
+std::vector<ParamGroup> with_lr_scale(std::vector<ParamGroup> groups,
+                                      const std::unordered_set<const TensorImpl*>& chosen, double lr_scale);
 
 class Optimizer {
  public:

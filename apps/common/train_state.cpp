@@ -21,7 +21,8 @@ namespace mvgpt::apps {
   REQUIRED(weight_decay) REQUIRED(grad_clip) REQUIRED(seed) REQUIRED(eval_interval) REQUIRED(eval_windows)         \
   REQUIRED(beta1) REQUIRED(beta2) OPTIONAL(grad_accum_steps, int64_t(1)) OPTIONAL(fit_schedule, false)           \
   OPTIONAL(optimizer, std::string("adamw")) OPTIONAL(muon_lr, 0.02) OPTIONAL(schedule, std::string("cosine"))      \
-  OPTIONAL(decay_fraction, 0.4)
+  OPTIONAL(decay_fraction, 0.4) OPTIONAL(muon_ns_steps, int64_t(5))                                             \
+  OPTIONAL(muon_coefficients, std::string("jordan")) OPTIONAL(embedding_lr, 0.0)
 
 void to_json(json& j, const PretrainSettings& s) {
 #define MVGPT_PUT(field, ...) j[#field] = s.field;

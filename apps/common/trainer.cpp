@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <unordered_set>
 
 #include "apps/common/numerics.h"
 #include "apps/common/schedule_fit.h"
@@ -15,6 +16,8 @@
 #include <mvgpt/dist/data_parallel.h>
 #include <mvgpt/dist/world.h>
 #include <mvgpt/nn/checkpoint.h>
+#include <mvgpt/nn/embedding.h>
+#include <mvgpt/nn/muon.h>
 #include <mvgpt/tensor/generator.h>
 #include <mvgpt/util/atomic_file.h>
 
@@ -59,10 +62,21 @@ nn::NamedTensors trainable_parameters(nn::Module& model) {
 std::unique_ptr<nn::Optimizer> make_optimizer(nn::Module& model, const nn::NamedTensors& trainable,
                                               const PretrainSettings& s) {
   const nn::AdamWOptions adamw{.lr = s.lr, .beta1 = s.beta1, .beta2 = s.beta2, .eps = 1e-8, .weight_decay = s.weight_decay};
-  if (s.optimizer != "muon") return std::make_unique<nn::AdamW>(nn::weight_decay_groups(trainable, s.weight_decay), adamw);
+  // The embeddings at --embedding-lr: their own groups, at that rate over --lr.
+  std::unordered_set<const TensorImpl*> embeddings;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* e = dynamic_cast<nn::Embedding*>(m)) embeddings.insert(e->weight.impl());
+  auto embeddings_at_own_rate = [&](std::vector<nn::ParamGroup> groups) {
+    return s.embedding_lr > 0 ? nn::with_lr_scale(std::move(groups), embeddings, s.embedding_lr / s.lr) : groups;
+  };
+  if (s.optimizer != "muon")
+    return std::make_unique<nn::AdamW>(embeddings_at_own_rate(nn::weight_decay_groups(trainable, s.weight_decay)), adamw);
   nn::MuonSplit split = nn::muon_split(model, 0.0, s.weight_decay);
-  return std::make_unique<nn::Muon>(std::move(split.matrices), std::move(split.others),
-                                    nn::MuonOptions{.lr = s.muon_lr, .adamw = adamw});
+  return std::make_unique<nn::Muon>(std::move(split.matrices), embeddings_at_own_rate(std::move(split.others)),
+                                    nn::MuonOptions{.lr = s.muon_lr,
+                                                    .ns_steps = int(s.muon_ns_steps),
+                                                    .coefficients = nn::muon_coefficients_from_string(s.muon_coefficients),
+                                                    .adamw = adamw});
 }
 
 std::vector<Tensor> tensors_of(const nn::NamedTensors& named) {

@@ -36,10 +36,14 @@ std::string settings_problem(const PretrainSettings& s) {
         real("weight_decay", s.weight_decay, 0, inf), real("grad_clip", s.grad_clip, 0, inf), real("beta1", s.beta1, 0, 1),
         real("beta2", s.beta2, 0, 1), whole("eval_interval", s.eval_interval, 1), whole("eval_windows", s.eval_windows, 1),
         whole("grad_accum_steps", s.grad_accum_steps, 1), real("muon_lr", s.muon_lr, 1e-300, inf),
-        real("decay_fraction", s.decay_fraction, 1e-300, 1 + 1e-12)})
+        real("decay_fraction", s.decay_fraction, 1e-300, 1 + 1e-12), whole("muon_ns_steps", s.muon_ns_steps, 1),
+        real("embedding_lr", s.embedding_lr, 0, inf)})
     if (!why.empty()) return why;
   if (s.optimizer != "adamw" && s.optimizer != "muon")
     return "optimizer is \"" + s.optimizer + "\"; expected adamw or muon";
+  if (s.muon_coefficients != "jordan" && s.muon_coefficients != "polar_express")
+    return "muon_coefficients is \"" + s.muon_coefficients + "\"; expected jordan or polar_express";
+  if (s.muon_ns_steps > 100) return format("muon_ns_steps is %lld; expected at most 100", (long long)s.muon_ns_steps);
   if (s.schedule != "cosine" && s.schedule != "wsd") return "schedule is \"" + s.schedule + "\"; expected cosine or wsd";
   if (s.batch_size % s.grad_accum_steps != 0)
     return format("batch_size is %lld, not a multiple of grad_accum_steps (%lld)", (long long)s.batch_size,
@@ -104,6 +108,19 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_option("--muon-lr", s.muon_lr, "Muon's peak rate for the hidden matrices (with --optimizer muon)")
       ->capture_default_str()
       ->check(kPositive);
+  app->add_option("--muon-ns-steps", s.muon_ns_steps, "Newton-Schulz steps of each Muon update (fewer: a cheaper step, a rougher orthogonalisation)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(100)));
+  app->add_option("--muon-coefficients", s.muon_coefficients,
+                  "the Newton-Schulz polynomial: jordan (one quintic for every step) or polar_express (one fitted to "
+                  "each step, closer to orthogonal in fewer steps)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"jordan", "polar_express"}));
+  app->add_option("--embedding-lr", s.embedding_lr,
+                  "AdamW's peak rate for the embeddings (the token table, which the tied head shares, and the learned "
+                  "positions), following the schedule in proportion (0: --lr)")
+      ->capture_default_str()
+      ->check(kNonNegative);
   app->add_option("--schedule", s.schedule,
                   "cosine (decay over the whole run after the warm-up), or wsd (warm-up, the peak rate, then a linear "
                   "decay over the last --decay-fraction of the run)")

@@ -33,6 +33,11 @@ struct PretrainSettings {
   // embeddings, head, norms and biases (nn/muon.h).
   std::string optimizer = "adamw";
   double muon_lr = 0.02;
+  int64_t muon_ns_steps = 5;                 // Newton-Schulz steps a Muon update
+  std::string muon_coefficients = "jordan";  // or polar_express (nn::MuonOptions::Coefficients)
+  // The AdamW rate of the embeddings (the token table, which the tied head shares, and the learned
+  // positions), where it differs from lr; 0: lr. It follows the schedule in proportion.
+  double embedding_lr = 0;
   // cosine (over the whole run after the warm-up), or wsd: the peak rate, then a linear decay to
   // min_lr over the run's last decay_fraction.
   std::string schedule = "cosine";

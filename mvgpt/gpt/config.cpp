@@ -131,6 +131,7 @@ int64_t GPTConfig::num_parameters() const {
   int64_t total = vocab_size * C + n_layer * per_block + norm_params;
   if (!rope) total += block_size * C;
   if (!tie_embeddings) total += vocab_size * C;
+  if (qk_norm) total += n_layer * 2 * D;  // the gains of q_norm and k_norm
   return total;
 }
 
@@ -145,6 +146,8 @@ std::string GPTConfig::to_json() const {
   // Written only when set: a model without them keeps the config.json it always had.
   if (rope_layout != RopeLayout::split_half) j["rope_layout"] = to_string(rope_layout);
   if (exact_gelu) j["gelu_approximate"] = "none";
+  if (qk_norm) j["qk_norm"] = true;
+  if (zero_init_proj) j["zero_init_proj"] = true;
   if (rope_scaling.enabled()) j["rope_scaling"] = {{"type", type_name(rope_scaling.type)}, {"factor", rope_scaling.factor}};
   return j.dump(2) + "\n";
 }
@@ -187,6 +190,8 @@ GPTConfig GPTConfig::from_json(const std::string& text, const std::string& sourc
     else if (key == "rope") get_bool(c.rope);
     else if (key == "bias") get_bool(c.bias);
     else if (key == "tie_embeddings") get_bool(c.tie_embeddings);
+    else if (key == "qk_norm") get_bool(c.qk_norm);
+    else if (key == "zero_init_proj") get_bool(c.zero_init_proj);
     else if (key == "rope_base") get_double(c.rope_base);
     else if (key == "norm_eps") get_double(c.norm_eps);
     else if (key == "dropout") get_double(c.dropout);

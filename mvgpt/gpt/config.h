@@ -1,7 +1,8 @@
 #pragma once
 // GPTConfig: the shape of a GPT, as saved in a checkpoint's config.json. Defaults are the series'
 // model (6 blocks, 6 heads of 64, width 384, context 256, learned positions); `rope` swaps the
-// table of positions for rotary embeddings, and norm/mlp/n_kv_head/bias make Llama-style variants.
+// table of positions for rotary embeddings, and norm/mlp/n_kv_head/bias make Llama-style variants;
+// qk_norm and zero_init_proj are modded-nanogpt's (off in the presets).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -59,6 +60,14 @@ struct GPTConfig {
   bool bias = true;
   bool tie_embeddings = true;
   double norm_eps = 1e-5;
+  // QK-norm: each head's queries and keys RMS-normalised (with a learned gain) before the rotation
+  // (nn::AttentionConfig::qk_norm). config.json's "qk_norm": true, written only when set; no export
+  // format holds it.
+  bool qk_norm = false;
+  // The residual projections (attention's c_proj, the MLP's output matrix) start at zero, so each
+  // block starts as the identity (modded-nanogpt). Only the initial weights differ: a trained model
+  // computes the same with or without it. config.json's "zero_init_proj": true, written only when set.
+  bool zero_init_proj = false;
   double dropout = 0.0;    // in training: after the embeddings, on attention weights and on each residual branch (nanoGPT's places)
 
   int64_t head_dim() const { return n_embd / n_head; }

@@ -86,6 +86,10 @@ Tensor reorder_rotary_rows(const Tensor& qkv, const GPTConfig& c, int64_t a, int
 
 Family family_of(const GPTConfig& c) {
   const bool mha = c.kv_heads() == c.n_head;
+  if (c.qk_norm)
+    throw std::invalid_argument(
+        "no transformers class or llama.cpp architecture that mvgpt exports computes a model with qk_norm (GPT-2, "
+        "GPT-NeoX and Llama have no norm on queries and keys): train without it to export");
   if (c.norm == NormKind::layernorm && c.mlp == MlpKind::gelu && c.bias && mha) return c.rope ? Family::neox : Family::gpt2;
   if (c.rope && c.norm == NormKind::rmsnorm && c.mlp == MlpKind::swiglu) return Family::llama;
   throw std::invalid_argument(

@@ -19,10 +19,12 @@ std::shared_ptr<nn::Module> make_norm(const GPTConfig& c, const nn::Init& init) 
   return std::make_shared<nn::RMSNorm>(c.n_embd, c.norm_eps, /*affine=*/true, init);
 }
 
-// Redraws a residual projection's weight with the smaller GPT-2 scale.
-void reinit_weight(const Tensor& weight, const nn::Init& init) {
+// Redraws a residual projection's weight with the smaller GPT-2 scale, or zeros it (zero_init_proj).
+// The draw happens either way, so the other weights of a seed are the same with and without zeros.
+void reinit_weight(const Tensor& weight, const nn::Init& init, bool zero) {
   NoGradGuard no_grad;
-  mvgpt::copy_(weight, nn::normal(weight.shape(), init.std, init));
+  const Tensor drawn = nn::normal(weight.shape(), init.std, init);
+  mvgpt::copy_(weight, zero ? nn::zeros(weight.shape(), init) : drawn);
 }
 
 }  // namespace
@@ -39,19 +41,21 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
   ac.rope_position_scale = config.rope_position_scale();
   ac.bias = config.bias;
   ac.dropout = config.dropout;
+  ac.qk_norm = config.qk_norm;
+  ac.qk_norm_eps = config.norm_eps;
   attn = register_module("attn", std::make_shared<nn::CausalSelfAttention>(ac, init));
-  reinit_weight(attn->c_proj->weight, residual_init);
+  reinit_weight(attn->c_proj->weight, residual_init, config.zero_init_proj);
   ln_2 = register_module("ln_2", make_norm(config, init));
   if (config.mlp != MlpKind::swiglu) {
     auto m = std::make_shared<nn::MLP>(config.n_embd, config.hidden_size(), config.bias, init);
     m->activation = config.mlp == MlpKind::relu2 ? nn::Activation::relu2
                     : config.exact_gelu          ? nn::Activation::gelu_erf
                                                  : nn::Activation::gelu;
-    reinit_weight(m->c_proj->weight, residual_init);
+    reinit_weight(m->c_proj->weight, residual_init, config.zero_init_proj);
     mlp = register_module("mlp", m);
   } else {
     auto m = std::make_shared<nn::SwiGLU>(config.n_embd, config.hidden_size(), config.bias, init);
-    reinit_weight(m->w2->weight, residual_init);
+    reinit_weight(m->w2->weight, residual_init, config.zero_init_proj);
     mlp = register_module("mlp", m);
   }
 }
