@@ -78,6 +78,7 @@ gpt::GPTConfig config_from_flags(const PretrainArgs& args) {
   gpt::GPTConfig config = args.config_path.empty() ? gpt::GPTConfig::preset(args.preset)
                                                    : gpt::GPTConfig::from_json(util::read_file(args.config_path), args.config_path);
   if (args.rope) config.rope = true;
+  if (args.qk_norm != 0) config.qk_norm = args.qk_norm > 0;
   if (args.dropout >= 0) config.dropout = args.dropout;
   if (args.block_size > 0) config.block_size = args.block_size;
   if (!args.rope_scaling.empty()) {
@@ -126,6 +127,9 @@ RunStart resume_run(PretrainArgs& args, const RunPaths& paths, Device device) {
       throw UsageError((args.config_path.empty() ? "--preset " + args.preset : "--config " + args.config_path) +
                        " describes another model than the resumed run's (" + last_dir + "/config.json); leave it out");
   }
+  if (args.qk_norm != 0 && (args.qk_norm > 0) != config.qk_norm)
+    throw UsageError(std::string(args.qk_norm > 0 ? "--qk-norm" : "--no-qk-norm") + " differs from the resumed run's model (" +
+                     last_dir + "/config.json); leave it out");
   if (args.block_size > 0 && args.block_size != config.block_size)
     throw UsageError(format("--block-size %lld differs from the resumed run's (%lld); leave it out", (long long)args.block_size,
                             (long long)config.block_size));

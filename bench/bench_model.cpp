@@ -49,8 +49,9 @@ void BM_TrainStep(benchmark::State& state) {
 BENCHMARK(BM_TrainStep)->Args({1, 16, 0})->Args({0, 16, 0})->Args({1, 16, 1})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
 
 // The optimizer's step alone on the series' RoPE model, gradients in place: AdamW (0) or Muon on the
-// hidden matrices with AdamW on the rest (1), products in fp32 (0) or bf16 (1). Against BM_TrainStep
-// it gives Muon's share of a step.
+// hidden matrices with AdamW on the rest (1), products in fp32 (0) or bf16 (1), and Muon's
+// Newton-Schulz steps (Jordan's coefficients for 5, Polar Express's for fewer, as pretrain's
+// --muon-coefficients). Against BM_TrainStep it gives Muon's share of a step.
 void BM_OptimizerStep(benchmark::State& state) {
   const PrecisionGuard precision(state.range(1) ? Precision::bf16 : Precision::fp32);
   Generator g(1337);
@@ -62,11 +63,22 @@ void BM_OptimizerStep(benchmark::State& state) {
     opt = std::make_unique<nn::AdamW>(nn::weight_decay_groups(model.named_parameters(), 0.1), adamw);
   } else {
     nn::MuonSplit split = nn::muon_split(model, 0.0, 0.1);
-    opt = std::make_unique<nn::Muon>(split.matrices, split.others, nn::MuonOptions{.adamw = adamw});
+    const int steps = int(state.range(2));
+    const auto coefficients = steps < 5 ? nn::MuonOptions::Coefficients::polar_express : nn::MuonOptions::Coefficients::jordan;
+    opt = std::make_unique<nn::Muon>(split.matrices, split.others,
+                                     nn::MuonOptions{.ns_steps = steps, .coefficients = coefficients, .adamw = adamw});
   }
   for (auto _ : state) opt->step();
 }
-BENCHMARK(BM_OptimizerStep)->Args({0, 0})->Args({1, 0})->Args({1, 1})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+BENCHMARK(BM_OptimizerStep)
+    ->Args({0, 0, 0})
+    ->Args({1, 0, 5})
+    ->Args({1, 0, 3})
+    ->Args({1, 1, 5})
+    ->Args({1, 1, 3})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(3);
 
 // Sliding cache: one token through the model with a full window cached.
 void BM_DecodeCache(benchmark::State& state) {

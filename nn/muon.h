@@ -46,6 +46,11 @@ struct MuonOptions {
 // either coefficients (not exactly 1: the coefficients trade exactness for speed, as in
 // modded-nanogpt). Works on the shorter side (transposes when A > B).
 Tensor newton_schulz(const Tensor& g, const MuonOptions& options = {});
+// The same iteration on the Gram matrix (NOTE [ Newton-Schulz on the Gram matrix ] in muon.cpp):
+// x (..., m, n) already normalised, m <= n -> the same result with fewer products when n > 1.5 m.
+// newton_schulz takes it where use_gram_iteration says it is cheaper and products are in fp32.
+Tensor newton_schulz_gram(const Tensor& x, const MuonOptions& options);
+bool use_gram_iteration(int64_t m, int64_t n, int steps);
 // The (a, b, c) of step k (0-based) under the options' coefficients.
 std::array<double, 3> newton_schulz_step(const MuonOptions& options, int k);
 // "jordan" / "polar_express", and back (std::invalid_argument naming the text and the choices).

@@ -43,7 +43,11 @@ fi
 out=$search/runs/$name
 log=$search/logs/$name.log
 mkdir -p "$search/logs"
-"$bin/pretrain" --minutes "$minutes" --data-dir "$search/data" --out "$out" --overwrite --precision auto "$@" >"$log" 2>&1
+if ! "$bin/pretrain" --minutes "$minutes" --data "$search/data" --out "$out" --overwrite --precision auto "$@" >"$log" 2>&1; then
+  tail -3 "$log" >&2
+  echo "recipe_search: pretrain failed for '$name' (its log: $log)" >&2
+  exit 1
+fi
 steps=$(grep -oE '^step +[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+' || echo "?")
 tokens=$(python3 -c "import json; print(json.load(open('$out/last/state.json'))['tokens_seen'])" 2>/dev/null || echo "?")
 loss=$("$bin/evaluate" --ckpt "$out/last" --tokens "$search/data/valid.bin" --json |

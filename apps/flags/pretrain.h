@@ -50,8 +50,10 @@ struct PretrainSettings {
 void complete_schedule(PretrainSettings& s, int64_t steps);
 
 // --recipe speedrun's settings, each where its flag was not given: Muon for the hidden matrices
-// (--muon-lr 0.02), --schedule wsd over the last 40%, --batch-size 8. Chosen on 2-minute runs of
-// the series' RoPE model on stories held out of train.txt (docs/apps.md, "Recipes").
+// (--muon-lr 0.02, 3 Newton-Schulz steps with Polar Express's coefficients), --schedule wsd over the
+// last 40%, --batch-size 8, --embedding-lr 3e-3, and QK-norm in a new run's model (--no-qk-norm
+// keeps it out). Chosen on 2-minute runs of the series' RoPE model on stories held out of
+// train.txt (scripts/recipe_search.sh; docs/apps.md, "Recipes").
 struct PretrainArgs;
 void apply_recipe(PretrainArgs& args);
 
@@ -62,6 +64,7 @@ std::string settings_problem(const PretrainSettings& s);
 struct PretrainArgs {
   PretrainSettings settings;
   bool rope = false, resume = false, overwrite = false, skip_nonfinite = false;
+  int qk_norm = 0;  // --qk-norm 1, --no-qk-norm -1; 0: the preset's or config's (--recipe speedrun: on)
   int64_t inject_nan_step = -1;
   int64_t kill_after_save_step = -1;  // testing aid: SIGKILL right after this step's checkpoint
   double debug_step_seconds = 0;  // testing aid: a clock on which each step takes this long
@@ -74,8 +77,8 @@ struct PretrainArgs {
   double minutes = 10;
   int64_t steps = 0, log_interval = 1;
   std::string preset = "series", config_path, device_flag = "auto", data_dir = "data", out_dir;
-  // series: the series' recipe (AdamW, cosine, batch 16); speedrun: Muon, warm-up-stable-decay and
-  // batch 8 (apply_recipe). Flags given on the command line override either.
+  // series: the series' recipe (AdamW, cosine, batch 16); speedrun: Muon, warm-up-stable-decay,
+  // batch 8, the embeddings' own rate and QK-norm (apply_recipe). Flags given override either.
   std::string recipe = "series";
   std::string precision = "fp32";  // fp32, bf16 or auto (NOTE [ Precision policy ])
   GivenFlags given;  // on --resume, the run-defining flags given must agree with the run's

@@ -66,10 +66,21 @@ TEST(Cli, TheSpeedrunRecipeSetsWhatItsFlagsDidNotSay) {
   EXPECT_EQ(fast.settings.optimizer, "muon");
   EXPECT_EQ(fast.settings.schedule, "wsd");
   EXPECT_EQ(fast.settings.batch_size, 8);
-  const PretrainArgs mixed = parse(parse_pretrain_args, {"--recipe", "speedrun", "--batch-size", "4", "--schedule", "cosine"});
+  EXPECT_EQ(fast.settings.embedding_lr, 3e-3);
+  EXPECT_EQ(fast.settings.muon_coefficients, "polar_express");
+  EXPECT_EQ(fast.settings.muon_ns_steps, 3);
+  EXPECT_EQ(fast.qk_norm, 1);
+  EXPECT_EQ(series.qk_norm, 0);
+  EXPECT_EQ(series.settings.embedding_lr, 0);
+  const PretrainArgs mixed = parse(parse_pretrain_args, {"--recipe", "speedrun", "--batch-size", "4", "--schedule", "cosine",
+                                                         "--no-qk-norm", "--muon-ns-steps", "5"});
   EXPECT_EQ(mixed.settings.optimizer, "muon");
   EXPECT_EQ(mixed.settings.schedule, "cosine");
   EXPECT_EQ(mixed.settings.batch_size, 4);
+  EXPECT_EQ(mixed.settings.muon_ns_steps, 5);
+  EXPECT_EQ(mixed.qk_norm, -1);
+  EXPECT_EQ(parse(parse_pretrain_args, {"--qk-norm"}).qk_norm, 1);
+  EXPECT_NE(rejection(parse_pretrain_args, {"--qk-norm", "--init-from", "x"}), "");
   EXPECT_NE(rejection(parse_pretrain_args, {"--resume", "--recipe", "speedrun"}).find("a resumed run keeps its own"),
             std::string::npos);
   EXPECT_NE(rejection(parse_pretrain_args, {"--recipe", "fast"}), "");

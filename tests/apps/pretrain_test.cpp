@@ -103,16 +103,31 @@ TEST_F(Pretrain, MuonAndWsdResumeExactly) {
   const fs::path cwd = prepared();
   write_text(cwd / "resume.json", tiny_config(true));
   const std::string args = std::string(kArgs) + "--optimizer muon --muon-lr 0.01 --schedule wsd --decay-fraction 0.5 "
-                                                "--warmup-steps 2 --schedule-steps 8 ";
+                                                "--warmup-steps 2 --schedule-steps 8 --muon-coefficients polar_express "
+                                                "--muon-ns-steps 3 --embedding-lr 3e-3 --qk-norm ";
   RunResult whole = run_app("pretrain", args + "--steps 8 --out muon_a/run", cwd);
   ASSERT_EQ(whole.code, 0) << whole.out << whole.err;
-  EXPECT_NE(whole.out.find("Muon for the hidden matrices: lr 0.01"), std::string::npos) << whole.out;
+  EXPECT_NE(whole.out.find("Muon for the hidden matrices: lr 0.01 -> 0.001, momentum 0.95 (Nesterov), 3 Newton-Schulz "
+                           "steps (polar_express)"),
+            std::string::npos)
+      << whole.out;
+  EXPECT_NE(whole.out.find("the embeddings at their own rate: 0.003 -> 0.0003"), std::string::npos) << whole.out;
+  const std::string saved = slurp(cwd / "muon_a" / "run" / "last" / "state.json");
+  for (const char* field : {R"("muon_coefficients": "polar_express")", R"("muon_ns_steps": 3)", R"("embedding_lr": 0.003)"})
+    EXPECT_NE(saved.find(field), std::string::npos) << field << " not in " << saved;
+  EXPECT_NE(slurp(cwd / "muon_a" / "run" / "last" / "config.json").find(R"("qk_norm": true)"), std::string::npos);
   RunResult first = run_app("pretrain", args + "--steps 5 --out muon_b/run", cwd);
   ASSERT_EQ(first.code, 0) << first.out << first.err;
   // A resume keeps the run's optimizer; giving another is refused.
   RunResult other = run_app("pretrain", "--resume --steps 8 --optimizer adamw --device cpu --out muon_b/run", cwd);
   EXPECT_NE(other.code, 0);
   EXPECT_NE(other.err.find("--optimizer differs from the resumed run's"), std::string::npos) << other.err;
+  RunResult plain = run_app("pretrain", "--resume --steps 8 --no-qk-norm --device cpu --out muon_b/run", cwd);
+  EXPECT_NE(plain.code, 0);
+  EXPECT_NE(plain.err.find("--no-qk-norm differs from the resumed run's model"), std::string::npos) << plain.err;
+  RunResult rate = run_app("pretrain", "--resume --steps 8 --embedding-lr 1e-3 --device cpu --out muon_b/run", cwd);
+  EXPECT_NE(rate.code, 0);
+  EXPECT_NE(rate.err.find("--embedding-lr differs from the resumed run's"), std::string::npos) << rate.err;
   RunResult rest = run_app("pretrain", "--resume --steps 8 --device cpu --out muon_b/run", cwd);
   ASSERT_EQ(rest.code, 0) << rest.out << rest.err;
   for (const char* f : {"last/model.safetensors", "last/optimizer.safetensors"})

@@ -340,6 +340,87 @@ TEST(GPT, NanoGPTParameterNames) {
   EXPECT_EQ(names, expected);
 }
 
+// QK-norm: saved in config.json, counted, cached decoding equals the full pass, float64 gradients
+// hold end to end, and no export format is offered it.
+TEST(GPTConfig, QkNormIsSavedComputedCachedAndNotExported) {
+  GPTConfig c = tiny(true);
+  c.qk_norm = true;
+  EXPECT_NE(c.to_json().find(R"("qk_norm": true)"), std::string::npos) << c.to_json();
+  EXPECT_EQ(tiny(true).to_json().find("qk_norm"), std::string::npos);  // an older model's config.json is unchanged
+  EXPECT_TRUE(GPTConfig::from_json(c.to_json()).qk_norm);
+  EXPECT_NE(config_error(R"({"qk_norm": 1})").find("must be true or false"), std::string::npos);
+  Generator g(3);
+  GPT model(c, &g);
+  EXPECT_EQ(model.num_parameters(), c.num_parameters());
+  EXPECT_EQ(c.num_parameters(), tiny(true).num_parameters() + 2 * 2 * c.head_dim());
+  bool named = false;
+  for (const auto& [name, t] : model.state_dict()) named |= name == "transformer.h.1.attn.k_norm.weight";
+  EXPECT_TRUE(named);
+  {
+    NoGradGuard no_grad;
+    Tensor ids = random_ids(2, 16, 37, 11);
+    Tensor full = model.forward(ids);
+    KVCache cache(model.config(), 2);
+    std::vector<Tensor> parts = {model.forward(ops::narrow(ids, 1, 0, 5), &cache)};
+    for (int64_t t = 5; t < 16; ++t) parts.push_back(model.forward(ops::narrow(ids, 1, t, 1), &cache));
+    EXPECT_LT(max_abs_diff(ops::cat(parts, 1), full), 1e-5);
+  }
+  GPTConfig small = c;
+  small.vocab_size = 11, small.block_size = 8, small.n_embd = 8;
+  Generator g2(2), g3(4);
+  GPT f64(small, &g2);
+  f64.to(DType::f64);
+  {
+    NoGradGuard no_grad;
+    for (auto& p : f64.parameters()) ops::copy_(p, ops::add(ops::mul(ops::randn(p.shape(), DType::f64, Device::cpu(), &g3), 0.3), p.dim() == 1 ? 1.0 : 0.0));
+  }
+  Tensor ids = random_ids(2, 6, 11, 1), targets = random_ids(2, 6, 11, 2);
+  auto result = autograd::gradcheck("gpt qk_norm", [&](const autograd::Inputs&) { return f64.loss(ids, targets); }, f64.parameters());
+  EXPECT_TRUE(result.ok) << result.message;
+  try {
+    hf::architecture(c);
+    ADD_FAILURE() << "a qk_norm model was given a transformers class";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("qk_norm"), std::string::npos) << e.what();
+  }
+}
+
+// zero_init_proj: the same draw as without it, the residual projections then zeroed, so each block
+// starts as the identity: the logits are the head of the final norm of the embeddings.
+TEST(GPT, ZeroInitProjStartsEachBlockAsTheIdentity) {
+  for (MlpKind mlp : {MlpKind::gelu, MlpKind::swiglu}) {
+    SCOPED_TRACE(to_string(mlp));
+    GPTConfig plain = tiny(true);
+    plain.mlp = mlp;
+    GPTConfig zeroed = plain;
+    zeroed.zero_init_proj = true;
+    EXPECT_NE(zeroed.to_json().find(R"("zero_init_proj": true)"), std::string::npos);
+    EXPECT_TRUE(GPTConfig::from_json(zeroed.to_json()).zero_init_proj);
+    Generator g1(5), g2(5);
+    GPT a(plain, &g1), b(zeroed, &g2);
+    auto sa = a.state_dict(), sb = b.state_dict();
+    ASSERT_EQ(sa.size(), sb.size());
+    int zeros = 0;
+    for (size_t i = 0; i < sa.size(); ++i) {
+      const std::string& name = sa[i].first;
+      const bool projection = name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight") ||
+                              name.ends_with("mlp.w2.weight");
+      if (projection) {
+        EXPECT_EQ(max_abs_diff(sb[i].second, ops::zeros(sb[i].second.shape())), 0) << name;
+        EXPECT_GT(max_abs_diff(sa[i].second, ops::zeros(sa[i].second.shape())), 0) << name;
+        ++zeros;
+      } else {
+        EXPECT_EQ(max_abs_diff(sa[i].second, sb[i].second), 0) << name;
+      }
+    }
+    EXPECT_EQ(zeros, 2 * int(plain.n_layer));
+    NoGradGuard no_grad;
+    Tensor ids = random_ids(2, 7, 37, 3);
+    Tensor want = ops::linear(b.ln_f->forward(b.wte->forward(ids)), b.wte->weight, Tensor());
+    EXPECT_LT(max_abs_diff(b.forward(ids), want), 1e-6);
+  }
+}
+
 TEST(GPT, SameSeedSameModel) {
   Generator g1(7), g2(7);
   GPT a(tiny(true), &g1), b(tiny(true), &g2);

@@ -159,6 +159,50 @@ TEST(CausalSelfAttention, Gradients) {
   }
 }
 
+// QK-norm: each head's q and k RMS-normalised (learned gains) before the rotation. Scaling the query
+// and key rows of c_attn then changes nothing (without QK-norm it sharpens the attention), and the
+// gradients hold, gains included.
+TEST(CausalSelfAttention, QkNormMakesTheLogitsScaleFreeAndHasGradients) {
+  auto layer = [](bool qk_norm) {
+    auto m = std::make_shared<CausalSelfAttention>(
+        AttentionConfig{.n_embd = 8, .n_head = 2, .n_kv_head = 1, .rope = true, .qk_norm = qk_norm, .qk_norm_eps = 1e-14},
+        Init{.dtype = DType::f64, .std = 0.5});
+    NoGradGuard no_grad;
+    ops::copy_(m->c_attn->bias, testing::randn(m->c_attn->bias.shape(), 5));
+    if (qk_norm) {
+      ops::copy_(m->q_norm->weight, ops::add(testing::randn({4}, 6), 1.0));
+      ops::copy_(m->k_norm->weight, ops::add(testing::randn({4}, 7), 1.0));
+    }
+    return m;
+  };
+  const Tensor x = testing::randn({2, 5, 8}, 8, DType::f64);
+  for (bool qk_norm : {true, false}) {
+    SCOPED_TRACE(qk_norm ? "qk_norm" : "plain");
+    auto m = layer(qk_norm);
+    EXPECT_EQ(m->parameters().size(), qk_norm ? 6u : 4u);
+    NoGradGuard no_grad;
+    const Tensor before = m->forward(x);
+    // Rows 0..7 are q (2 heads of 4), 8..11 k: times 3.
+    Tensor scale = Tensor::from_vector<double>({3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1}, Shape{16, 1});
+    ops::copy_(m->c_attn->weight, ops::mul(m->c_attn->weight, scale));
+    ops::copy_(m->c_attn->bias, ops::mul(m->c_attn->bias, ops::reshape(scale, {16})));
+    const Tensor after = m->forward(x);
+    double diff = 0;
+    for (size_t i = 0; i < vals(before).size(); ++i) diff = std::max(diff, std::abs(vals(before)[i] - vals(after)[i]));
+    if (qk_norm) EXPECT_LT(diff, 1e-6);
+    else EXPECT_GT(diff, 1e-3);
+  }
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "unfused");
+    auto m = layer(true);
+    m->use_fused = fused;
+    std::vector<Tensor> inputs{testing::randn({1, 3, 8}, 9, DType::f64)};
+    for (const Tensor& p : m->parameters()) inputs.push_back(p);
+    auto r = autograd::gradcheck("QK-norm attention", [&](const autograd::Inputs& in) { return (*m)(in[0]); }, inputs);
+    EXPECT_TRUE(r.ok) << r.message;
+  }
+}
+
 // Self-attention over every position (an encoder's): the same layer without the causal mask.
 TEST(SelfAttention, FusedAndUnfusedMatchNaiveOverEveryPosition) {
   for (const Case& c : kCases) {

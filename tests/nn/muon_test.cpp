@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -49,21 +51,25 @@ Mat lin(double x, const Mat& a, double y, const Mat& b) {  // x a + y b
   return o;
 }
 
-// The quintic Newton-Schulz iteration of the definition, in double.
+// The quintic Newton-Schulz iteration of the definition, in double; each step's (a, b, c) from
+// newton_schulz_step (whose table is checked against the paper's figures below).
 Mat newton_schulz_reference(Mat g, const MuonOptions& o) {
   const bool tall = g.r > g.c;
   if (tall) g = tr(g);
   double n = 0;
   for (double x : g.v) n += x * x;
-  n = std::max(std::sqrt(n), o.eps);
+  n = o.coefficients == MuonOptions::Coefficients::jordan ? std::max(std::sqrt(n), o.eps) : 1.02 * std::sqrt(n) + o.eps;
   for (double& x : g.v) x /= n;
   for (int k = 0; k < o.ns_steps; ++k) {
+    const auto [ka, kb, kc] = newton_schulz_step(o, k);
     Mat a = mm(g, tr(g));
-    Mat b = lin(o.ns_b, a, o.ns_c, mm(a, a));
-    g = lin(o.ns_a, g, 1.0, mm(b, g));
+    Mat b = lin(kb, a, kc, mm(a, a));
+    g = lin(ka, g, 1.0, mm(b, g));
   }
   return tall ? tr(g) : g;
 }
+
+using Coefficients = MuonOptions::Coefficients;
 
 Tensor leaf(const Shape& shape, uint64_t seed) {
   Tensor t = testing::randn(shape, seed, DType::f64);
@@ -74,9 +80,11 @@ Tensor leaf(const Shape& shape, uint64_t seed) {
 std::vector<ParamGroup> one_group(std::vector<Tensor> params) { return {ParamGroup{.params = std::move(params)}}; }
 
 TEST(Muon, StepsMatchAFloat64ReferenceForWideAndTallMatrices) {
+  for (auto [coefficients, steps] : {std::pair{Coefficients::jordan, 5}, {Coefficients::polar_express, 5},
+                                     {Coefficients::polar_express, 3}, {Coefficients::jordan, 2}})
   for (Shape shape : {Shape{3, 5}, Shape{6, 4}}) {
-    SCOPED_TRACE(to_string(shape));
-    const MuonOptions o{.lr = 0.05, .weight_decay = 0.1};
+    SCOPED_TRACE(to_string(shape) + " " + to_string(coefficients) + " " + std::to_string(steps));
+    const MuonOptions o{.lr = 0.05, .weight_decay = 0.1, .ns_steps = steps, .coefficients = coefficients};
     Tensor w = leaf(shape, 1);
     Muon opt(one_group({w}), {}, o);
     Mat want{shape[0], shape[1], vals(w)}, buf{shape[0], shape[1], std::vector<double>(size_t(w.numel()))};
@@ -159,6 +167,67 @@ TEST(Muon, TheOrthogonalisedUpdateHasSingularValuesNearOne) {
         EXPECT_GT(sv, 0.6);
         EXPECT_LT(sv, 1.25);
       }
+    }
+  }
+}
+
+// The spectrum after `steps` iterations: each singular value of newton_schulz(grad) (12 x 40, both ways up).
+std::vector<double> singular_values_after(const Tensor& grad, const MuonOptions& o, bool tall) {
+  Tensor out = newton_schulz(tall ? contiguous(transpose(grad, 0, 1)) : grad, o);
+  Mat m{12, 40, vals(contiguous(tall ? transpose(out, 0, 1) : out))};
+  std::vector<double> svs;
+  for (double e : symmetric_eigenvalues(mm(m, tr(m)))) svs.push_back(std::sqrt(std::max(e, 0.0)));
+  return svs;
+}
+
+TEST(Muon, PolarExpressCoefficientsAreThePapersAndReachOneInFewerSteps) {
+  const MuonOptions pe{.coefficients = Coefficients::polar_express};
+  // Amsel et al.'s first and last (a, b, c) for 5 steps; past them the last repeats.
+  EXPECT_EQ(newton_schulz_step(pe, 0), (std::array<double, 3>{8.156554524902461, -22.48329292557795, 15.878769915207462}));
+  EXPECT_EQ(newton_schulz_step(pe, 4), (std::array<double, 3>{2.3465413258596377, -1.7097828382687081, 0.42323551169305323}));
+  EXPECT_EQ(newton_schulz_step(pe, 9), newton_schulz_step(pe, 4));
+  EXPECT_EQ(newton_schulz_step(MuonOptions{}, 3), (std::array<double, 3>{3.4445, -4.7750, 2.0315}));
+  EXPECT_EQ(muon_coefficients_from_string(to_string(Coefficients::polar_express)), Coefficients::polar_express);
+  EXPECT_THROW(muon_coefficients_from_string("polar"), std::invalid_argument);
+
+  // A gradient whose rows span two orders of magnitude: after 5 steps Polar Express holds every
+  // singular value near 1, and after 3 steps it has lifted the smallest nearly twice as far as Jordan's.
+  Tensor rows = Tensor::from_vector<double>({0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3}, Shape{12, 1});
+  Tensor grad = mul(testing::randn({12, 40}, 3, DType::f64), rows);
+  auto smallest = [](const std::vector<double>& svs) { return *std::min_element(svs.begin(), svs.end()); };
+  for (bool tall : {false, true}) {
+    SCOPED_TRACE(tall ? "tall" : "wide");
+    for (double sv : singular_values_after(grad, pe, tall)) {
+      EXPECT_GT(sv, 0.8);
+      EXPECT_LT(sv, 1.2);
+    }
+    const double pe3 = smallest(singular_values_after(grad, {.ns_steps = 3, .coefficients = Coefficients::polar_express}, tall));
+    const double jordan3 = smallest(singular_values_after(grad, {.ns_steps = 3}, tall));
+    EXPECT_GT(pe3, 1.5 * jordan3) << "Polar Express " << pe3 << ", Jordan " << jordan3;
+  }
+}
+
+// NOTE [ Newton-Schulz on the Gram matrix ]: the same polynomial, fewer products for wide matrices.
+TEST(Muon, TheGramIterationEqualsTheUsualOne) {
+  EXPECT_TRUE(use_gram_iteration(384, 1536, 5));  // the series' MLP matrices
+  EXPECT_TRUE(use_gram_iteration(384, 1152, 3));  // its fused QKV
+  EXPECT_FALSE(use_gram_iteration(384, 384, 5));  // square: the usual way is cheaper
+  EXPECT_FALSE(use_gram_iteration(384, 1536, 1));
+  for (auto [coefficients, steps] : {std::pair{Coefficients::jordan, 5}, {Coefficients::polar_express, 5},
+                                     {Coefficients::polar_express, 3}, {Coefficients::jordan, 2}}) {
+    SCOPED_TRACE(to_string(coefficients) + " " + std::to_string(steps));
+    const MuonOptions o{.ns_steps = steps, .coefficients = coefficients};
+    // Rows over two orders of magnitude, as a gradient's spectrum spreads.
+    Tensor rows = Tensor::from_vector<double>({0.01, 0.1, 0.3, 1, 3}, Shape{5, 1});
+    Tensor g = mul(testing::randn({2, 5, 16}, 21, DType::f64), rows);  // a batch of two wide matrices
+    const Tensor got = newton_schulz(g, o);
+    for (int64_t k = 0; k < 2; ++k) {
+      const Tensor gk = contiguous(select(g, 0, k));
+      const Mat want = newton_schulz_reference(Mat{5, 16, vals(gk)}, o);
+      expect_close(contiguous(select(got, 0, k)), want.v, 1e-11, "float64, matrix " + std::to_string(k));
+      // float32: R holds squared singular values, yet the result stays close to float64's.
+      const Tensor f32 = newton_schulz(to(gk, DType::f32), o);
+      expect_close(to(f32, DType::f64), want.v, 2e-4, "float32, matrix " + std::to_string(k));
     }
   }
 }

@@ -113,6 +113,36 @@ TEST(AdamW, WeightDecayGroupsExcludeVectors) {
   EXPECT_TRUE(custom[0].params[0].same(lin.bias));
 }
 
+// Per-group rates: the chosen parameters move to copies of their groups at lr_scale times the rate,
+// with the same weight decay, and update as an optimizer at that rate would.
+TEST(AdamW, ParametersGivenTheirOwnRateStepAsAtThatRate) {
+  Tensor w = param({0.5, -0.3, 0.2, 0.9}, {2, 2}, "w"), b = param({0.1, -0.1}, {2}, "b");
+  Tensor w_alone = param(vals(w), {2, 2}, "w"), b_alone = param(vals(b), {2}, "b");
+  auto groups = with_lr_scale(weight_decay_groups({{"w", w}, {"b", b}}, 0.1), {w.impl()}, 2.5);
+  ASSERT_EQ(groups.size(), 2u);  // the decayed group, left empty, is dropped
+  EXPECT_TRUE(groups[0].params[0].same(b));
+  EXPECT_EQ(*groups[0].weight_decay, 0.0);
+  EXPECT_EQ(groups[0].lr_scale, 1.0);
+  ASSERT_EQ(groups[1].params.size(), 1u);
+  EXPECT_TRUE(groups[1].params[0].same(w));
+  EXPECT_EQ(*groups[1].weight_decay, 0.1);
+  EXPECT_EQ(groups[1].lr_scale, 2.5);
+
+  AdamW both(groups, {.lr = 0.01});
+  AdamW w_only({ParamGroup{.params = {w_alone}, .weight_decay = 0.1}}, {.lr = 0.025});
+  AdamW b_only({ParamGroup{.params = {b_alone}, .weight_decay = 0.0}}, {.lr = 0.01});
+  for (int step = 0; step < 3; ++step) {
+    for (Tensor* t : {&w, &w_alone}) t->set_grad(Tensor::from_vector<double>(kGradW[size_t(step)], Shape{2, 2}));
+    for (Tensor* t : {&b, &b_alone}) t->set_grad(Tensor::from_vector<double>(kGradB[size_t(step)], Shape{2}));
+    both.step();
+    w_only.step();
+    b_only.step();
+  }
+  expect_close(w, vals(w_alone), 1e-15, "w at 2.5 x the rate");
+  expect_close(b, vals(b_alone), 1e-15, "b at the rate");
+  EXPECT_NE(vals(w), vals(param({0.5, -0.3, 0.2, 0.9}, {2, 2}, "w")));  // it moved
+}
+
 TEST(AdamW, FollowsTheModelThroughTo) {
   Linear lin(2, 2);
   AdamW opt(lin.parameters(), {.lr = 0.1});
