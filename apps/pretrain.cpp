@@ -123,6 +123,7 @@ RunStart resume_run(PretrainArgs& args, const RunPaths& paths, Device device) {
     given.rope_scaling = args.rope_scaling.empty() ? config.rope_scaling : gpt::RopeScaling::parse(args.rope_scaling);
     given.dropout = config.dropout;  // --dropout is checked on its own below
     if (args.config_path.empty()) given.vocab_size = config.vocab_size;  // presets follow the (same) tokenizer
+    if (args.qk_norm == 0) given.qk_norm = config.qk_norm;  // --recipe speedrun may have set it; --qk-norm is checked below
     if (given.to_json() != config.to_json())
       throw UsageError((args.config_path.empty() ? "--preset " + args.preset : "--config " + args.config_path) +
                        " describes another model than the resumed run's (" + last_dir + "/config.json); leave it out");
@@ -197,6 +198,8 @@ void print_run(const PretrainArgs& args, const std::string& run_name, const gpt:
                                               : "rotary",
               (long long)config.n_layer, (long long)config.n_head, (long long)config.n_embd,
               (long long)config.block_size, (long long)config.vocab_size, device.str().c_str());
+  if (config.qk_norm)
+    std::printf("QK-norm: each head's queries and keys RMS-normalised (no export format holds it: export refuses this model)\n");
   if (const std::string note = device_note(); !note.empty()) std::printf("%s\n", note.c_str());
   std::printf("%s\n", cpu::openblas_core_report().c_str());
   std::printf("precision: %s\n", precision.reason.c_str());
@@ -236,13 +239,18 @@ void print_run(const PretrainArgs& args, const std::string& run_name, const gpt:
     std::printf("the embeddings at their own rate: %.3g -> %.3g\n", s.embedding_lr, s.embedding_lr * s.min_lr / s.lr);
 }
 
-// The command line that continues this run: this one, --overwrite left out, --resume added.
+// The command line that continues this run: this one, --overwrite and --recipe (a new run's
+// choice, refused on a resume) left out, --resume added.
 std::string resume_command(int argc, char** argv) {
   std::string cmd = fs::path(argv[0]).filename().string();
   bool has_resume = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--overwrite") continue;
+    if (arg == "--overwrite" || arg.starts_with("--recipe=")) continue;
+    if (arg == "--recipe") {
+      ++i;  // and its value
+      continue;
+    }
     has_resume |= arg == "--resume";
     cmd += arg.find_first_of(" \t'\"$") == std::string::npos ? " " + arg : " '" + arg + "'";
   }

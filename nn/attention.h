@@ -34,8 +34,8 @@ struct AttentionConfig {
   // In training, the probability of zeroing an attention weight and an output channel (nanoGPT's
   // attn_dropout and resid_dropout). Masks come from default_generator().
   double dropout = 0.0;
-  // QK-norm (OLMo 2, Qwen3, modded-nanogpt): each head's query and key RMS-normalised over its D
-  // channels, with a learned gain of D, before the rotation. Bounds the logits, so the attention
+  // QK-norm (Qwen3's, OLMo 2's; modded-nanogpt's has no gain): each head's query and key
+  // RMS-normalised over its D channels, times a learned (D) gain, before the rotation. Bounds the logits, so the attention
   // trains stably at higher rates.
   bool qk_norm = false;
   double qk_norm_eps = 1e-6;

@@ -41,6 +41,7 @@ bool use_gram_iteration(int64_t m, int64_t n, int steps) {
 }
 
 Tensor newton_schulz_gram(const Tensor& x0, const MuonOptions& o) {
+  if (o.ns_steps == 0) return x0;
   const int r = x0.dim() - 2, c = x0.dim() - 1;
   const int64_t m = x0.size(r);
   std::vector<double> eye_values(size_t(m * m), 0.0);
@@ -86,7 +87,10 @@ Tensor newton_schulz(const Tensor& g, const MuonOptions& o) {
   else
     x = div(x, add(mul(norm, 1.02), o.eps));
   const int64_t m = x.size(r), n = x.size(c);
-  if (use_gram_iteration(m, n, o.ns_steps) && autograd::product_precision() == Precision::fp32) {
+  // The Gram form in float32 products or float64 only (the NOTE above): not for bfloat16 tensors,
+  // nor under bf16 products.
+  const bool exact_enough = x.dtype() == DType::f64 || (x.dtype() == DType::f32 && autograd::product_precision() == Precision::fp32);
+  if (exact_enough && use_gram_iteration(m, n, o.ns_steps)) {
     x = newton_schulz_gram(x, o);
   } else {
     for (int k = 0; k < o.ns_steps; ++k) {

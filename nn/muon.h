@@ -42,9 +42,10 @@ struct MuonOptions {
 };
 
 // The orthogonalisation: g (..., A, B) float, one matrix or a batch of them -> approximately U V^T
-// for each g = U S V^T, its singular values pushed into about [0.7, 1.2] by 5 quintic iterations of
-// either coefficients (not exactly 1: the coefficients trade exactness for speed, as in
-// modded-nanogpt). Works on the shorter side (transposes when A > B).
+// for each g = U S V^T, its singular values pushed into about [0.7, 1.2] by ns_steps = 5 quintic
+// iterations of either coefficients (not exactly 1: the coefficients trade exactness for speed, as
+// in modded-nanogpt; fewer steps leave the smallest lower). Works on the shorter side (transposes
+// when A > B).
 Tensor newton_schulz(const Tensor& g, const MuonOptions& options = {});
 // The same iteration on the Gram matrix (NOTE [ Newton-Schulz on the Gram matrix ] in muon.cpp):
 // x (..., m, n) already normalised, m <= n -> the same result with fewer products when n > 1.5 m.

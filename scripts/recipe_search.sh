@@ -8,7 +8,9 @@
 #
 # The split (made once, in runs/search/, git-ignored): the last 5% of train.txt's stories (241 of
 # 4,812) are the search's held-out set, the rest its training text, both encoded with data/'s
-# tokenizer (prepare runs first when data/ is missing). Each row goes to runs/search/results.tsv:
+# tokenizer (prepare runs first when data/ is missing; that tokenizer has seen all of train.txt,
+# held-out stories included: its merges, not the model). --precision auto, --data, --out and
+# --overwrite are the script's: a row cannot pass them again. Each row goes to runs/search/results.tsv:
 # name, steps, tokens, held-out loss (all of the search's held-out windows), flags.
 # Run it alone on the machine: the clock decides how many steps a row gets.
 set -euo pipefail

@@ -67,7 +67,8 @@ std::unique_ptr<nn::Optimizer> make_optimizer(nn::Module& model, const nn::Named
   for (auto& [name, m] : model.named_modules())
     if (auto* e = dynamic_cast<nn::Embedding*>(m)) embeddings.insert(e->weight.impl());
   auto embeddings_at_own_rate = [&](std::vector<nn::ParamGroup> groups) {
-    return s.embedding_lr > 0 ? nn::with_lr_scale(std::move(groups), embeddings, s.embedding_lr / s.lr) : groups;
+    if (s.embedding_lr == 0) return groups;
+    return nn::with_lr_scale(std::move(groups), embeddings, s.embedding_lr / s.lr);
   };
   if (s.optimizer != "muon")
     return std::make_unique<nn::AdamW>(embeddings_at_own_rate(nn::weight_decay_groups(trainable, s.weight_decay)), adamw);

@@ -115,7 +115,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
       ->check(kPositive);
   app->add_option("--muon-ns-steps", s.muon_ns_steps, "Newton-Schulz steps of each Muon update (fewer: a cheaper step, a rougher orthogonalisation)")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t(1), int64_t(100)));
+      ->check(whole_between(1, 100));
   app->add_option("--muon-coefficients", s.muon_coefficients,
                   "the Newton-Schulz polynomial: jordan (one quintic for every step) or polar_express (one fitted to "
                   "each step, closer to orthogonal in fewer steps)")
@@ -143,6 +143,7 @@ std::unique_ptr<CLI::App> pretrain_cli(PretrainArgs& a) {
   app->add_flag("--qk-norm,!--no-qk-norm", a.qk_norm,
                 "RMS-normalise each head's queries and keys before the attention (a new run's model; sets qk_norm in its "
                 "config; no export format holds it); --no-qk-norm keeps it off under --recipe speedrun")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)  // the last spelling wins, as for any repeated flag
       ->excludes(init_opt);
   app->add_option("--block-size", a.block_size, "context length (a new run; with --init-from, rotary models only)")
       ->check(kCount);

@@ -2,7 +2,7 @@
 // GPTConfig: the shape of a GPT, as saved in a checkpoint's config.json. Defaults are the series'
 // model (6 blocks, 6 heads of 64, width 384, context 256, learned positions); `rope` swaps the
 // table of positions for rotary embeddings, and norm/mlp/n_kv_head/bias make Llama-style variants;
-// qk_norm and zero_init_proj are modded-nanogpt's (off in the presets).
+// qk_norm and zero_init_proj come from the speedruns (off in the presets).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -80,6 +80,8 @@ TEST(Cli, TheSpeedrunRecipeSetsWhatItsFlagsDidNotSay) {
   EXPECT_EQ(mixed.settings.muon_ns_steps, 5);
   EXPECT_EQ(mixed.qk_norm, -1);
   EXPECT_EQ(parse(parse_pretrain_args, {"--qk-norm"}).qk_norm, 1);
+  EXPECT_EQ(parse(parse_pretrain_args, {"--no-qk-norm", "--qk-norm"}).qk_norm, 1);  // the last wins
+  EXPECT_EQ(parse(parse_pretrain_args, {"--recipe", "speedrun", "--qk-norm", "--no-qk-norm"}).qk_norm, -1);
   EXPECT_NE(rejection(parse_pretrain_args, {"--qk-norm", "--init-from", "x"}), "");
   EXPECT_NE(rejection(parse_pretrain_args, {"--resume", "--recipe", "speedrun"}).find("a resumed run keeps its own"),
             std::string::npos);
