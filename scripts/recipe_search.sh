@@ -6,7 +6,7 @@
 #   scripts/recipe_search.sh [--minutes M] NAME [pretrain flags...]
 #   scripts/recipe_search.sh --minutes 2 muon --rope --optimizer muon
 #
-# The split (made once, in runs/search/, git-ignored): the last 5% of train.txt's stories (241 of
+# The split (made once, in runs/search/, git-ignored): the last 5% of train.txt's stories (240 of
 # 4,812) are the search's held-out set, the rest its training text, both encoded with data/'s
 # tokenizer (prepare runs first when data/ is missing; that tokenizer has seen all of train.txt,
 # held-out stories included: its merges, not the model). --precision auto, --data, --out and
