@@ -14,6 +14,7 @@ Tensor clone(const Tensor& t) {
   detail::check_no_grad("clone", {&t});
   detail::check_defined(t, "clone");
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.device());
+  const profile::Span span = detail::copy_span(t, out);
   detail::backend_of(t).copy(t, out);
   return out;
 }
@@ -29,6 +30,7 @@ Tensor to(const Tensor& t, DType dtype) {
   detail::check_defined(t, "to");
   if (t.dtype() == dtype) return t;
   Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  const profile::Span span = detail::copy_span(t, out);
   detail::backend_of(t).copy(t, out);
   return out;
 }
@@ -43,6 +45,7 @@ Tensor to(const Tensor& t, Device device) {
   Backend& be = backend_for(device.is_cpu() ? t.device() : device);
   Tensor src = contiguous(t);
   Tensor out = Tensor::empty(t.shape(), t.dtype(), device);
+  const profile::Span span("copy between devices");
   be.copy_between_devices(src, out);
   return out;
 }
@@ -95,6 +98,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
                                 to_string(dst.shape()));
   // Reading what we write (x[1:] <- x[:-1]) would see half-updated values: copy the source first.
   if (ops::overlaps(dst, s)) s = ops::clone(s);
+  const profile::Span span = detail::copy_span(s, dst);
   detail::backend_of(dst).copy(views::expand(s, dst.shape()), dst);
   dst.bump_version();
 }
@@ -102,6 +106,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
 void fill_(const Tensor& dst, double value) {
   detail::check_defined(dst, "fill_", "dst");
   refuse_grad("fill_", {&dst});
+  const profile::Span span("fill");
   detail::backend_of(dst).fill(dst, value);
   dst.bump_version();
 }

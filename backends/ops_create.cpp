@@ -18,6 +18,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
+  const profile::Span span("fill");
   backend_for(device).fill(t, value);
   return t;
 }
@@ -59,6 +60,7 @@ static Tensor random_tensor(const Shape& shape, DType dtype, Device device, Gene
   Tensor t = empty(shape, detail::compute_dtype(dtype), device);
   // The stream advances by numel whatever the dtype, so bfloat16 and float32 draws match.
   uint64_t offset = g.take(uint64_t(t.numel()));
+  const profile::Span span("random");
   if (t.numel() > 0) backend_for(device).random(t, kind, g.seed, offset);
   return detail::narrow_result(t, dtype);
 }

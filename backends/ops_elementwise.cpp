@@ -33,6 +33,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double scalar) {
   }
   Tensor in = detail::widen(x);
   Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  const profile::Span span(unary_op_name(op));
   detail::backend_of(in).unary(op, in, out, scalar);
   return detail::narrow_result(out, x.dtype());
 }
@@ -60,6 +61,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, double sc
   Tensor wx = views::expand(detail::widen(x), shape);
   Tensor wg = views::expand(detail::widen(grad), shape);
   Tensor out = Tensor::empty(shape, wx.dtype(), x.device());
+  const profile::Span span("unary backward", [&] { return profile::Detail{unary_op_name(op)}; });
   detail::backend_of(x).unary_backward(op, wx, wg, out, scalar);
   return detail::narrow_result(out, x.dtype());
 }
@@ -80,6 +82,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor wb = views::expand(detail::widen(b), shape);
   const bool cmp = is_comparison(op);
   Tensor out = Tensor::empty(shape, cmp ? DType::boolean : wa.dtype(), a.device());
+  const profile::Span span(binary_op_name(op));
   detail::backend_of(a).binary(op, wa, wb, out);
   return cmp ? out : detail::narrow_result(out, dt);
 }
@@ -103,6 +106,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor wa = views::expand(detail::widen(a), shape);
   Tensor wb = views::expand(detail::widen(b), shape);
   Tensor out = Tensor::empty(shape, wa.dtype(), a.device());
+  const profile::Span span("where");
   detail::backend_of(a).where(views::expand(cond, shape), wa, wb, out);
   return detail::narrow_result(out, a.dtype());
 }

@@ -47,6 +47,7 @@ Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
   Shape shape = x.shape();
   shape[ax] = index.numel();
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  const profile::Span span("index_select");
   detail::backend_of(x).index_select(x, ax, idx, out);
   return out;
 }
@@ -57,6 +58,7 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   check_index_fits(index, x, ax, false, "gather", "the input");
   const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "gather", ax);
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
+  const profile::Span span("gather");
   detail::backend_of(x).gather(x, ax, idx, out);
   return out;
 }
@@ -75,6 +77,7 @@ Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& s
                                 " of the index's length)");
   const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "index_add", ax);
   Tensor out = clone(x);
+  const profile::Span span("index_add");
   detail::backend_of(x).index_add(out, ax, idx, src);
   return out;
 }
@@ -91,6 +94,7 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
   Tensor s = src;
   for (int d = 0; d < src.dim(); ++d) s = views::narrow(s, d, 0, index.shape()[d]);
   Tensor out = clone(x);
+  const profile::Span span("scatter_add");
   detail::backend_of(x).scatter_add(out, ax, idx, s);
   return out;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/util/profile.h>
 
 // NOTE [ Raw ops and gradients ]
 // The raw ops record nothing: a model that called them on its parameters would train nothing through
@@ -34,6 +35,13 @@ void check_defined(const Tensor& t, const char* op, const char* what = "input");
 // The dtype name as a std::string, for messages.
 inline std::string name_of(DType t) { return std::string(dtype_name(t)); }
 inline Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+// The op profile's span around a backend copy (NOTE [ The op profile ]): "copy", or "convert" with
+// the two dtypes when it changes them (the bf16 operands and results of mixed precision).
+inline profile::Span copy_span(const Tensor& src, const Tensor& dst) {
+  if (src.dtype() == dst.dtype()) return profile::Span("copy");
+  return profile::Span("convert", [&] { return profile::Detail{name_of(src.dtype()) + "->" + name_of(dst.dtype())}; });
+}
 
 // Math kernels see float32/float64 only: bfloat16 inputs are widened to float32 and results cast back.
 inline DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }

@@ -30,6 +30,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int axis) {
   }
   Tensor out = Tensor::empty(shape, first.dtype(), first.device());
   Backend& be = detail::backend_of(first);
+  const profile::Span span("concat");
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     int64_t n = t.shape()[ax];

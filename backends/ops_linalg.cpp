@@ -23,6 +23,14 @@ DType result_dtype(const Tensor& a, std::optional<DType> out, const char* op) {
 }
 DType kernel_dtype(DType operands) { return operands == DType::bf16 ? DType::f32 : operands; }
 
+// A product's row in the op profile: its operands' dtype and shape, "float32 [batch x ]M x K x N", and its flops.
+profile::Detail product_detail(DType operands, int64_t batch, int64_t M, int64_t K, int64_t N) {
+  std::string text = detail::name_of(operands) + " ";
+  if (batch != 1) text += std::to_string(batch) + " x ";
+  text += std::to_string(M) + " x " + std::to_string(K) + " x " + std::to_string(N);
+  return {text, 2.0 * double(batch) * double(M) * double(K) * double(N)};
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) {
@@ -51,6 +59,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) 
   sb.push_back(K), sb.push_back(N);
   so.push_back(M), so.push_back(N);
   Tensor out = Tensor::empty(so, kernel_dtype(a.dtype()), a.device());
+  const profile::Span span("matmul", [&] { return product_detail(a.dtype(), numel(batch), M, K, N); });
   detail::backend_of(a).matmul(views::expand(wa, sa), views::expand(wb, sb), out);
   if (b_vec) out = views::squeeze(out, -1);
   if (a_vec) out = views::squeeze(out, b_vec ? -1 : -2);
@@ -82,6 +91,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::op
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   Tensor x2 = reshape(x, {rows, in_features});
   Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype()), x.device());
+  const profile::Span span("linear", [&] { return product_detail(x.dtype(), 1, rows, in_features, out_features); });
   if (out.numel() > 0)
     detail::backend_of(x).linear(x2, weight, bias.defined() ? detail::widen(bias) : bias, out);
   Shape out_shape = x.shape();

@@ -48,6 +48,7 @@ Tensor reduce_impl(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, 
     throw std::invalid_argument(std::string(name) + ": cannot reduce over zero elements (input shape " +
                                 to_string(x.shape()) + ")");
   Tensor out = Tensor::empty(out_shape, out_dtype, x.device());
+  const profile::Span span(name);
   detail::backend_of(x).reduce(op, views::permute(x, perm), out);
   if (keepdim) return *views::try_reshape(out, kept_shape(x.shape(), mask, true));
   return out;
@@ -131,6 +132,7 @@ static Tensor softmax_impl(const Tensor& x, int axis, bool log, const char* name
   const int last = x.dim() - 1;
   Tensor src = ax == last ? in : views::transpose(in, ax, last);
   Tensor out = Tensor::empty(src.shape(), in.dtype(), x.device());
+  const profile::Span span(log ? "log_softmax" : "softmax");
   detail::backend_of(x).softmax(src, out, log);
   if (ax != last) out = contiguous(views::transpose(out, ax, last));
   return detail::narrow_result(out, x.dtype());

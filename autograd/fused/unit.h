@@ -22,6 +22,7 @@
 #include <mvgpt/autograd/op_registry.h>
 #include <mvgpt/backends/fused_checks.h>  // the argument checks units share
 #include <mvgpt/tensor/tensor.h>
+#include <mvgpt/util/profile.h>  // each unit's kernels are spans of the op profile
 
 namespace mvgpt::fused {
 

@@ -1,0 +1,206 @@
+// Where one training step of the series' model spends its time, kernel by kernel (NOTE [ The op
+// profile ] in tensor/util/profile.h): the forward, the backward and the optimizer, each kernel's
+// calls, own time and share of the step, the products' GFLOP/s, and a summary of products, fused
+// units, other kernels, conversions and the framework's overhead (what no kernel did). A profile,
+// not a benchmark: the spans add a few microseconds per kernel, so the tokens/s it prints sit a
+// little under mvgpt_bench's BM_TrainStep.
+//
+//   build/bench/mvgpt_step_profile [--precision fp32|bf16] [--batch 16] [--optimizer adamw|muon]
+//                                  [--learned] [--steps 5] [--warmup 2] [--top 40]
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/muon.h>
+#include <mvgpt/nn/optim.h>
+#include <mvgpt/util/profile.h>
+
+namespace {
+
+using namespace mvgpt;
+
+struct Options {
+  std::string precision = "fp32";
+  int64_t batch = 16;
+  std::string optimizer = "adamw";
+  bool learned = false;
+  int steps = 5;
+  int warmup = 2;
+  int top = 40;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("model name")) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+Tensor token_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  Generator g(seed);
+  Tensor u = rand({B, T}, DType::f64, Device::cpu(), &g);
+  std::vector<int32_t> ids;
+  for (double x : u.to_vector<double>()) ids.push_back(int32_t(x * double(V)));
+  return Tensor::from_vector(ids, Shape{B, T});
+}
+
+// The kind a kernel counts as in the summary.
+std::string kind_of(const std::string& op) {
+  if (op == "matmul" || op == "linear") return "products";
+  for (const char* fused : {"attention", "layer_norm", "rms_norm", "cross_entropy", "rope", "adamw"})
+    if (op.starts_with(fused)) return "fused units";
+  if (op == "convert") return "conversions";
+  if (op == "copy" || op == "concat" || op == "fill") return "copies";
+  return "other kernels";
+}
+
+void print_report(const profile::Report& report, int steps, double tokens_per_step, int top) {
+  double step_seconds = 0;
+  for (const auto& p : report.phases) step_seconds += p.seconds;
+  const double per_step = 1e3 / steps, step_ms = step_seconds * per_step;
+  std::printf("\n%-10s %10s %7s\n", "phase", "ms/step", "share");
+  for (const auto& p : report.phases)
+    std::printf("%-10s %10.2f %6.1f%%\n", p.name.c_str(), p.seconds * per_step, 100 * p.seconds / step_seconds);
+  std::printf("%-10s %10.2f %6s   %.0f tokens/s\n", "step", step_ms, "", tokens_per_step * 1e3 / step_ms);
+
+  std::printf("\n%-10s %-24s %-28s %8s %9s %6s %8s\n", "phase", "kernel", "detail", "calls", "ms/step", "share",
+              "GFLOP/s");
+  std::vector<profile::Row> rows = report.rows;
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  int n = 0;
+  for (const auto& r : rows) {
+    if (n++ == top) break;
+    char gflops[32] = "";
+    if (r.flops > 0 && r.seconds > 0) std::snprintf(gflops, sizeof gflops, "%8.1f", r.flops / r.seconds * 1e-9);
+    std::printf("%-10s %-24s %-28s %8.1f %9.2f %5.1f%% %8s\n", r.phase.c_str(), r.op.c_str(), r.detail.c_str(),
+                double(r.calls) / steps, r.seconds * per_step, 100 * r.seconds / step_seconds, gflops);
+  }
+  if (rows.size() > size_t(top)) {
+    double rest = 0;
+    for (size_t i = size_t(top); i < rows.size(); ++i) rest += rows[i].seconds;
+    std::printf("(%zu more rows: %.2f ms/step; --top N shows more)\n", rows.size() - size_t(top), rest * per_step);
+  }
+
+  // By kind: phase x {products, fused units, other kernels, conversions, copies, overhead}.
+  const std::vector<std::string> kinds = {"products", "fused units", "other kernels", "conversions", "copies"};
+  std::map<std::string, std::map<std::string, double>> by;  // phase -> kind -> seconds
+  double product_flops = 0, product_seconds = 0;
+  for (const auto& r : report.rows) {
+    by[r.phase][kind_of(r.op)] += r.seconds;
+    if (kind_of(r.op) == "products") product_flops += r.flops, product_seconds += r.seconds;
+  }
+  std::printf("\n%-10s", "ms/step");
+  for (const auto& k : kinds) std::printf(" %14s", k.c_str());
+  std::printf(" %14s\n", "overhead");
+  std::map<std::string, double> total;
+  auto row = [&](const std::string& name, const std::map<std::string, double>& seconds, double phase_seconds) {
+    std::printf("%-10s", name.c_str());
+    double spans = 0;
+    for (const auto& k : kinds) {
+      const double s = seconds.contains(k) ? seconds.at(k) : 0.0;
+      spans += s;
+      std::printf(" %14.2f", s * per_step);
+    }
+    std::printf(" %14.2f\n", (phase_seconds - spans) * per_step);
+  };
+  for (const auto& p : report.phases) {
+    row(p.name, by[p.name], p.seconds);
+    for (const auto& [k, s] : by[p.name]) total[k] += s;
+  }
+  row("step", total, step_seconds);
+  std::printf("%-10s", "share");
+  double spans = 0;
+  for (const auto& k : kinds) {
+    spans += total[k];
+    std::printf(" %13.1f%%", 100 * total[k] / step_seconds);
+  }
+  std::printf(" %13.1f%%\n", 100 * (step_seconds - spans) / step_seconds);
+  if (product_seconds > 0)
+    std::printf("\nproducts: %.1f GFLOP/step at %.1f GFLOP/s while they run; %.1f GFLOP/s over the whole step\n",
+                product_flops / steps * 1e-9, product_flops / product_seconds * 1e-9,
+                product_flops / step_seconds * 1e-9);
+}
+
+int run(const Options& o) {
+  const Precision precision = o.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  const PrecisionGuard guard(precision);
+  Generator g(1337);
+  gpt::GPT model(gpt::GPTConfig::preset(o.learned ? "series" : "series-rope"), &g);
+  const int64_t T = model.config().block_size, V = model.config().vocab_size;
+  const nn::AdamWOptions adamw{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  std::unique_ptr<nn::Optimizer> opt;
+  if (o.optimizer == "muon") {
+    nn::MuonSplit split = nn::muon_split(model, 0.0, 0.1);
+    opt = std::make_unique<nn::Muon>(split.matrices, split.others,
+                                     nn::MuonOptions{.ns_steps = 3,
+                                                     .coefficients = nn::MuonOptions::Coefficients::polar_express,
+                                                     .adamw = adamw});
+  } else {
+    opt = std::make_unique<nn::AdamW>(nn::weight_decay_groups(model.named_parameters(), 0.1), adamw);
+  }
+  std::vector<Tensor> params;
+  for (auto& [name, p] : model.named_parameters()) params.push_back(p);
+  const Tensor x = token_ids(o.batch, T, V, 1), y = token_ids(o.batch, T, V, 2);
+
+  auto step = [&] {
+    Tensor loss;
+    {
+      const profile::Phase phase("forward");
+      opt->zero_grad();
+      loss = model.loss(x, y);
+    }
+    {
+      const profile::Phase phase("backward");  // freeing the graph included
+      backward(loss);
+      loss = Tensor();
+    }
+    const profile::Phase phase("optimizer");
+    nn::clip_grad_norm_(params, 1.0);
+    opt->step();
+  };
+  std::printf("step profile: the series' %s model (%lld x %lld tokens a step), %s products, %s%s; %s, %u threads\n",
+              o.learned ? "learned-positions" : "RoPE", (long long)o.batch, (long long)T, o.precision.c_str(),
+              o.optimizer == "muon" ? "Muon (3 Polar Express steps) on the matrices, AdamW on the rest" : "AdamW",
+              ", gradients clipped to norm 1", cpu_model().c_str(), std::thread::hardware_concurrency());
+  std::printf("(%d warm-up steps, then %d profiled; per step below)\n", o.warmup, o.steps);
+  for (int i = 0; i < o.warmup; ++i) step();
+  profile::start();
+  for (int i = 0; i < o.steps; ++i) step();
+  print_report(profile::stop(), o.steps, double(o.batch * T), o.top);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"One training step of the series' model, kernel by kernel (NOTE [ The op profile ])"};
+  app.add_option("--precision", o.precision, "the products' precision")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences of 256 tokens a step")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "adamw, or muon as --recipe speedrun runs it")
+      ->check(CLI::IsMember({"adamw", "muon"}))
+      ->capture_default_str();
+  app.add_flag("--learned", o.learned, "learned positions instead of RoPE");
+  app.add_option("--steps", o.steps, "profiled steps")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "steps before the profile")->check(CLI::Range(0, 1000))->capture_default_str();
+  app.add_option("--top", o.top, "kernel rows shown, longest first")->check(CLI::Range(1, 100000))->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mvgpt_step_profile: %s\n", e.what());
+    return 1;
+  }
+}

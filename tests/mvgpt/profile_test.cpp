@@ -1,0 +1,90 @@
+// The op profile over a real training step (NOTE [ The op profile ]): every layer's kernels show up
+// in the phase that ran them, the products with their shapes and flops, the bf16 conversions under
+// bf16 products.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
+#include <mvgpt/gpt/model.h>
+#include <mvgpt/nn/optim.h>
+#include <mvgpt/util/profile.h>
+
+#include "tiny_models.h"
+
+namespace mvgpt::gpt {
+namespace {
+
+const profile::Row* find(const profile::Report& r, const std::string& phase, const std::string& op,
+                         const std::string& detail = "") {
+  for (const auto& row : r.rows)
+    if (row.phase == phase && row.op == op && (detail.empty() || row.detail == detail)) return &row;
+  return nullptr;
+}
+
+// The rows, one a line, for failure messages.
+std::string dump(const profile::Report& r) {
+  std::string s;
+  for (const auto& row : r.rows)
+    s += row.phase + " | " + row.op + " | " + row.detail + " | " + std::to_string(row.calls) + "\n";
+  return s;
+}
+
+profile::Report profile_one_step(Precision precision) {
+  const PrecisionGuard guard(precision);
+  GPTConfig c = testing::tiny(true);  // V 29, T 8, 2 layers, 2 heads, C 8
+  auto model = testing::random_model(c, 3);
+  nn::AdamW opt(nn::weight_decay_groups(model->named_parameters(), 0.1), {});
+  const Tensor x = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+                                       Shape{2, 8});
+  profile::start();
+  Tensor loss;
+  {
+    const profile::Phase phase("forward");
+    loss = model->loss(x, x);
+  }
+  {
+    const profile::Phase phase("backward");
+    backward(loss);
+  }
+  {
+    const profile::Phase phase("optimizer");
+    opt.step();
+  }
+  return profile::stop();
+}
+
+TEST(OpProfile, ATrainingStepShowsEachLayersKernelsInTheirPhase) {
+  const profile::Report r = profile_one_step(Precision::fp32);
+  ASSERT_EQ(r.phases.size(), 3u);
+  // The qkv projection: 16 rows of 8 -> 24, one per layer, 2 * 16 * 8 * 24 flops each.
+  const profile::Row* qkv = find(r, "forward", "linear", "float32 16 x 8 x 24");
+  ASSERT_TRUE(qkv) << dump(r);
+  EXPECT_EQ(qkv->calls, 2);
+  EXPECT_EQ(qkv->flops, 2 * 2.0 * 16 * 8 * 24);
+  for (const char* op : {"attention", "layer_norm", "rope", "cross_entropy"}) EXPECT_TRUE(find(r, "forward", op)) << op;
+  for (const char* op : {"attention backward", "layer_norm backward", "rope backward", "cross_entropy backward", "matmul"})
+    EXPECT_TRUE(find(r, "backward", op)) << op;
+  const profile::Row* adamw = find(r, "optimizer", "adamw");
+  ASSERT_TRUE(adamw);
+  EXPECT_EQ(adamw->calls, int64_t(testing::random_model(testing::tiny(true), 3)->parameters().size()));  // one each
+  EXPECT_FALSE(find(r, "forward", "convert", "float32->bfloat16"));  // fp32 products convert nothing
+  for (const auto& p : r.phases) {
+    double own = 0;
+    for (const auto& row : r.rows)
+      if (row.phase == p.name) own += row.seconds;
+    EXPECT_LE(own, p.seconds) << p.name;
+  }
+}
+
+TEST(OpProfile, Bf16ProductsShowTheirOperandsConversions) {
+  const profile::Report r = profile_one_step(Precision::bf16);
+  EXPECT_TRUE(find(r, "forward", "linear", "bfloat16 16 x 8 x 24"));
+  const profile::Row* convert = find(r, "forward", "convert", "float32->bfloat16");
+  ASSERT_TRUE(convert);
+  EXPECT_GT(convert->calls, 0);
+}
+
+}  // namespace
+}  // namespace mvgpt::gpt
