@@ -1,12 +1,13 @@
 // Where one training step of the series' model spends its time, kernel by kernel (NOTE [ The op
 // profile ] in tensor/util/profile.h): the forward, the backward and the optimizer, each kernel's
 // calls, own time and share of the step, the products' GFLOP/s, and a summary of products, fused
-// units, other kernels, conversions and the framework's overhead (what no kernel did). A profile,
-// not a benchmark: the spans add a few microseconds per kernel, so the tokens/s it prints sit a
-// little under mvgpt_bench's BM_TrainStep.
+// units, other kernels, conversions and the framework's overhead (what no kernel did). With
+// --decode, one token of sliding-cache decoding instead (BM_DecodeCache's case: a full 256-token
+// window cached, the oldest dropped for each new token). A profile, not a benchmark: the spans add
+// a few microseconds per kernel, so its figures sit a little under mvgpt_bench's.
 //
 //   build/bench/mvgpt_step_profile [--precision fp32|bf16] [--batch 16] [--optimizer adamw|muon]
-//                                  [--learned] [--steps 5] [--warmup 2] [--top 40]
+//                                  [--learned] [--steps 5] [--warmup 2] [--top 40] [--decode]
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +21,7 @@
 
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/autograd/precision.h>
+#include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/model.h>
 #include <mvgpt/nn/muon.h>
 #include <mvgpt/nn/optim.h>
@@ -37,6 +39,7 @@ struct Options {
   int steps = 5;
   int warmup = 2;
   int top = 40;
+  bool decode = false;
 };
 
 std::string cpu_model() {
@@ -64,16 +67,18 @@ std::string kind_of(const std::string& op) {
   return "other kernels";
 }
 
-void print_report(const profile::Report& report, int steps, double tokens_per_step, int top) {
+// `steps` units of `tokens_per_step` tokens each ("step": a training step, "token": one decoded).
+void print_report(const profile::Report& report, int steps, double tokens_per_step, int top, const char* unit) {
   double step_seconds = 0;
   for (const auto& p : report.phases) step_seconds += p.seconds;
   const double per_step = 1e3 / steps, step_ms = step_seconds * per_step;
-  std::printf("\n%-10s %10s %7s\n", "phase", "ms/step", "share");
+  const std::string per = std::string("ms/") + unit;
+  std::printf("\n%-10s %10s %7s\n", "phase", per.c_str(), "share");
   for (const auto& p : report.phases)
     std::printf("%-10s %10.2f %6.1f%%\n", p.name.c_str(), p.seconds * per_step, 100 * p.seconds / step_seconds);
-  std::printf("%-10s %10.2f %6s   %.0f tokens/s\n", "step", step_ms, "", tokens_per_step * 1e3 / step_ms);
+  std::printf("%-10s %10.2f %6s   %.0f tokens/s\n", unit, step_ms, "", tokens_per_step * 1e3 / step_ms);
 
-  std::printf("\n%-10s %-24s %-28s %8s %9s %6s %8s\n", "phase", "kernel", "detail", "calls", "ms/step", "share",
+  std::printf("\n%-10s %-24s %-28s %8s %9s %6s %8s\n", "phase", "kernel", "detail", "calls", per.c_str(), "share",
               "GFLOP/s");
   std::vector<profile::Row> rows = report.rows;
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
@@ -88,7 +93,7 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
   if (rows.size() > size_t(top)) {
     double rest = 0;
     for (size_t i = size_t(top); i < rows.size(); ++i) rest += rows[i].seconds;
-    std::printf("(%zu more rows: %.2f ms/step; --top N shows more)\n", rows.size() - size_t(top), rest * per_step);
+    std::printf("(%zu more rows: %.2f %s; --top N shows more)\n", rows.size() - size_t(top), rest * per_step, per.c_str());
   }
 
   // By kind: phase x {products, fused units, other kernels, conversions, copies, overhead}.
@@ -99,7 +104,7 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
     by[r.phase][kind_of(r.op)] += r.seconds;
     if (kind_of(r.op) == "products") product_flops += r.flops, product_seconds += r.seconds;
   }
-  std::printf("\n%-10s", "ms/step");
+  std::printf("\n%-10s", per.c_str());
   for (const auto& k : kinds) std::printf(" %14s", k.c_str());
   std::printf(" %14s\n", "overhead");
   std::map<std::string, double> total;
@@ -117,7 +122,7 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
     row(p.name, by[p.name], p.seconds);
     for (const auto& [k, s] : by[p.name]) total[k] += s;
   }
-  row("step", total, step_seconds);
+  row(unit, total, step_seconds);
   std::printf("%-10s", "share");
   double spans = 0;
   for (const auto& k : kinds) {
@@ -126,9 +131,32 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
   }
   std::printf(" %13.1f%%\n", 100 * (step_seconds - spans) / step_seconds);
   if (product_seconds > 0)
-    std::printf("\nproducts: %.1f GFLOP/step at %.1f GFLOP/s while they run; %.1f GFLOP/s over the whole step\n",
-                product_flops / steps * 1e-9, product_flops / product_seconds * 1e-9,
-                product_flops / step_seconds * 1e-9);
+    std::printf("\nproducts: %.3g GFLOP/%s at %.1f GFLOP/s while they run; %.1f GFLOP/s over the whole %s\n",
+                product_flops / steps * 1e-9, unit, product_flops / product_seconds * 1e-9,
+                product_flops / step_seconds * 1e-9, unit);
+}
+
+// One token at a time with a full window cached, as BM_DecodeCache (bf16: the weights cast once).
+int run_decode(const Options& o, const gpt::GPT& model) {
+  const int64_t T = model.config().block_size, V = model.config().vocab_size;
+  NoGradGuard no_grad;
+  gpt::KVCache cache(model.config());
+  model.forward(token_ids(1, T, V, 1), &cache, true);
+  const Tensor one = token_ids(1, 1, V, 2);
+  auto token = [&] {
+    const profile::Phase phase("decode");
+    cache.slide(T - 1);
+    (void)model.forward(one, &cache, true);
+  };
+  std::printf("decode profile: the series' %s model, one token with %lld cached (sliding), %s products; %s, %u threads\n",
+              o.learned ? "learned-positions" : "RoPE", (long long)(T - 1), o.precision.c_str(), cpu_model().c_str(),
+              std::thread::hardware_concurrency());
+  std::printf("(%d warm-up tokens, then %d profiled; per token below)\n", o.warmup, o.steps);
+  for (int i = 0; i < o.warmup; ++i) token();
+  profile::start();
+  for (int i = 0; i < o.steps; ++i) token();
+  print_report(profile::stop(), o.steps, 1.0, o.top, "token");
+  return 0;
 }
 
 int run(const Options& o) {
@@ -136,6 +164,7 @@ int run(const Options& o) {
   const PrecisionGuard guard(precision);
   Generator g(1337);
   gpt::GPT model(gpt::GPTConfig::preset(o.learned ? "series" : "series-rope"), &g);
+  if (o.decode) return run_decode(o, model);
   const int64_t T = model.config().block_size, V = model.config().vocab_size;
   const nn::AdamWOptions adamw{.lr = 6e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   std::unique_ptr<nn::Optimizer> opt;
@@ -176,7 +205,7 @@ int run(const Options& o) {
   for (int i = 0; i < o.warmup; ++i) step();
   profile::start();
   for (int i = 0; i < o.steps; ++i) step();
-  print_report(profile::stop(), o.steps, double(o.batch * T), o.top);
+  print_report(profile::stop(), o.steps, double(o.batch * T), o.top, "step");
   return 0;
 }
 
@@ -195,6 +224,7 @@ int main(int argc, char** argv) {
   app.add_flag("--learned", o.learned, "learned positions instead of RoPE");
   app.add_option("--steps", o.steps, "profiled steps")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--warmup", o.warmup, "steps before the profile")->check(CLI::Range(0, 1000))->capture_default_str();
+  app.add_flag("--decode", o.decode, "profile sliding-cache decoding, a token per step (--batch and --optimizer unused)");
   app.add_option("--top", o.top, "kernel rows shown, longest first")->check(CLI::Range(1, 100000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
