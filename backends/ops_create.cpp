@@ -48,7 +48,10 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   double count = std::ceil((end - start) / step);
   int64_t n = count > 0 ? int64_t(count) : 0;
   Tensor t = empty({n}, dtype, device);
-  if (n > 0) backend_for(device).arange(t, start, step);
+  if (n > 0) {
+    const profile::Span span("arange");
+    backend_for(device).arange(t, start, step);
+  }
   return t;
 }
 
@@ -60,8 +63,10 @@ static Tensor random_tensor(const Shape& shape, DType dtype, Device device, Gene
   Tensor t = empty(shape, detail::compute_dtype(dtype), device);
   // The stream advances by numel whatever the dtype, so bfloat16 and float32 draws match.
   uint64_t offset = g.take(uint64_t(t.numel()));
-  const profile::Span span("random");
-  if (t.numel() > 0) backend_for(device).random(t, kind, g.seed, offset);
+  if (t.numel() > 0) {
+    const profile::Span span("random");
+    backend_for(device).random(t, kind, g.seed, offset);
+  }
   return detail::narrow_result(t, dtype);
 }
 

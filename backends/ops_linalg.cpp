@@ -91,9 +91,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::op
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   Tensor x2 = reshape(x, {rows, in_features});
   Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype()), x.device());
-  const profile::Span span("linear", [&] { return product_detail(x.dtype(), 1, rows, in_features, out_features); });
-  if (out.numel() > 0)
+  if (out.numel() > 0) {
+    const profile::Span span("linear", [&] { return product_detail(x.dtype(), 1, rows, in_features, out_features); });
     detail::backend_of(x).linear(x2, weight, bias.defined() ? detail::widen(bias) : bias, out);
+  }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;
   return detail::narrow_result(reshape(out, out_shape), result);

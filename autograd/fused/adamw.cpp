@@ -38,8 +38,10 @@ void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const
     fail(op, "betas must lie in [0, 1), found " + std::to_string(p.beta1) + ", " + std::to_string(p.beta2));
   if (!(p.eps >= 0) || !(p.weight_decay >= 0))
     fail(op, "eps and weight_decay must be >= 0, found " + std::to_string(p.eps) + ", " + std::to_string(p.weight_decay));
-  const profile::Span span("adamw");
-  kernels(param.device()).step(param, grad, m, v, p);
+  {
+    const profile::Span span("adamw");
+    kernels(param.device()).step(param, grad, m, v, p);
+  }
   param.bump_version();
   m.bump_version();
   v.bump_version();

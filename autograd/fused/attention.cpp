@@ -57,10 +57,12 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
   const DType cd = compute_dtype(q.dtype());
   Tensor out = Tensor::empty(q.shape(), cd, q.device());
   Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, cd, q.device());
-  const profile::Span span("attention");
-  kernels(q.device())
-      .forward(prepared_heads(q, cd), prepared_heads(k, cd), prepared_heads(v, cd), scale, causal,
-               bf16_products && cd == DType::f32, out, lse);
+  {
+    const profile::Span span("attention");
+    kernels(q.device())
+        .forward(prepared_heads(q, cd), prepared_heads(k, cd), prepared_heads(v, cd), scale, causal,
+                 bf16_products && cd == DType::f32, out, lse);
+  }
   return {cast_back(out, q.dtype()), lse};
 }
 
@@ -80,11 +82,13 @@ std::vector<Tensor> attention_backward(const Tensor& dout, const Tensor& q, cons
   Tensor dq = Tensor::empty(q.shape(), cd, q.device());
   Tensor dk = Tensor::empty(k.shape(), cd, q.device());
   Tensor dv = Tensor::empty(v.shape(), cd, q.device());
-  const profile::Span span("attention backward");
-  kernels(q.device())
-      .backward(prepared_heads(dout, cd), prepared_heads(q, cd), prepared_heads(k, cd),
-                          prepared_heads(v, cd), prepared_heads(saved.out, cd), ops::contiguous(saved.lse), scale, causal,
-                          bf16_products && cd == DType::f32, dq, dk, dv);
+  {
+    const profile::Span span("attention backward");
+    kernels(q.device())
+        .backward(prepared_heads(dout, cd), prepared_heads(q, cd), prepared_heads(k, cd),
+                            prepared_heads(v, cd), prepared_heads(saved.out, cd), ops::contiguous(saved.lse), scale, causal,
+                            bf16_products && cd == DType::f32, dq, dk, dv);
+  }
   return {cast_back(dq, q.dtype()), cast_back(dk, k.dtype()), cast_back(dv, v.dtype())};
 }
 

@@ -69,9 +69,11 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   CrossEntropyResult r;
   r.losses = Tensor::empty({logits.size(0)}, cd, logits.device());
   r.lse = Tensor::empty({logits.size(0)}, cd, logits.device());
-  const profile::Span span("cross_entropy");
-  kernels(logits.device())
-      .forward(prepared(logits, cd), kernel_targets, ignore_index, r.losses, r.lse);
+  {
+    const profile::Span span("cross_entropy");
+    kernels(logits.device())
+        .forward(prepared(logits, cd), kernel_targets, ignore_index, r.losses, r.lse);
+  }
   return r;
 }
 
@@ -90,10 +92,12 @@ Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const
   if (saved.lse.dtype() != cd)
     fail(op, "saved lse must be " + std::string(dtype_name(cd)) + ", found " + std::string(dtype_name(saved.lse.dtype())));
   Tensor d = Tensor::empty(logits.shape(), cd, logits.device());
-  const profile::Span span("cross_entropy backward");
-  kernels(logits.device())
-      .backward(prepared(dlosses, cd), prepared(logits, cd), kernel_targets, ops::contiguous(saved.lse),
-                              ignore_index, d);
+  {
+    const profile::Span span("cross_entropy backward");
+    kernels(logits.device())
+        .backward(prepared(dlosses, cd), prepared(logits, cd), kernel_targets, ops::contiguous(saved.lse),
+                                ignore_index, d);
+  }
   return cast_back(d, logits.dtype());
 }
 

@@ -52,8 +52,10 @@ NormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tenso
   Tensor y = Tensor::empty(x.shape(), cd, x.device());
   r.mean = Tensor::empty(rows_shape(x), cd, x.device());
   r.rstd = Tensor::empty(rows_shape(x), cd, x.device());
-  const profile::Span span("layer_norm");
-  kernels(x.device()).layer_norm(prepared(x, cd), prepared(weight, cd), prepared(bias, cd), eps, y, r.mean, r.rstd);
+  {
+    const profile::Span span("layer_norm");
+    kernels(x.device()).layer_norm(prepared(x, cd), prepared(weight, cd), prepared(bias, cd), eps, y, r.mean, r.rstd);
+  }
   r.y = cast_back(y, x.dtype());
   return r;
 }
@@ -69,10 +71,12 @@ std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const
   Tensor dx = Tensor::empty(x.shape(), cd, x.device());
   Tensor dw = weight ? Tensor::empty({C}, cd, x.device()) : Tensor();
   Tensor db = bias ? Tensor::empty({C}, cd, x.device()) : Tensor();
-  const profile::Span span("layer_norm backward");
-  kernels(x.device())
-      .layer_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), ops::contiguous(saved.mean),
-                           ops::contiguous(saved.rstd), dx, dw, db);
+  {
+    const profile::Span span("layer_norm backward");
+    kernels(x.device())
+        .layer_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), ops::contiguous(saved.mean),
+                             ops::contiguous(saved.rstd), dx, dw, db);
+  }
   return {cast_back(dx, x.dtype()), weight ? cast_back(dw, weight.dtype()) : Tensor(),
           bias ? cast_back(db, bias.dtype()) : Tensor()};
 }
@@ -84,8 +88,10 @@ NormResult rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   NormResult r;
   Tensor y = Tensor::empty(x.shape(), cd, x.device());
   r.rstd = Tensor::empty(rows_shape(x), cd, x.device());
-  const profile::Span span("rms_norm");
-  kernels(x.device()).rms_norm(prepared(x, cd), prepared(weight, cd), eps, y, r.rstd);
+  {
+    const profile::Span span("rms_norm");
+    kernels(x.device()).rms_norm(prepared(x, cd), prepared(weight, cd), eps, y, r.rstd);
+  }
   r.y = cast_back(y, x.dtype());
   return r;
 }
@@ -99,9 +105,11 @@ std::vector<Tensor> rms_norm_backward(const Tensor& dy, const Tensor& x, const T
   const DType cd = compute_dtype(x.dtype());
   Tensor dx = Tensor::empty(x.shape(), cd, x.device());
   Tensor dw = weight ? Tensor::empty({C}, cd, x.device()) : Tensor();
-  const profile::Span span("rms_norm backward");
-  kernels(x.device())
-      .rms_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), ops::contiguous(saved.rstd), dx, dw);
+  {
+    const profile::Span span("rms_norm backward");
+    kernels(x.device())
+        .rms_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), ops::contiguous(saved.rstd), dx, dw);
+  }
   return {cast_back(dx, x.dtype()), weight ? cast_back(dw, weight.dtype()) : Tensor()};
 }
 

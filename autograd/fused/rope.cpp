@@ -42,8 +42,10 @@ Tensor rope_rotate(const Tensor& x, const Tensor& positions, double base, RopeLa
   const DType cd = compute_dtype(x.dtype());
   Tensor xc = x.dtype() == cd && (D <= 1 || x.strides()[x.dim() - 1] == 1) ? x : ops::contiguous(ops::to(x, cd));
   Tensor out = Tensor::empty(x.shape(), cd, x.device());
-  const profile::Span span(inverse ? "rope backward" : "rope");
-  kernels(x.device()).rotate(xc, ops::contiguous(positions), base, layout, inverse, position_scale, out);
+  {
+    const profile::Span span(inverse ? "rope backward" : "rope");
+    kernels(x.device()).rotate(xc, ops::contiguous(positions), base, layout, inverse, position_scale, out);
+  }
   return cast_back(out, x.dtype());
 }
 

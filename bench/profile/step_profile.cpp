@@ -1,7 +1,7 @@
 // Where one training step of the series' model spends its time, kernel by kernel (NOTE [ The op
 // profile ] in tensor/util/profile.h): the forward, the backward and the optimizer, each kernel's
 // calls, own time and share of the step, the products' GFLOP/s, and a summary of products, fused
-// units, other kernels, conversions and the framework's overhead (what no kernel did). With
+// units, other kernels, conversions, copies and the framework's overhead (what no kernel did). With
 // --decode, one token of sliding-cache decoding instead (BM_DecodeCache's case: a full 256-token
 // window cached, the oldest dropped for each new token). A profile, not a benchmark: the spans add
 // a few microseconds per kernel, so its figures sit a little under mvgpt_bench's.
@@ -63,7 +63,7 @@ std::string kind_of(const std::string& op) {
   for (const char* fused : {"attention", "layer_norm", "rms_norm", "cross_entropy", "rope", "adamw"})
     if (op.starts_with(fused)) return "fused units";
   if (op == "convert") return "conversions";
-  if (op == "copy" || op == "concat" || op == "fill") return "copies";
+  if (op.starts_with("copy") || op == "concat" || op == "fill") return "copies";
   return "other kernels";
 }
 
@@ -108,7 +108,9 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
   for (const auto& k : kinds) std::printf(" %14s", k.c_str());
   std::printf(" %14s\n", "overhead");
   std::map<std::string, double> total;
-  auto row = [&](const std::string& name, const std::map<std::string, double>& seconds, double phase_seconds) {
+  // The overhead: what no kernel did, the profiler's own bookkeeping left out.
+  auto row = [&](const std::string& name, const std::map<std::string, double>& seconds, double phase_seconds,
+                 double profiler_seconds) {
     std::printf("%-10s", name.c_str());
     double spans = 0;
     for (const auto& k : kinds) {
@@ -116,20 +118,24 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
       spans += s;
       std::printf(" %14.2f", s * per_step);
     }
-    std::printf(" %14.2f\n", (phase_seconds - spans) * per_step);
+    std::printf(" %14.2f\n", (phase_seconds - spans - profiler_seconds) * per_step);
   };
+  double profiler_seconds = 0;
   for (const auto& p : report.phases) {
-    row(p.name, by[p.name], p.seconds);
+    row(p.name, by[p.name], p.seconds, p.profiler_seconds);
     for (const auto& [k, s] : by[p.name]) total[k] += s;
+    profiler_seconds += p.profiler_seconds;
   }
-  row(unit, total, step_seconds);
+  row(unit, total, step_seconds, profiler_seconds);
   std::printf("%-10s", "share");
   double spans = 0;
   for (const auto& k : kinds) {
     spans += total[k];
     std::printf(" %13.1f%%", 100 * total[k] / step_seconds);
   }
-  std::printf(" %13.1f%%\n", 100 * (step_seconds - spans) / step_seconds);
+  std::printf(" %13.1f%%\n", 100 * (step_seconds - spans - profiler_seconds) / step_seconds);
+  std::printf("(the profiler's own bookkeeping, in no column: %.2f %s, %.1f%%)\n", profiler_seconds * per_step,
+              per.c_str(), 100 * profiler_seconds / step_seconds);
   if (product_seconds > 0)
     std::printf("\nproducts: %.3g GFLOP/%s at %.1f GFLOP/s while they run; %.1f GFLOP/s over the whole %s\n",
                 product_flops / steps * 1e-9, unit, product_flops / product_seconds * 1e-9,
@@ -153,9 +159,9 @@ int run_decode(const Options& o, const gpt::GPT& model) {
               std::thread::hardware_concurrency());
   std::printf("(%d warm-up tokens, then %d profiled; per token below)\n", o.warmup, o.steps);
   for (int i = 0; i < o.warmup; ++i) token();
-  profile::start();
+  profile::Recording recording;
   for (int i = 0; i < o.steps; ++i) token();
-  print_report(profile::stop(), o.steps, 1.0, o.top, "token");
+  print_report(recording.stop(), o.steps, 1.0, o.top, "token");
   return 0;
 }
 
@@ -185,7 +191,6 @@ int run(const Options& o) {
     Tensor loss;
     {
       const profile::Phase phase("forward");
-      opt->zero_grad();
       loss = model.loss(x, y);
     }
     {
@@ -196,6 +201,7 @@ int run(const Options& o) {
     const profile::Phase phase("optimizer");
     nn::clip_grad_norm_(params, 1.0);
     opt->step();
+    opt->zero_grad();  // frees the gradients here, not in the next forward
   };
   std::printf("step profile: the series' %s model (%lld x %lld tokens a step), %s products, %s%s; %s, %u threads\n",
               o.learned ? "learned-positions" : "RoPE", (long long)o.batch, (long long)T, o.precision.c_str(),
@@ -203,9 +209,9 @@ int run(const Options& o) {
               ", gradients clipped to norm 1", cpu_model().c_str(), std::thread::hardware_concurrency());
   std::printf("(%d warm-up steps, then %d profiled; per step below)\n", o.warmup, o.steps);
   for (int i = 0; i < o.warmup; ++i) step();
-  profile::start();
+  profile::Recording recording;
   for (int i = 0; i < o.steps; ++i) step();
-  print_report(profile::stop(), o.steps, double(o.batch * T), o.top, "step");
+  print_report(recording.stop(), o.steps, double(o.batch * T), o.top, "step");
   return 0;
 }
 
@@ -221,10 +227,13 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", o.optimizer, "adamw, or muon as --recipe speedrun runs it")
       ->check(CLI::IsMember({"adamw", "muon"}))
       ->capture_default_str();
-  app.add_flag("--learned", o.learned, "learned positions instead of RoPE");
+  CLI::Option* learned = app.add_flag("--learned", o.learned, "learned positions instead of RoPE");
   app.add_option("--steps", o.steps, "profiled steps")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--warmup", o.warmup, "steps before the profile")->check(CLI::Range(0, 1000))->capture_default_str();
-  app.add_flag("--decode", o.decode, "profile sliding-cache decoding, a token per step (--batch and --optimizer unused)");
+  app.add_flag("--decode", o.decode,
+               "profile sliding-cache decoding, a token per step (RoPE only: a learned table cannot slide; --batch and "
+               "--optimizer unused)")
+      ->excludes(learned);
   app.add_option("--top", o.top, "kernel rows shown, longest first")->check(CLI::Range(1, 100000))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
