@@ -2,11 +2,14 @@
 // step (batch 16 x 256, AdamW) in tokens/s, and decoding in ms/token for the three methods of the
 // context app (sliding cache, re-running the window, all of a long context at once). fp32, and for
 // the training step and the sliding cache also --precision bf16 (the last argument 1: products in
-// bf16 summed in fp32, NOTE [ Precision policy ]).
+// bf16 summed in fp32, NOTE [ Precision policy ]). The CUDA cases (BM_TrainStepCuda at 64 x 256,
+// BM_DecodeCacheCuda) run on a GPU with bf16 products and count their kernel launches; skipped
+// without one.
 #include <benchmark/benchmark.h>
 
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/autograd/precision.h>
+#include <mvgpt/backends/cuda/cuda_backend.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/kv_cache.h>
 #include <mvgpt/gpt/model.h>
@@ -123,6 +126,76 @@ void BM_DecodeFull(benchmark::State& state) {
                                                              benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_DecodeFull)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
+
+// The cases of bench/compare --device cuda, on cuda:0 with bf16 products (tensor cores), against
+// PyTorch's eager autocast: one AdamW step of the RoPE model at B x 256 (64, the size a GPU wants),
+// and one sliding-cache token with the bf16 weight copies. Each counts the kernel launches it made
+// (cuda::kernel_launches()). Skipped where no GPU is visible.
+bool skip_without_gpu(benchmark::State& state) {
+  if (cuda_available()) return false;
+  static const std::string why = cuda_status().reason;  // "no CUDA GPU is visible (...)"
+  state.SkipWithError(why.c_str());
+  return true;
+}
+
+void BM_TrainStepCuda(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const Device device = Device::cuda();
+  const int64_t B = state.range(0), T = 256;
+  const PrecisionGuard precision(Precision::bf16);
+  Generator g(1337);
+  GPT model(series(true), &g);
+  model.to(device);
+  nn::AdamWOptions opt;
+  opt.lr = 6e-4;
+  opt.weight_decay = 0.1;
+  nn::AdamW adamw(nn::weight_decay_groups(model.named_parameters(), 0.1), opt);
+  const Tensor x = ops::to(token_ids(B, T, 10000, 1), device), y = ops::to(token_ids(B, T, 10000, 2), device);
+  auto step = [&] {
+    adamw.zero_grad();
+    Tensor loss = model.loss(x, y);
+    backward(loss);
+    adamw.step();
+    return loss;
+  };
+  (void)step().item<float>();  // warm-up: the allocator's blocks, cuBLAS's first calls
+  int64_t launches = 0;
+  for (auto _ : state) {
+    const int64_t before = cuda::kernel_launches();
+    const Tensor loss = step();
+    launches += cuda::kernel_launches() - before;
+    benchmark::DoNotOptimize(loss.item<float>());  // waits for the step's kernels
+  }
+  state.counters["tokens/s"] = benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["launches/step"] = double(launches) / double(state.iterations());
+}
+BENCHMARK(BM_TrainStepCuda)->Arg(64)->ArgName("B")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5);
+
+void BM_DecodeCacheCuda(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  const Device device = Device::cuda();
+  const PrecisionGuard precision(Precision::bf16);  // weights cast once
+  Generator g(1337);
+  GPT model(series(true), &g);
+  model.to(device);
+  NoGradGuard no_grad;
+  KVCache cache(model.config(), 1, 0, DType::f32, device);
+  model.forward(ops::to(token_ids(1, 256, 10000, 1), device), &cache, true);
+  const Tensor one = ops::to(token_ids(1, 1, 10000, 2), device);
+  Backend& backend = backend_for(device);
+  int64_t launches = 0;
+  for (auto _ : state) {
+    const int64_t before = cuda::kernel_launches();
+    cache.slide(255);
+    benchmark::DoNotOptimize(model.forward(one, &cache, true));
+    launches += cuda::kernel_launches() - before;
+    backend.synchronize();
+  }
+  state.counters["ms/token"] = benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate |
+                                                           benchmark::Counter::kInvert);
+  state.counters["launches/token"] = double(launches) / double(state.iterations());
+}
+BENCHMARK(BM_DecodeCacheCuda)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3);
 
 }  // namespace
 }  // namespace mvgpt::gpt

@@ -17,7 +17,13 @@ so every token reuses the cast copies); peak then times a bf16 torch.mm. --threa
 --modern (PyTorch 2.x) writes the model as its users write it today, as nanoGPT does:
 F.scaled_dot_product_attention (is_causal over a whole window), the fused AdamW (fused=True), and
 for training torch.compile of the model (Inductor; the compilation happens in the warm-up step,
-outside the timing). Decoding stays eager (a cache's growing lengths would recompile).
+outside the timing). Decoding stays eager (a cache's growing lengths would recompile). --eager
+leaves torch.compile out.
+
+--device cuda runs on the GPU (bench/compare --device cuda: --modern --eager --autocast, PyTorch
+eager bf16 with SDPA and the fused AdamW), synchronising before each time is taken, and counts the
+GPU kernels one step or token launches (torch.profiler's CUDA kernel events, copies and memsets
+left out) as launches_per_step / launches_per_token.
 
 The model is the one of mvgpt/gpt/model.cpp (GPTConfig defaults): 6 blocks of width 384, 6 heads of 64,
 context 256, vocab 10,000, pre-norm LayerNorm with bias, tanh-GELU MLP of 1536, learned positions
@@ -28,6 +34,7 @@ scaled_dot_product_attention.
 import argparse
 import json
 import math
+import sys
 import time
 
 import torch
@@ -77,12 +84,12 @@ class Block(nn.Module):
             if T == 1 or Tk == T:  # one new token sees every key; a whole window is causal
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
             else:
-                mask = torch.ones(T, Tk, dtype=torch.bool).tril(diagonal=Tk - T)
+                mask = torch.ones(T, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - T)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
         s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
         if T > 1:
-            mask = torch.ones(T, Tk, dtype=torch.bool).tril(diagonal=Tk - T)
+            mask = torch.ones(T, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - T)
             s = s.masked_fill(~mask, float("-inf"))
         y = F.softmax(s, dim=-1) @ v
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -95,10 +102,10 @@ class Block(nn.Module):
 class LayerCache:
     """A preallocated (1, H, capacity, D) buffer per layer; slide() keeps the last n entries."""
 
-    def __init__(self, capacity=2 * BLOCK):
+    def __init__(self, capacity=2 * BLOCK, device="cpu"):
         D = EMBD // HEADS
-        self.k = torch.zeros(1, HEADS, capacity, D)
-        self.v = torch.zeros(1, HEADS, capacity, D)
+        self.k = torch.zeros(1, HEADS, capacity, D, device=device)
+        self.v = torch.zeros(1, HEADS, capacity, D, device=device)
         self.start = self.length = 0
 
     def append(self, k, v):
@@ -141,7 +148,7 @@ class GPT(nn.Module):
         x = self.wte(idx)
         cos = sin = None
         if self.use_rope:
-            cos, sin = rope_tables(torch.arange(start, start + T), EMBD // HEADS)
+            cos, sin = (t.to(idx.device) for t in rope_tables(torch.arange(start, start + T), EMBD // HEADS))
         else:
             x = x + self.wpe.weight[start : start + T]
         for i, block in enumerate(self.h):
@@ -155,6 +162,21 @@ class GPT(nn.Module):
 def tokens(B, T, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, VOCAB, (B, T), generator=g)
+
+
+def gpu_kernels(fn):
+    """The CUDA kernels one call of fn launches (torch.profiler; copies and memsets left out), or None
+    where the profiler cannot see the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset")))
+    except Exception as e:  # no CUPTI in this PyTorch: the count is left out, the times stand
+        print(f"torch_reference_model: no kernel count ({e})", file=sys.stderr)
+        return None
 
 
 def timed(fn, min_time, min_iters):
@@ -178,7 +200,18 @@ def main():
     ap.add_argument("--min-time", type=float, default=5.0, help="seconds of timed runs (after one warm-up)")
     ap.add_argument("--autocast", action="store_true", help="bf16 mixed precision (peak: a bf16 torch.mm)")
     ap.add_argument("--modern", action="store_true", help="PyTorch 2.x: SDPA, fused AdamW, torch.compile for training")
+    ap.add_argument("--eager", action="store_true", help="with --modern: no torch.compile")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device cuda: this PyTorch ({torch.__version__}) sees no CUDA GPU")
+    device = torch.device(args.device)
+    compiled = args.modern and not args.eager
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
     if args.modern and int(torch.__version__.split(".")[0]) < 2:
         raise SystemExit(f"--modern needs PyTorch 2.x; this is {torch.__version__}")
     global SDPA
@@ -186,21 +219,23 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(1337)
     result = {"case": args.case, "rope": args.rope, "threads": torch.get_num_threads(), "torch": torch.__version__,
-              "autocast": args.autocast, "mode": "compile" if args.modern and args.case == "train" else "eager",
-              "sdpa": args.modern}
+              "autocast": args.autocast, "mode": "compile" if compiled and args.case == "train" else "eager",
+              "sdpa": args.modern, "device": args.device}
+    if device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name()
 
     def autocast():
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast)
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.autocast)
 
     if args.case == "peak":
         n = 3072
-        a = torch.randn(n, n, dtype=torch.bfloat16 if args.autocast else torch.float32)
-        b = torch.randn(n, n, dtype=a.dtype)
-        times = timed(lambda: torch.mm(a, b), args.min_time / 2, 3)
+        a = torch.randn(n, n, dtype=torch.bfloat16 if args.autocast else torch.float32, device=device)
+        b = torch.randn(n, n, dtype=a.dtype, device=device)
+        times = timed(lambda: (torch.mm(a, b), sync()), args.min_time / 2, 3)
         result.update(gflops=2 * n**3 / min(times) * 1e-9, mean_gflops=2 * n**3 / (sum(times) / len(times)) * 1e-9)
         print(json.dumps(result))
         return
-    model = GPT(bool(args.rope))
+    model = GPT(bool(args.rope)).to(device)
 
     if args.case == "train":
         decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -209,8 +244,8 @@ def main():
         fused = {"fused": True} if args.modern else {"foreach": False}
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": plain, "weight_decay": 0.0}],
                                 lr=6e-4, **fused)
-        x, y = tokens(args.batch, BLOCK, 1), tokens(args.batch, BLOCK, 2)
-        forward = torch.compile(model) if args.modern else model
+        x, y = tokens(args.batch, BLOCK, 1).to(device), tokens(args.batch, BLOCK, 2).to(device)
+        forward = torch.compile(model) if compiled else model
 
         def step():
             opt.zero_grad(set_to_none=True)
@@ -224,36 +259,42 @@ def main():
         t0 = time.perf_counter()
         step()  # the compilation, when --modern, and the first allocations
         result.update(warmup_seconds=time.perf_counter() - t0)
-        times = timed(step, args.min_time, 2)
+        times = timed(step, args.min_time, 2)  # loss.item() waits for the step's kernels
         per = sum(times) / len(times)
         result.update(seconds_per_step=per, min_seconds_per_step=min(times), tokens_per_s=args.batch * BLOCK / per,
                       steps=len(times))
+        if device.type == "cuda":
+            result.update(launches_per_step=gpu_kernels(step))
     else:
         model.eval()
         with torch.no_grad(), autocast():
             if args.case == "cache":
                 if not args.rope:
                     raise SystemExit("the sliding cache needs rotary positions (--rope 1)")
-                caches = [LayerCache() for _ in range(LAYERS)]
+                caches = [LayerCache(device=device) for _ in range(LAYERS)]
                 state = {"pos": 0}
-                model(tokens(1, BLOCK, 1), caches, 0, last_only=True)
+                model(tokens(1, BLOCK, 1).to(device), caches, 0, last_only=True)
                 state["pos"] = BLOCK
-                one = tokens(1, 1, 2)
+                one = tokens(1, 1, 2).to(device)
 
                 def token():
                     for c in caches:
                         c.slide(BLOCK - 1)
                     model(one, caches, state["pos"], last_only=True)
                     state["pos"] += 1
+                    sync()
             else:
-                window = tokens(1, BLOCK, 1)
+                window = tokens(1, BLOCK, 1).to(device)
 
                 def token():
                     model(window, None, 0, last_only=True)
+                    sync()
 
             times = timed(token, args.min_time, 10)
             per = sum(times) / len(times)
             result.update(ms_per_token=per * 1e3, min_ms_per_token=min(times) * 1e3, tokens=len(times))
+            if device.type == "cuda":
+                result.update(launches_per_token=gpu_kernels(token))
     print(json.dumps(result))
 
 

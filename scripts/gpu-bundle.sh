@@ -25,6 +25,7 @@ build_packages=(
   libdnnl-dev libdnnl2                                                       # bfloat16 products
   libgtest-dev libgmock-dev                                                  # tests (static libraries)
   nlohmann-json3-dev libcli11-dev                                            # header-only
+  libbenchmark-dev libbenchmark1debian                                       # mvgpt_bench (gpu-check --bench-only)
 )
 # Needed at run time by the libraries above, and often absent from a CUDA image: gpu-check.sh puts
 # each on the library path only where the system has no copy of its own.

@@ -34,11 +34,11 @@ void step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor
   if (n == 0) return;
   cudaStream_t stream = static_cast<CudaBackend&>(backend_for(param.device())).activate();
   if (param.dtype() == DType::f64)
-    adamw_kernel<double><<<blocks_for(n), kThreads, 0, stream>>>(n, param.data<double>(), grad.data<double>(),
+    adamw_kernel<double><<<blocks_for(n), kThreads, 0, cuda::counted(stream)>>>(n, param.data<double>(), grad.data<double>(),
                                                                  m.data<double>(), v.data<double>(),
                                                                  math::adamw_scalars<double>(p));
   else
-    adamw_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(n, param.data<float>(), grad.data<float>(),
+    adamw_kernel<float><<<blocks_for(n), kThreads, 0, cuda::counted(stream)>>>(n, param.data<float>(), grad.data<float>(),
                                                                 m.data<float>(), v.data<float>(),
                                                                 math::adamw_scalars<float>(p));
   MVGPT_CUDA_CHECK_LAUNCH();

@@ -266,7 +266,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
   dispatch_float(q, [&](auto tag) {
     using T = decltype(tag);
     const size_t shared = attention_shared(op, d.D, 2, sizeof(T), kTile + kAttnThreads);
-    attention_forward_kernel<T><<<grid_rows(rows), kAttnThreads, shared, stream>>>(
+    attention_forward_kernel<T><<<grid_rows(rows), kAttnThreads, shared, cuda::counted(stream)>>>(
         d, rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), T(scale), mut<T>(out), mut<T>(lse));
   });
   MVGPT_CUDA_CHECK_LAUNCH();
@@ -286,18 +286,18 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
     using T = decltype(tag);
     Tensor di = be.scratch({std::max<int64_t>(qrows, 1)}, q.dtype());
     if (qrows > 0) {
-      attention_rowdot_kernel<T><<<blocks_for(qrows), kThreads, 0, stream>>>(d, rows_of<T>(dout), rows_of<T>(out),
+      attention_rowdot_kernel<T><<<blocks_for(qrows), kThreads, 0, cuda::counted(stream)>>>(d, rows_of<T>(dout), rows_of<T>(out),
                                                                              mut<T>(di));
       MVGPT_CUDA_CHECK_LAUNCH();
       const size_t shared = attention_shared(op, d.D, 3, sizeof(T), kTile);
-      attention_dq_kernel<T><<<grid_rows(qrows), kAttnThreads, shared, stream>>>(
+      attention_dq_kernel<T><<<grid_rows(qrows), kAttnThreads, shared, cuda::counted(stream)>>>(
           d, rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(dout), ptr<T>(lse), ptr<T>(di), T(scale),
           mut<T>(dq));
       MVGPT_CUDA_CHECK_LAUNCH();
     }
     if (krows > 0) {
       const size_t shared = attention_shared(op, d.D, 2, sizeof(T), 2 * kTile);
-      attention_dkdv_kernel<T><<<grid_rows(krows), kAttnThreads, shared, stream>>>(
+      attention_dkdv_kernel<T><<<grid_rows(krows), kAttnThreads, shared, cuda::counted(stream)>>>(
           d, rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), rows_of<T>(dout), ptr<T>(lse), ptr<T>(di), T(scale),
           mut<T>(dk), mut<T>(dv));
       MVGPT_CUDA_CHECK_LAUNCH();

@@ -73,10 +73,10 @@ void forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, 
   index_plan::dispatch_index(targets, "cross_entropy (cuda)", [&](auto itag) {
     using I = decltype(itag);
     if (logits.dtype() == DType::f64)
-      cross_entropy_kernel<double, I><<<grid_rows(N), threads, threads * sizeof(double), stream>>>(
+      cross_entropy_kernel<double, I><<<grid_rows(N), threads, threads * sizeof(double), cuda::counted(stream)>>>(
           N, V, logits.data<double>(), targets.data<I>(), ignore_index, losses.data<double>(), lse.data<double>());
     else
-      cross_entropy_kernel<float, I><<<grid_rows(N), threads, threads * sizeof(float), stream>>>(
+      cross_entropy_kernel<float, I><<<grid_rows(N), threads, threads * sizeof(float), cuda::counted(stream)>>>(
           N, V, logits.data<float>(), targets.data<I>(), ignore_index, losses.data<float>(), lse.data<float>());
   });
   MVGPT_CUDA_CHECK_LAUNCH();
@@ -94,11 +94,11 @@ void backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets
   index_plan::dispatch_index(targets, "cross_entropy_backward (cuda)", [&](auto itag) {
     using I = decltype(itag);
     if (logits.dtype() == DType::f64)
-      cross_entropy_backward_kernel<double, I><<<blocks_for(N * V), kThreads, 0, stream>>>(
+      cross_entropy_backward_kernel<double, I><<<blocks_for(N * V), kThreads, 0, cuda::counted(stream)>>>(
           N, V, dlosses.data<double>(), logits.data<double>(), targets.data<I>(), lse.data<double>(), ignore_index,
           dlogits.data<double>());
     else
-      cross_entropy_backward_kernel<float, I><<<blocks_for(N * V), kThreads, 0, stream>>>(
+      cross_entropy_backward_kernel<float, I><<<blocks_for(N * V), kThreads, 0, cuda::counted(stream)>>>(
           N, V, dlosses.data<float>(), logits.data<float>(), targets.data<I>(), lse.data<float>(), ignore_index,
           dlogits.data<float>());
   });

@@ -138,7 +138,7 @@ void norm_forward(CudaBackend& be, const Tensor& x, const Tensor& weight, const 
   const int threads = threads_for_row(C);
   dispatch_float(x, [&](auto tag) {
     using T = decltype(tag);
-    norm_forward_kernel<T><<<grid_rows(N), threads, threads * sizeof(T), stream>>>(
+    norm_forward_kernel<T><<<grid_rows(N), threads, threads * sizeof(T), cuda::counted(stream)>>>(
         N, C, ptr<T>(x), ptr<T>(weight), ptr<T>(bias), T(eps), mut<T>(y), mut<T>(mean), mut<T>(rstd));
   });
   MVGPT_CUDA_CHECK_LAUNCH();
@@ -152,7 +152,7 @@ void norm_backward(CudaBackend& be, const Tensor& dy, const Tensor& x, const Ten
     using T = decltype(tag);
     if (dx.defined() && N > 0) {
       const int threads = threads_for_row(C);
-      norm_backward_dx_kernel<T><<<grid_rows(N), threads, threads * sizeof(T), stream>>>(
+      norm_backward_dx_kernel<T><<<grid_rows(N), threads, threads * sizeof(T), cuda::counted(stream)>>>(
           N, C, ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<T>(mean), ptr<T>(rstd), mut<T>(dx));
       MVGPT_CUDA_CHECK_LAUNCH();
     }
@@ -167,13 +167,13 @@ void norm_backward(CudaBackend& be, const Tensor& dy, const Tensor& x, const Ten
     Tensor dw_part = dweight.defined() ? be.scratch({nchunks, C}, x.dtype()) : Tensor();
     Tensor db_part = dbias.defined() ? be.scratch({nchunks, C}, x.dtype()) : Tensor();
     const dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned(nchunks));
-    norm_param_partial_kernel<T><<<grid, kThreads, 0, stream>>>(N, C, chunk_rows, ptr<T>(dy), ptr<T>(x), ptr<T>(mean),
+    norm_param_partial_kernel<T><<<grid, kThreads, 0, cuda::counted(stream)>>>(N, C, chunk_rows, ptr<T>(dy), ptr<T>(x), ptr<T>(mean),
                                                                 ptr<T>(rstd), mut<T>(dw_part), mut<T>(db_part));
     MVGPT_CUDA_CHECK_LAUNCH();
     if (dweight.defined())
-      sum_chunks_kernel<T><<<blocks_for(C), kThreads, 0, stream>>>(nchunks, C, ptr<T>(dw_part), mut<T>(dweight));
+      sum_chunks_kernel<T><<<blocks_for(C), kThreads, 0, cuda::counted(stream)>>>(nchunks, C, ptr<T>(dw_part), mut<T>(dweight));
     if (dbias.defined())
-      sum_chunks_kernel<T><<<blocks_for(C), kThreads, 0, stream>>>(nchunks, C, ptr<T>(db_part), mut<T>(dbias));
+      sum_chunks_kernel<T><<<blocks_for(C), kThreads, 0, cuda::counted(stream)>>>(nchunks, C, ptr<T>(db_part), mut<T>(dbias));
     MVGPT_CUDA_CHECK_LAUNCH();
   });
 }

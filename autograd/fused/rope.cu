@@ -60,7 +60,7 @@ void rotate(const Tensor& x, const Tensor& positions, double base, RopeLayout la
     using T = decltype(tag);
     auto launch = [&](auto itag) {
       using I = decltype(itag);
-      rope_kernel<T, I><<<blocks_for(n), kThreads, 0, stream>>>(B, H, Tn, D, sb, sh, st, ptr<T>(x), ptr<I>(positions),
+      rope_kernel<T, I><<<blocks_for(n), kThreads, 0, cuda::counted(stream)>>>(B, H, Tn, D, sb, sh, st, ptr<T>(x), ptr<I>(positions),
                                                                 per_sequence, base, position_scale, sign, interleaved,
                                                                 mut<T>(out));
     };

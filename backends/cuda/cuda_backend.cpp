@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -23,6 +24,13 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
   throw std::runtime_error(std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" +
                            cublasGetStatusString(status) + ") in " + call + " at " + file + ":" + std::to_string(line));
 }
+
+namespace {
+std::atomic<int64_t> g_launches{0};
+}  // namespace
+
+void count_launches(int64_t n) { g_launches.fetch_add(n, std::memory_order_relaxed); }
+int64_t kernel_launches() { return g_launches.load(std::memory_order_relaxed); }
 
 void require_on(const Tensor& t, Device device, const char* op) {
   if (t.defined() && !(t.device() == device))

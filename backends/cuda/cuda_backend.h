@@ -24,6 +24,10 @@ struct MemoryInfo {
 };
 MemoryInfo memory_info(int index);
 
+// Kernel launches on every GPU since the process began (NOTE in cuda_check.h: a cuBLAS GEMM or a
+// CUB sort counts once); 0 without CUDA. bench_model's CUDA cases report it per step and token.
+int64_t kernel_launches();
+
 // Tests only: true sends every scatter-add through the walking kernel, the reference of the sorted
 // one (NOTE [ Sorted scatter-add ], backends/cuda/cuda_index.cu). No effect without CUDA.
 void force_walking_scatter_add(bool on);

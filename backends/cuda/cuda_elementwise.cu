@@ -144,11 +144,11 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   if (src.dtype() == dst.dtype()) {
     dispatch_word(dtype_size(dst.dtype()), [&](auto word) {
       using W = decltype(word);
-      copy_words_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, static_cast<const W*>(src.raw_data()),
+      copy_words_kernel<W><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, static_cast<const W*>(src.raw_data()),
                                                                    static_cast<W*>(dst.raw_data()));
     });
   } else {
-    convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ix, n, src.raw_data(), src.dtype(), dst.raw_data(),
+    convert_kernel<<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, src.raw_data(), src.dtype(), dst.raw_data(),
                                                            dst.dtype());
   }
   MVGPT_CUDA_CHECK_LAUNCH();
@@ -174,7 +174,7 @@ void CudaBackend::fill(const Tensor& dst, double value) {
     using W = decltype(word);
     W w;
     std::memcpy(&w, &bits, sizeof w);
-    fill_words_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, static_cast<W*>(dst.raw_data()), w);
+    fill_words_kernel<W><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, static_cast<W*>(dst.raw_data()), w);
   });
   MVGPT_CUDA_CHECK_LAUNCH();
 }
@@ -185,7 +185,7 @@ void CudaBackend::arange(const Tensor& dst, double start, double step) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   cudaStream_t stream = activate();
-  arange_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, dst.raw_data(), dst.dtype(), start, step);
+  arange_kernel<<<blocks_for(n), kThreads, 0, counted(stream)>>>(n, dst.raw_data(), dst.dtype(), start, step);
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 
@@ -198,10 +198,10 @@ void CudaBackend::random(const Tensor& dst, RandomKind kind, uint64_t seed, uint
   const bool uniform = kind == RandomKind::uniform;
   switch (dst.dtype()) {
     case DType::f32:
-      random_kernel<float><<<blocks_for(n), kThreads, 0, stream>>>(n, dst.data<float>(), uniform, seed, offset);
+      random_kernel<float><<<blocks_for(n), kThreads, 0, counted(stream)>>>(n, dst.data<float>(), uniform, seed, offset);
       break;
     case DType::f64:
-      random_kernel<double><<<blocks_for(n), kThreads, 0, stream>>>(n, dst.data<double>(), uniform, seed, offset);
+      random_kernel<double><<<blocks_for(n), kThreads, 0, counted(stream)>>>(n, dst.data<double>(), uniform, seed, offset);
       break;
     default:
       throw std::logic_error("CudaBackend::random: expects float32 or float64, found " +
@@ -219,7 +219,7 @@ void CudaBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, double s
   const auto ix = make_indexer<2>(out.shape(), {&out.strides(), &x.strides()});
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    unary_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, op, static_cast<const T*>(x.raw_data()),
+    unary_kernel<T><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, op, static_cast<const T*>(x.raw_data()),
                                                             static_cast<T*>(out.raw_data()), static_cast<T>(scalar));
   };
   switch (x.dtype()) {
@@ -245,7 +245,7 @@ void CudaBackend::unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad
   const auto ix = make_indexer<3>(out.shape(), {&out.strides(), &x.strides(), &grad.strides()});
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    unary_backward_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+    unary_backward_kernel<T><<<blocks_for(n), kThreads, 0, counted(stream)>>>(
         ix, n, op, static_cast<const T*>(x.raw_data()), static_cast<const T*>(grad.raw_data()),
         static_cast<T*>(out.raw_data()), static_cast<T>(scalar));
   };
@@ -267,7 +267,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
   if (is_comparison(op)) {
     auto launch = [&](auto tag) {
       using T = decltype(tag);
-      compare_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, op, static_cast<const T*>(a.raw_data()),
+      compare_kernel<T><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, op, static_cast<const T*>(a.raw_data()),
                                                                 static_cast<const T*>(b.raw_data()),
                                                                 static_cast<bool*>(out.raw_data()));
     };
@@ -282,7 +282,7 @@ void CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Te
   } else {
     auto launch = [&](auto tag) {
       using T = decltype(tag);
-      arith_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, op, static_cast<const T*>(a.raw_data()),
+      arith_kernel<T><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, op, static_cast<const T*>(a.raw_data()),
                                                               static_cast<const T*>(b.raw_data()),
                                                               static_cast<T*>(out.raw_data()));
     };
@@ -312,7 +312,7 @@ void CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, co
   const auto ix = make_indexer<4>(out.shape(), {&out.strides(), &cond.strides(), &a.strides(), &b.strides()});
   dispatch_word(dtype_size(out.dtype()), [&](auto word) {
     using W = decltype(word);
-    where_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, static_cast<const bool*>(cond.raw_data()),
+    where_kernel<W><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, static_cast<const bool*>(cond.raw_data()),
                                                             static_cast<const W*>(a.raw_data()),
                                                             static_cast<const W*>(b.raw_data()),
                                                             static_cast<W*>(out.raw_data()));

@@ -127,7 +127,7 @@ void gather_impl(cudaStream_t stream, const Tensor& src, int axis, const Tensor&
     using I = decltype(itag);
     auto launch = [&](auto word) {
       using W = decltype(word);
-      gather_kernel<W, I><<<blocks_for(n), kThreads, 0, stream>>>(ix, n, static_cast<const W*>(src.raw_data()),
+      gather_kernel<W, I><<<blocks_for(n), kThreads, 0, counted(stream)>>>(ix, n, static_cast<const W*>(src.raw_data()),
                                                                   axis_stride, static_cast<const I*>(index.raw_data()),
                                                                   static_cast<W*>(out.raw_data()));
     };
@@ -168,7 +168,7 @@ void scatter_add_impl(cudaStream_t stream, const Tensor& dst, int axis, const Te
       Tensor positions_in = Tensor::empty({n}, DType::i32, dst.device());
       keys = Tensor::empty({n}, key_type, dst.device());
       order = Tensor::empty({n}, DType::i32, dst.device());
-      sort_input_kernel<I><<<blocks_for(n), kThreads, 0, stream>>>(
+      sort_input_kernel<I><<<blocks_for(n), kThreads, 0, counted(stream)>>>(
           n, static_cast<const I*>(index.raw_data()), idx_axis,
           static_cast<I*>(unsorted.raw_data()), static_cast<int32_t*>(positions_in.raw_data()));
       MVGPT_CUDA_CHECK_LAUNCH();
@@ -182,6 +182,7 @@ void scatter_add_impl(cudaStream_t stream, const Tensor& dst, int axis, const Te
       sort(nullptr);  // asks for the scratch size
       Tensor scratch = Tensor::empty({int64_t(std::max<size_t>(scratch_bytes, 1))}, DType::boolean, dst.device());
       sort(scratch.raw_data());
+      count_launches(1);
     }
     auto launch = [&](auto tag) {
       using T = decltype(tag);
@@ -190,12 +191,12 @@ void scatter_add_impl(cudaStream_t stream, const Tensor& dst, int axis, const Te
         const dim3 grid(unsigned(std::min<int64_t>(n, 65535 * 8)),
                         unsigned(std::min<int64_t>((positions + threads - 1) / threads, 65535)));
         sorted_launches.fetch_add(1);
-        sorted_scatter_add_kernel<T, I><<<grid, threads, 0, stream>>>(
+        sorted_scatter_add_kernel<T, I><<<grid, threads, 0, counted(stream)>>>(
             ix, positions, n, static_cast<T*>(dst.raw_data()), dst_axis, static_cast<const T*>(src.raw_data()),
             src_axis, static_cast<const I*>(keys.raw_data()), static_cast<const int32_t*>(order.raw_data()));
         return;
       }
-      scatter_add_kernel<T, I><<<blocks_for(positions), kThreads, 0, stream>>>(
+      scatter_add_kernel<T, I><<<blocks_for(positions), kThreads, 0, counted(stream)>>>(
           ix, positions, n, static_cast<T*>(dst.raw_data()), dst_axis, static_cast<const T*>(src.raw_data()), src_axis,
           static_cast<const I*>(index.raw_data()), idx_axis);
     };

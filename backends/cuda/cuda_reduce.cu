@@ -180,11 +180,11 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x.raw_data());
     if (per_thread) {
-      reduce_thread_kernel<T><<<blocks_for(O), kThreads, 0, stream>>>(outer, red, O, R, op, xp, out.raw_data());
+      reduce_thread_kernel<T><<<blocks_for(O), kThreads, 0, counted(stream)>>>(outer, red, O, R, op, xp, out.raw_data());
     } else {
       const int threads = threads_for_row(R);
       const size_t shared = size_t(threads) * (sizeof(double) + sizeof(int64_t));
-      reduce_block_kernel<T><<<grid_rows(O), threads, shared, stream>>>(outer, red, O, R, op, xp, out.raw_data());
+      reduce_block_kernel<T><<<grid_rows(O), threads, shared, counted(stream)>>>(outer, red, O, R, op, xp, out.raw_data());
     }
   };
   switch (x.dtype()) {
@@ -211,10 +211,10 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   const int64_t sc = x.strides().back();
   const int threads = threads_for_row(C);
   if (x.dtype() == DType::f64)
-    softmax_kernel<double><<<grid_rows(rows), threads, threads * sizeof(double), stream>>>(
+    softmax_kernel<double><<<grid_rows(rows), threads, threads * sizeof(double), counted(stream)>>>(
         outer, rows, C, sc, x.data<double>(), out.data<double>(), log);
   else
-    softmax_kernel<float><<<grid_rows(rows), threads, threads * sizeof(float), stream>>>(
+    softmax_kernel<float><<<grid_rows(rows), threads, threads * sizeof(float), counted(stream)>>>(
         outer, rows, C, sc, x.data<float>(), out.data<float>(), log);
   MVGPT_CUDA_CHECK_LAUNCH();
 }

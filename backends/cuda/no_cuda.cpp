@@ -11,6 +11,7 @@ std::string device_count_error() { return "this build has no CUDA backend"; }
 bool device_count_failed() { return false; }
 void force_walking_scatter_add(bool) {}
 int64_t sorted_scatter_add_count() { return 0; }
+int64_t kernel_launches() { return 0; }
 Backend& backend(int index) {
   throw std::runtime_error("cuda:" + std::to_string(index) +
                            " requested, but mvgpt was built without CUDA (configure with -DMVGPT_CUDA=ON on a "

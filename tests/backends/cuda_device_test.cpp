@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -140,6 +143,46 @@ TEST_F(CudaOnly, SortedIndexAddEqualsTheWalk) {
       }
     }
   }
+}
+
+// The launch counter behind bench/compare --device cuda's launches per step: one elementwise op is
+// one kernel, one 2-d product one cuBLAS call, and without a GPU it stays at 0.
+TEST_F(CudaOnly, EachLaunchCountsOnce) {
+  const Tensor a = ops::to(ops::ones({64, 32}), Device::cuda()), b = ops::to(ops::ones({32, 16}), Device::cuda());
+  int64_t before = cuda::kernel_launches();
+  const Tensor sum = ops::add(a, a);
+  EXPECT_EQ(cuda::kernel_launches() - before, 1);
+  before = cuda::kernel_launches();
+  const Tensor product = ops::matmul(a, b);
+  EXPECT_EQ(cuda::kernel_launches() - before, 1);
+  EXPECT_EQ(ops::to(product, Device::cpu()).to_vector<float>()[0], 32.0f);
+}
+
+// The counter sees every launch only if every launch names its stream through counted(): read
+// from the sources, so that a new kernel cannot forget it (on any machine, with or without a GPU).
+TEST(CudaSources, EveryKernelLaunchIsCounted) {
+  namespace fs = std::filesystem;
+  int launches = 0;
+  for (const char* folder : {"backends/cuda", "autograd/fused"}) {
+    for (const auto& entry : fs::directory_iterator(fs::path(MVGPT_SOURCE_DIR) / folder)) {
+      if (entry.path().extension() != ".cu") continue;
+      std::ifstream in(entry.path());
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (size_t at = text.find("<<<"); at != std::string::npos; at = text.find("<<<", at + 3)) {
+        const size_t end = text.find(">>>", at);
+        ASSERT_NE(end, std::string::npos) << entry.path();
+        EXPECT_NE(text.substr(at, end - at).find("counted("), std::string::npos)
+            << entry.path().filename() << ": a launch whose stream is not counted(...): " << text.substr(at, end - at + 3);
+        ++launches;
+      }
+    }
+  }
+  EXPECT_GE(launches, 35);  // the sources were found and read
+}
+
+TEST(CudaDevice, LaunchCounterStaysAtZeroWithoutAGpu) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present: EachLaunchCountsOnce covers the counter";
+  EXPECT_EQ(cuda::kernel_launches(), 0);
 }
 
 TEST_F(CudaOnly, OutOfRangeIndexIsAClearError) {
