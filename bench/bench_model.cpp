@@ -158,13 +158,15 @@ void BM_TrainStepCuda(benchmark::State& state) {
     adamw.step();
     return loss;
   };
-  (void)step().item<float>();  // warm-up: the allocator's blocks, cuBLAS's first calls
+  // item() reads CPU tensors only: the copy to the host also waits for the step's kernels.
+  auto wait_for = [](const Tensor& loss) { return ops::to(loss.detach(), Device::cpu()).item<float>(); };
+  (void)wait_for(step());  // warm-up: the allocator's blocks, cuBLAS's first calls
   int64_t launches = 0;
   for (auto _ : state) {
     const int64_t before = cuda::kernel_launches();
     const Tensor loss = step();
     launches += cuda::kernel_launches() - before;
-    benchmark::DoNotOptimize(loss.item<float>());  // waits for the step's kernels
+    benchmark::DoNotOptimize(wait_for(loss));
   }
   state.counters["tokens/s"] = benchmark::Counter(double(B * T), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["launches/step"] = double(launches) / double(state.iterations());

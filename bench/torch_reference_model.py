@@ -136,6 +136,10 @@ class GPT(nn.Module):
         self.wpe = None if use_rope else nn.Embedding(BLOCK, EMBD)
         self.h = nn.ModuleList([Block(use_rope) for _ in range(LAYERS)])
         self.ln_f = nn.LayerNorm(EMBD)
+        # The rotary tables of positions [0, 4 T), kept as a model keeps them (buffers: they follow .to()).
+        cos, sin = rope_tables(torch.arange(4 * BLOCK), EMBD // HEADS)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
         for name, p in self.named_parameters():  # GPT-2 initialisation
             if p.dim() >= 2:
                 std = 0.02 / math.sqrt(2 * LAYERS) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
@@ -148,7 +152,10 @@ class GPT(nn.Module):
         x = self.wte(idx)
         cos = sin = None
         if self.use_rope:
-            cos, sin = (t.to(idx.device) for t in rope_tables(torch.arange(start, start + T), EMBD // HEADS))
+            if start + T > self.rope_cos.shape[0]:  # decoding's positions keep counting: grow (eager only)
+                cos, sin = rope_tables(torch.arange(2 * (start + T)), EMBD // HEADS)
+                self.rope_cos, self.rope_sin = cos.to(idx.device), sin.to(idx.device)
+            cos, sin = self.rope_cos[start:start + T], self.rope_sin[start:start + T]
         else:
             x = x + self.wpe.weight[start : start + T]
         for i, block in enumerate(self.h):
@@ -169,14 +176,20 @@ def gpu_kernels(fn):
     where the profiler cannot see the GPU."""
     from torch.profiler import ProfilerActivity, profile
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        # CPU as well: with CUDA alone some versions drop kernel events.
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not e.name.startswith(("Memcpy", "Memset")))
-    except Exception as e:  # no CUPTI in this PyTorch: the count is left out, the times stand
+        count = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                    and not getattr(e, "is_user_annotation", False)
+                    and not e.name.startswith(("Memcpy", "Memset")))
+    except Exception as e:  # the profiler cannot see the GPU: the count is left out, the times stand
         print(f"torch_reference_model: no kernel count ({e})", file=sys.stderr)
         return None
+    if count == 0:  # no CUPTI: the profiler saw no kernel at all
+        print("torch_reference_model: the profiler saw no CUDA kernel (no CUPTI?)", file=sys.stderr)
+        return None
+    return count
 
 
 def timed(fn, min_time, min_iters):

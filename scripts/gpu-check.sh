@@ -25,7 +25,8 @@
 #                  machine without a GPU: how docs/cuda.md shows the bundle is all the build takes)
 #   --bench-only   instead of the checks, build mvgpt_bench and run bench/compare --device cuda
 #                  against the machine's PyTorch (MVGPT_TORCH_PYTHON, default /opt/torch/.venv/bin/
-#                  python3), its table into OUT/compare-cuda.txt: a second call after the check
+#                  python3), its table into OUT/compare-cuda.txt: a second call after the check, into
+#                  an --out of its own (it replaces the log and the table there)
 #
 # Environment: MVGPT_BUILD_DIR (build-gpu), MVGPT_JOBS (nproc), MVGPT_DATA_DIR (without --bundle:
 # the TinyStories folder; prepare also looks in ../shared/data/tinystories), MVGPT_GPU_CHECK_MINUTES
@@ -34,7 +35,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
-usage() { sed -n '19,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '19,29p' "$0" | sed 's/^# \{0,1\}//'; }
 bundle= out=runs/gpu-check build_only=0 bench_only=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -58,6 +59,7 @@ deadline=${MVGPT_GPU_CHECK_DEADLINE:-560}
 
 [ $build_only = 1 ] && [ $bench_only = 1 ] && { echo "gpu-check: --build-only or --bench-only, not both" >&2; exit 2; }
 torch_py=${MVGPT_TORCH_PYTHON:-/opt/torch/.venv/bin/python3}
+system_ld_path=${LD_LIBRARY_PATH-}  # PyTorch's, without the bundle's libraries put first below
 
 # The output folder holds only what this script writes (7 files); an earlier run's are replaced.
 outputs=(gpu-check.log summary.txt evaluate-cuda.json evaluate-cpu.json context-cuda.json context-cpu.json compare-cuda.txt)
@@ -324,6 +326,7 @@ fi
 if [ "$built" = 1 ] && [ $bench_only = 1 ]; then
   step "bench/compare --device cuda: mvgpt against PyTorch eager bf16 on this GPU"
   if [ -x "$torch_py" ]; then
+    export MVGPT_TORCH_LD_LIBRARY_PATH=$system_ld_path
     note="the table in compare-cuda.txt" run bench-vs-torch 420 bash -c \
       "'$torch_py' bench/compare --device cuda --rounds 2 --bench '$build/bench/mvgpt_bench' --torch2 '$torch_py' > '$out/compare-cuda.txt'"
     cat "$out/compare-cuda.txt" 2> /dev/null
