@@ -16,16 +16,12 @@
 #include <mvgpt/nn/muon.h>
 #include <mvgpt/nn/optim.h>
 
+#include "token_ids.h"
+
 namespace mvgpt::gpt {
 namespace {
 
-Tensor token_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  Generator g(seed);
-  Tensor u = ops::rand({B, T}, DType::f64, Device::cpu(), &g);
-  std::vector<int32_t> ids;
-  for (double x : u.to_vector<double>()) ids.push_back(int32_t(x * double(V)));
-  return Tensor::from_vector(ids, Shape{B, T});
-}
+using bench::token_ids;
 
 GPTConfig series(bool rope) { return GPTConfig::preset(rope ? "series-rope" : "series"); }
 

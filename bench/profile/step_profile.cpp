@@ -27,6 +27,8 @@
 #include <mvgpt/nn/optim.h>
 #include <mvgpt/util/profile.h>
 
+#include "../token_ids.h"
+
 namespace {
 
 using namespace mvgpt;
@@ -49,13 +51,7 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-Tensor token_ids(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  Generator g(seed);
-  Tensor u = rand({B, T}, DType::f64, Device::cpu(), &g);
-  std::vector<int32_t> ids;
-  for (double x : u.to_vector<double>()) ids.push_back(int32_t(x * double(V)));
-  return Tensor::from_vector(ids, Shape{B, T});
-}
+using bench::token_ids;
 
 // The kind a kernel counts as in the summary.
 std::string kind_of(const std::string& op) {
@@ -101,8 +97,9 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
   std::map<std::string, std::map<std::string, double>> by;  // phase -> kind -> seconds
   double product_flops = 0, product_seconds = 0;
   for (const auto& r : report.rows) {
-    by[r.phase][kind_of(r.op)] += r.seconds;
-    if (kind_of(r.op) == "products") product_flops += r.flops, product_seconds += r.seconds;
+    const std::string kind = kind_of(r.op);
+    by[r.phase][kind] += r.seconds;
+    if (kind == "products") product_flops += r.flops, product_seconds += r.seconds;
   }
   std::printf("\n%-10s", per.c_str());
   for (const auto& k : kinds) std::printf(" %14s", k.c_str());
