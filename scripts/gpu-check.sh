@@ -336,7 +336,7 @@ if [ "$built" = 1 ] && [ $bench_only = 1 ]; then
 elif [ "$built" = 1 ] && [ $build_only = 0 ]; then
   step "CUDA cases: every op, fused unit, model path and app on the GPU against the CPU"
   gtest_step cuda-ops 150 "$build/tests/test_backends" '*cuda*:*Cuda*'
-  gtest_step cuda-fused 120 "$build/tests/test_fused" '*OnDevice*cuda*'
+  gtest_step cuda-fused 120 "$build/tests/test_fused" '*OnDevice*cuda*:*Cuda*'
   gtest_step cuda-model 150 "$build/tests/test_mvgpt" '*OnDevice*cuda*'
   gtest_step cuda-apps 180 "$build/tests/test_apps" '*OnDevice*cuda*'
 

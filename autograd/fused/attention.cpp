@@ -2,6 +2,7 @@
 // (NOTE [ A fused op is one unit ] in unit.h). Kernels: attention_cpu.cpp, attention.cu.
 #include <mvgpt/fused/attention.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -48,7 +49,12 @@ AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k
   return s;
 }
 
+std::atomic<CudaAttentionRoute> g_cuda_route{CudaAttentionRoute::automatic};
+
 }  // namespace
+
+void set_cuda_attention_route(CudaAttentionRoute route) { g_cuda_route.store(route, std::memory_order_relaxed); }
+CudaAttentionRoute cuda_attention_route() { return g_cuda_route.load(std::memory_order_relaxed); }
 
 AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                                   bool bf16_products) {

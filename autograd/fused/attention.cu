@@ -11,13 +11,43 @@
 //   dv_j = sum_i P_ij dO_i,  dk_j = scale sum_i dS_ij q_i          (one block per key row, walking
 // the query heads of its kv group and their queries in order: deterministic, no atomics).
 // Query i sits at key position (Tk - Tq) + i and, when causal, sees keys 0..(Tk - Tq) + i.
+// These per-row kernels are the reference of the batched route below and still run for fewer than
+// 16 queries (decoding), where one launch beats six.
+//
+// NOTE [ Attention through batched products ]
+// The per-row kernels re-read K and V from global memory for every query and never touch the tensor
+// cores: at the series' shape (64 x 256, 6 heads of 64) attention was most of a GPU step. From 16
+// queries on, attention runs as cuBLAS strided-batched products around small elementwise kernels,
+// FlashAttention's math without its tiling: the (Tq, Tk) scores are materialised, which at T <= 1024
+// costs less memory than the activations around them (64 x 6 x 256 x 256 fp32 scores: 100 MB), and
+// cuBLAS's tuned tiles then do the work on tensor cores.
+//   A batch is one kv head of one sequence, u = b Hkv + hk. The `group` query heads that share that
+//   kv head are stacked as rows: with q contiguous (B, H, Tq, D), the rows of unit u are the
+//   (group Tq, D) matrix at u group Tq D, so grouped heads need no repeated K or V, and the backward's
+//   dK and dV sum over the group inside the product. Score row r = u group Tq + g Tq + i is the
+//   (b, h, i) row of lse, h = hk group + g.
+//   Forward:  S = Q K^T (one GEMM over all units); a row kernel takes the causal softmax
+//             (P = exp(scale S - lse) on the visible keys, 0 beyond; lse = m + log l); O = P V.
+//   Backward: D_i = rowsum(dO_i O_i); S = Q K^T and dP = dO V^T (recomputed, not stored: the
+//             forward keeps only lse, as the per-row kernels); an elementwise kernel makes
+//             P and dS = scale P (dP - D_i) (scale folded in once); dV = P^T dO, dQ = dS K,
+//             dK = dS^T Q. Five GEMMs, two small kernels, no atomics: deterministic.
+// Operands: q, k, v (and dO) are packed once into contiguous buffers of the products' type, which
+// also rounds them to bfloat16 when bf16_products asks for it on a GPU with bf16 tensor cores
+// (sm_80 on); P and dS are written in that type by the kernels that make them. Scores, lse and
+// everything summed stay in the compute dtype (float32 or float64); float32 GEMMs run without TF32.
+// Memory: the scores of at most kScoreBudget bytes are live at once; larger batches run in slices
+// of whole units. A unit whose scores alone exceed the budget (very long contexts) runs per row.
 #include <mvgpt/fused/attention.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <mvgpt/backends/cuda/cuda_backend_impl.h>
+#include <mvgpt/backends/cuda/cuda_gemm.h>
 #include <mvgpt/backends/cuda/cuda_kernels.cuh>
 #include <mvgpt/backends/cuda/fused_host.h>
 
@@ -218,6 +248,61 @@ __global__ void attention_dkdv_kernel(AttnDims d, Rows<T> Q, Rows<T> K, Rows<T> 
   }
 }
 
+// ------------------------------------------------------------------ the batched route's kernels
+
+// A product operand's element: float and double as they are, bfloat16 as its bits (rounded to
+// nearest even, as the CPU rounds).
+__device__ inline void put(float* dst, int64_t i, float x) { dst[i] = x; }
+__device__ inline void put(double* dst, int64_t i, double x) { dst[i] = x; }
+__device__ inline void put(uint16_t* dst, int64_t i, float x) { dst[i] = math::float_to_bf16_bits(x); }
+
+// (B, heads, T, D) rows with a unit stride on D -> a contiguous (B, heads, T, D) buffer of TA.
+template <typename T, typename TA>
+__global__ void pack_heads_kernel(int64_t heads, int64_t T_, int64_t D, int64_t n, Rows<T> src, TA* dst) {
+  MVGPT_GRID_STRIDE(e, n) {
+    const int64_t c = e % D, t = (e / D) % T_, h = (e / (D * T_)) % heads, b = e / (D * T_ * heads);
+    put(dst, e, src.at(b, h, t)[c]);
+  }
+}
+
+// One block per score row r in [row0, row0 + rows) (rows of S and P start at row0): the causal
+// softmax of scale S over the visible keys into P (0 beyond them), and lse. A row that sees no key,
+// or only -inf scores, gets P = 0 and lse = -inf, as the per-row kernel gives it.
+template <typename T, typename TA>
+__global__ void batched_softmax_kernel(AttnDims d, int64_t row0, int64_t rows, const T* S, T scale, TA* P, T* lse) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* red = reinterpret_cast<T*>(smem);  // (blockDim.x)
+  for (int64_t rl = blockIdx.x; rl < rows; rl += gridDim.x) {
+    const int64_t r = row0 + rl, n = d.visible(r % d.Tq);
+    const T* s = S + rl * d.Tk;
+    T m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = max_nan(m, scale * s[j]);
+    m = block_reduce(m, red, MaxOp{});
+    T l = 0;
+    if (m != -INFINITY)
+      for (int64_t j = threadIdx.x; j < n; j += blockDim.x) l += math::m_exp(scale * s[j] - m);
+    l = block_reduce(l, red, SumOp{});
+    const bool empty = n == 0 || m == -INFINITY;
+    for (int64_t j = threadIdx.x; j < d.Tk; j += blockDim.x)
+      put(P + rl * d.Tk, j, (empty || j >= n) ? T(0) : math::m_exp(scale * s[j] - m) / l);
+    if (threadIdx.x == 0) lse[r] = empty ? T(-INFINITY) : m + math::m_log(l);
+  }
+}
+
+// Element (r, j) of rows [row0, row0 + rows): P = exp(scale S - lse) on the visible keys (0 beyond,
+// and 0 for a row whose lse is -inf), dS = scale P (dP - D_r).
+template <typename T, typename TA>
+__global__ void batched_dscores_kernel(AttnDims d, int64_t row0, int64_t rows, const T* S, const T* dP, const T* lse,
+                                       const T* Di, T scale, TA* P, TA* dS) {
+  MVGPT_GRID_STRIDE(e, rows * d.Tk) {
+    const int64_t rl = e / d.Tk, j = e % d.Tk, r = row0 + rl;
+    const T lse_r = lse[r];
+    const T p = (j >= d.visible(r % d.Tq) || lse_r == -INFINITY) ? T(0) : math::m_exp(scale * S[e] - lse_r);
+    put(P, e, p);
+    put(dS, e, scale * (p * (dP[e] - Di[r])));
+  }
+}
+
 // ------------------------------------------------------------------------------------------ host
 
 CudaBackend& backend_of(const Tensor& x) { return static_cast<CudaBackend&>(backend_for(x.device())); }
@@ -253,8 +338,143 @@ size_t attention_shared(const char* op, int64_t D, int64_t rows_of_d, size_t ele
   return bytes;
 }
 
-// bf16_products is not used: these kernels compute in float32 (attention.h).
-void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool /*bf16_products*/,
+// --- the batched route (NOTE [ Attention through batched products ])
+
+constexpr int64_t kBatchedMinQueries = 16;
+constexpr int64_t kScoreBudget = int64_t(256) << 20;  // bytes of one scores buffer live at once
+
+// Units (b, hk) per slice, or 0 when the batched route does not take this shape.
+int64_t batched_units_per_slice(const AttnDims& d, size_t elem) {
+  const CudaAttentionRoute route = cuda_attention_route();
+  if (route == CudaAttentionRoute::rows || d.B * d.H * d.Hkv * d.Tq * d.Tk * d.D == 0) return 0;  // empties: per row
+  const int64_t unit_bytes = d.group * d.Tq * d.Tk * int64_t(elem);
+  if (route == CudaAttentionRoute::automatic && (d.Tq < kBatchedMinQueries || unit_bytes > kScoreBudget)) return 0;
+  return std::max<int64_t>(1, std::min(d.B * d.Hkv, kScoreBudget / unit_bytes));
+}
+
+// The products' operands: bfloat16 when asked for on a GPU with bf16 tensor cores, else the compute
+// dtype (so the per-row kernels and this route then agree to rounding).
+bool bf16_operands(CudaBackend& be, bool bf16_products, DType compute) {
+  return bf16_products && compute == DType::f32 && be.bf16_support().native;
+}
+
+// t as a contiguous (B, heads, T, D) operand of dtype `as`: t itself when it already is one.
+template <typename T, typename TA>
+Tensor operand(CudaBackend& be, cudaStream_t stream, const Tensor& t, DType as) {
+  if (t.dtype() == as && t.is_contiguous()) return t;
+  Tensor packed = be.scratch(t.shape(), as);
+  const int64_t n = t.numel();
+  pack_heads_kernel<T, TA><<<blocks_for(n), kThreads, 0, cuda::counted(stream)>>>(t.size(1), t.size(2), t.size(3), n,
+                                                                                   rows_of<T>(t), mut<TA>(packed));
+  MVGPT_CUDA_CHECK_LAUNCH();
+  return packed;
+}
+
+// cuBLAS's element type of a product operand of kernel type TA (bfloat16 bits: uint16_t).
+template <typename TA>
+using GemmType = std::conditional_t<std::is_same_v<TA, uint16_t>, bfloat16, TA>;
+template <typename TA>
+const GemmType<TA>* gemm_ptr(const Tensor& t, int64_t offset) {
+  return reinterpret_cast<const GemmType<TA>*>(static_cast<const TA*>(t.raw_data()) + offset);
+}
+
+template <typename T, typename TA>
+void forward_batched(CudaBackend& be, cudaStream_t stream, const AttnDims& d, int64_t per_slice, const Tensor& q,
+                     const Tensor& k, const Tensor& v, T scale, DType operand_dtype, const Tensor& out,
+                     const Tensor& lse) {
+  const Tensor Q = operand<T, TA>(be, stream, q, operand_dtype), K = operand<T, TA>(be, stream, k, operand_dtype),
+               V = operand<T, TA>(be, stream, v, operand_dtype);
+  const int64_t units = d.B * d.Hkv, G = d.group * d.Tq;  // G: score rows of one unit
+  const int64_t slice = std::min(per_slice, units);
+  Tensor S = be.scratch({slice * G, d.Tk}, out.dtype());
+  Tensor P = std::is_same_v<T, TA> ? S : be.scratch({slice * G, d.Tk}, operand_dtype);  // P may overwrite S
+  cublasHandle_t h = be.cublas();
+  for (int64_t u0 = 0; u0 < units; u0 += slice) {
+    const int64_t U = std::min(slice, units - u0), rows = U * G;
+    gemm<GemmType<TA>, T>(h, false, true, G, d.Tk, d.D, gemm_ptr<TA>(Q, u0 * G * d.D), d.D, G * d.D,
+                          gemm_ptr<TA>(K, u0 * d.Tk * d.D), d.D, d.Tk * d.D, mut<T>(S), d.Tk, G * d.Tk, U);
+    batched_softmax_kernel<T, TA><<<grid_rows(rows), threads_for_row(d.Tk), threads_for_row(d.Tk) * sizeof(T),
+                                    cuda::counted(stream)>>>(d, u0 * G, rows, ptr<T>(S), scale, mut<TA>(P), mut<T>(lse));
+    MVGPT_CUDA_CHECK_LAUNCH();
+    gemm<GemmType<TA>, T>(h, false, false, G, d.D, d.Tk, gemm_ptr<TA>(P, 0), d.Tk, G * d.Tk,
+                          gemm_ptr<TA>(V, u0 * d.Tk * d.D), d.D, d.Tk * d.D, mut<T>(out) + u0 * G * d.D, d.D, G * d.D,
+                          U);
+  }
+}
+
+template <typename T, typename TA>
+void backward_batched(CudaBackend& be, cudaStream_t stream, const AttnDims& d, int64_t per_slice, const Tensor& dout,
+                      const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, T scale,
+                      DType operand_dtype, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const int64_t qrows = d.B * d.H * d.Tq;
+  Tensor di = be.scratch({qrows}, dq.dtype());
+  attention_rowdot_kernel<T><<<blocks_for(qrows), kThreads, 0, cuda::counted(stream)>>>(d, rows_of<T>(dout),
+                                                                                        rows_of<T>(out), mut<T>(di));
+  MVGPT_CUDA_CHECK_LAUNCH();
+  const Tensor Q = operand<T, TA>(be, stream, q, operand_dtype), K = operand<T, TA>(be, stream, k, operand_dtype),
+               V = operand<T, TA>(be, stream, v, operand_dtype), dO = operand<T, TA>(be, stream, dout, operand_dtype);
+  const int64_t units = d.B * d.Hkv, G = d.group * d.Tq;
+  const int64_t slice = std::min(per_slice, units);
+  Tensor S = be.scratch({slice * G, d.Tk}, dq.dtype()), dP = be.scratch({slice * G, d.Tk}, dq.dtype());
+  // P and dS may overwrite S and dP: each element is read once, then written, by one thread.
+  Tensor P = std::is_same_v<T, TA> ? S : be.scratch({slice * G, d.Tk}, operand_dtype);
+  Tensor dS = std::is_same_v<T, TA> ? dP : be.scratch({slice * G, d.Tk}, operand_dtype);
+  cublasHandle_t h = be.cublas();
+  for (int64_t u0 = 0; u0 < units; u0 += slice) {
+    const int64_t U = std::min(slice, units - u0), rows = U * G;
+    const auto* Qu = gemm_ptr<TA>(Q, u0 * G * d.D);
+    const auto* dOu = gemm_ptr<TA>(dO, u0 * G * d.D);
+    const auto* Ku = gemm_ptr<TA>(K, u0 * d.Tk * d.D);
+    const auto* Vu = gemm_ptr<TA>(V, u0 * d.Tk * d.D);
+    gemm<GemmType<TA>, T>(h, false, true, G, d.Tk, d.D, Qu, d.D, G * d.D, Ku, d.D, d.Tk * d.D, mut<T>(S), d.Tk,
+                          G * d.Tk, U);
+    gemm<GemmType<TA>, T>(h, false, true, G, d.Tk, d.D, dOu, d.D, G * d.D, Vu, d.D, d.Tk * d.D, mut<T>(dP), d.Tk,
+                          G * d.Tk, U);
+    batched_dscores_kernel<T, TA><<<blocks_for(rows * d.Tk), kThreads, 0, cuda::counted(stream)>>>(
+        d, u0 * G, rows, ptr<T>(S), ptr<T>(dP), ptr<T>(lse), ptr<T>(di), scale, mut<TA>(P), mut<TA>(dS));
+    MVGPT_CUDA_CHECK_LAUNCH();
+    // dV = P^T dO and dK = dS^T Q: (Tk, G) (G, D), the sum over the group's queries inside the product.
+    gemm<GemmType<TA>, T>(h, true, false, d.Tk, d.D, G, gemm_ptr<TA>(P, 0), d.Tk, G * d.Tk, dOu, d.D, G * d.D,
+                          mut<T>(dv) + u0 * d.Tk * d.D, d.D, d.Tk * d.D, U);
+    gemm<GemmType<TA>, T>(h, true, false, d.Tk, d.D, G, gemm_ptr<TA>(dS, 0), d.Tk, G * d.Tk, Qu, d.D, G * d.D,
+                          mut<T>(dk) + u0 * d.Tk * d.D, d.D, d.Tk * d.D, U);
+    // dQ = dS K: (G, Tk) (Tk, D).
+    gemm<GemmType<TA>, T>(h, false, false, G, d.D, d.Tk, gemm_ptr<TA>(dS, 0), d.Tk, G * d.Tk, Ku, d.D, d.Tk * d.D,
+                          mut<T>(dq) + u0 * G * d.D, d.D, G * d.D, U);
+  }
+}
+
+// Runs the batched route when it takes this shape (returns false otherwise): T the compute type.
+template <typename T>
+bool try_forward_batched(CudaBackend& be, cudaStream_t stream, const AttnDims& d, const Tensor& q, const Tensor& k,
+                         const Tensor& v, double scale, bool bf16_products, const Tensor& out, const Tensor& lse) {
+  const int64_t per_slice = batched_units_per_slice(d, sizeof(T));
+  if (per_slice == 0) return false;
+  if (bf16_operands(be, bf16_products, q.dtype()))
+    forward_batched<float, uint16_t>(be, stream, d, per_slice, q, k, v, float(scale), DType::bf16, out, lse);
+  else
+    forward_batched<T, T>(be, stream, d, per_slice, q, k, v, T(scale), q.dtype(), out, lse);
+  return true;
+}
+
+template <typename T>
+bool try_backward_batched(CudaBackend& be, cudaStream_t stream, const AttnDims& d, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+                          bool bf16_products, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const int64_t per_slice = batched_units_per_slice(d, sizeof(T));
+  if (per_slice == 0) return false;
+  if (bf16_operands(be, bf16_products, q.dtype()))
+    backward_batched<float, uint16_t>(be, stream, d, per_slice, dout, q, k, v, out, lse, float(scale), DType::bf16, dq,
+                                      dk, dv);
+  else
+    backward_batched<T, T>(be, stream, d, per_slice, dout, q, k, v, out, lse, T(scale), q.dtype(), dq, dk, dv);
+  return true;
+}
+
+// --- entry points: the batched route where it takes the shape, else the per-row kernels (which
+// compute in float32 whatever bf16_products asks, attention.h).
+
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
              const Tensor& out, const Tensor& lse) {
   const char* op = "attention (cuda)";
   CudaBackend& be = backend_of(q);
@@ -265,6 +485,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
   cudaStream_t stream = be.activate();
   dispatch_float(q, [&](auto tag) {
     using T = decltype(tag);
+    if (try_forward_batched<T>(be, stream, d, q, k, v, scale, bf16_products, out, lse)) return;
     const size_t shared = attention_shared(op, d.D, 2, sizeof(T), kTile + kAttnThreads);
     attention_forward_kernel<T><<<grid_rows(rows), kAttnThreads, shared, cuda::counted(stream)>>>(
         d, rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), T(scale), mut<T>(out), mut<T>(lse));
@@ -273,7 +494,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
 }
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-              const Tensor& lse, double scale, bool causal, bool /*bf16_products*/, const Tensor& dq, const Tensor& dk,
+              const Tensor& lse, double scale, bool causal, bool bf16_products, const Tensor& dq, const Tensor& dk,
               const Tensor& dv) {
   const char* op = "attention_backward (cuda)";
   CudaBackend& be = backend_of(q);
@@ -284,6 +505,7 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
   const int64_t qrows = d.B * d.H * d.Tq, krows = d.B * d.Hkv * d.Tk;
   dispatch_float(q, [&](auto tag) {
     using T = decltype(tag);
+    if (try_backward_batched<T>(be, stream, d, dout, q, k, v, out, lse, scale, bf16_products, dq, dk, dv)) return;
     Tensor di = be.scratch({std::max<int64_t>(qrows, 1)}, q.dtype());
     if (qrows > 0) {
       attention_rowdot_kernel<T><<<blocks_for(qrows), kThreads, 0, cuda::counted(stream)>>>(d, rows_of<T>(dout), rows_of<T>(out),

@@ -19,7 +19,8 @@ namespace fused {
 // bf16_products (float32 inputs; the differentiable op sets it under the bf16 policy, NOTE
 // [ Precision policy ] in autograd/precision.h): the products (q k^T, P v, and the backward's)
 // multiply operands rounded to bfloat16 and sum in float32; softmax and the rest stay float32. The
-// CPU kernels honour it; the CUDA kernels compute in float32 either way.
+// CPU kernels honour it, and so does the CUDA batched route on bf16 tensor cores (sm_80 on); the
+// CUDA per-row kernels compute in float32 either way.
 struct AttentionResult {
   Tensor out, lse;
 };
@@ -48,6 +49,15 @@ struct AttentionKernels {
 };
 AttentionKernels attention_cpu_kernels();   // attention_cpu.cpp
 AttentionKernels attention_cuda_kernels();  // attention.cu (only with the CUDA backend)
+
+// Which CUDA kernels run (NOTE [ Attention through batched products ] in attention.cu): automatic
+// (batched cuBLAS products from 16 queries on, the per-row kernels for fewer, as in decoding), or
+// one route forced, so that tests can hold the batched route against the per-row kernels it
+// replaced. Process-wide; the CPU ignores it; a shape the batched route cannot take (no keys, an
+// empty head) runs per row whatever is asked.
+enum class CudaAttentionRoute { automatic, rows, batched };
+void set_cuda_attention_route(CudaAttentionRoute route);
+CudaAttentionRoute cuda_attention_route();
 
 }  // namespace fused
 }  // namespace mvgpt

@@ -15,6 +15,7 @@
 
 #include <mvgpt/backends/cuda/cuda_backend_impl.h>
 #include <mvgpt/backends/cuda/cuda_check.h>
+#include <mvgpt/backends/cuda/cuda_gemm.h>
 #include <mvgpt/backends/cuda/strided_indexer.h>
 #include <mvgpt/backends/matmul_plan.h>
 
@@ -23,13 +24,13 @@ namespace {
 
 int to_int(int64_t v, const char* what) {
   if (v > INT_MAX)
-    throw std::invalid_argument(std::string("CudaBackend::matmul: ") + what + " " + std::to_string(v) +
+    throw std::invalid_argument(std::string("cuBLAS GEMM: ") + what + " " + std::to_string(v) +
                                 " exceeds cuBLAS's int range");
   return int(v);
 }
 
-// Row-major C (M, N) = op(A) op(B), batched at uniform strides (count 1: one GEMM). TA: the
-// operands' type; T: C's. bfloat16 operands are summed in float32 (tensor cores from sm_80).
+}  // namespace
+
 template <typename TA, typename T>
 void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda, int64_t sa,
           const TA* B, int64_t ldb, int64_t sb, T* C, int64_t ldc, int64_t sc, int64_t count) {
@@ -59,6 +60,15 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
                                                    to_int(count, "batch")));
   }
 }
+
+template void gemm<float, float>(cublasHandle_t, bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
+                                 const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+template void gemm<double, double>(cublasHandle_t, bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
+                                   int64_t, const double*, int64_t, int64_t, double*, int64_t, int64_t, int64_t);
+template void gemm<bfloat16, float>(cublasHandle_t, bool, bool, int64_t, int64_t, int64_t, const bfloat16*, int64_t,
+                                    int64_t, const bfloat16*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
+
+namespace {
 
 template <typename TA, typename T>
 void matmul_typed(CudaBackend& be, Tensor a, Tensor b, const Tensor& out) {

@@ -8,7 +8,9 @@
 
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/attention.h>
+#include <mvgpt/fused/unit.h>  // uniform_on
 #include "backends/fused_test_util.h"
+#include "cuda_required.h"
 
 namespace mvgpt {
 namespace {
@@ -292,6 +294,81 @@ TEST(AttentionOp, KernelsMatchTheSlowReference) {
       EXPECT_TRUE(all_close(got.out, want.out, tol, tol)) << s.Hkv << " " << s.Tq << " " << s.Tk;
       EXPECT_TRUE(all_close(got.lse, want.lse, tol, tol)) << s.Hkv << " " << s.Tq << " " << s.Tk;
     }
+}
+
+// --- the CUDA kernels' two routes (NOTE [ Attention through batched products ] in attention.cu)
+
+// Sets the CUDA attention route for one scope.
+struct RouteScope {
+  explicit RouteScope(fused::CudaAttentionRoute r) { fused::set_cuda_attention_route(r); }
+  ~RouteScope() { fused::set_cuda_attention_route(fused::CudaAttentionRoute::automatic); }
+};
+
+// out, lse, dq, dk, dv on the CPU, from one route's kernels on cuda:0 (bf16_products as given).
+std::vector<Tensor> run_route(fused::CudaAttentionRoute route, const AttnShape& s, DType dt, bool bf16_products) {
+  const RouteScope scope(route);
+  const Device d = Device::cuda(0);
+  Tensor q = fused::uniform_on(d, {s.B, s.H, s.Tq, s.D}, dt, 31, -1, 1);
+  // k and v as strided views out of one packed (B, Tk, 2, Hkv, D) tensor, as the model splits them.
+  Tensor kv = fused::uniform_on(d, {s.B, s.Tk, 2, s.Hkv, s.D}, dt, 32, -1, 1);
+  Tensor k = ops::permute(ops::select(kv, 2, 0), {0, 2, 1, 3}), v = ops::permute(ops::select(kv, 2, 1), {0, 2, 1, 3});
+  Tensor dout = fused::uniform_on(d, {s.B, s.H, s.Tq, s.D}, dt, 33);
+  const double scale = 1 / std::sqrt(double(s.D));
+  fused::AttentionResult a = fused::attention_forward(q, k, v, scale, s.causal, bf16_products);
+  std::vector<Tensor> r{a.out, a.lse};
+  for (const Tensor& g : fused::attention_backward(dout, q, k, v, a, scale, s.causal, bf16_products)) r.push_back(g);
+  for (Tensor& t : r) t = ops::to(t, Device::cpu());
+  return r;
+}
+
+const char* const kResultNames[] = {"out", "lse", "dq", "dk", "dv"};
+
+TEST(AttentionCuda, BatchedRouteMatchesThePerRowKernels) {
+  MVGPT_SKIP_WITHOUT_CUDA("the batched cuBLAS route against the per-row kernels it replaced, forward and backward");
+  // The series' shape; grouped kv heads; a cache offset (Tq < Tk); not causal; fewer queries than
+  // the automatic choice batches; and one whose scores exceed the budget (two slices of units).
+  const AttnShape shapes[] = {{4, 6, 6, 256, 256, 64, true}, {2, 8, 2, 40, 40, 16, true}, {1, 4, 1, 20, 50, 8, true},
+                              {2, 2, 2, 17, 33, 8, false},   {2, 2, 1, 3, 9, 8, true},    {16, 6, 6, 1024, 1024, 16, true}};
+  for (const AttnShape& s : shapes)
+    for (DType dt : {DType::f32, DType::f64}) {
+      if (dt == DType::f64 && s.Tq == 1024) continue;  // the slices are the point there; f32 shows them
+      const std::vector<Tensor> rows = run_route(fused::CudaAttentionRoute::rows, s, dt, false);
+      const std::vector<Tensor> batched = run_route(fused::CudaAttentionRoute::batched, s, dt, false);
+      const double tol = dt == DType::f64 ? 1e-11 : 1e-4;
+      for (size_t i = 0; i < rows.size(); ++i)
+        EXPECT_TRUE(all_close(batched[i], rows[i], tol, tol))
+            << kResultNames[i] << " of (B " << s.B << ", H " << s.H << ", Hkv " << s.Hkv << ", Tq " << s.Tq << ", Tk "
+            << s.Tk << ", D " << s.D << (s.causal ? ", causal" : "") << ") in " << dtype_name(dt);
+    }
+}
+
+TEST(AttentionCuda, BatchedRouteIsDeterministic) {
+  MVGPT_SKIP_WITHOUT_CUDA("two runs of the batched route, bit for bit");
+  const AttnShape s{2, 6, 2, 128, 128, 64, true};
+  const std::vector<Tensor> a = run_route(fused::CudaAttentionRoute::batched, s, DType::f32, true);
+  const std::vector<Tensor> b = run_route(fused::CudaAttentionRoute::batched, s, DType::f32, true);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(all_close(a[i], b[i], 0)) << kResultNames[i];
+}
+
+TEST(AttentionCuda, Bf16ProductsOnTensorCoresMatchTheCpuKernels) {
+  MVGPT_SKIP_WITHOUT_CUDA("the batched route's bf16 products against the CPU kernels' bf16 products");
+  if (!backend_for(Device::cuda(0)).bf16_support().native) GTEST_SKIP() << "no bf16 tensor cores on this GPU";
+  const AttnShape s{2, 6, 2, 96, 96, 64, true};
+  const std::vector<Tensor> gpu = run_route(fused::CudaAttentionRoute::batched, s, DType::f32, true);
+  // The same inputs on the CPU (uniform_on draws them on the CPU), through the CPU kernels.
+  Tensor q = fused::uniform_on(Device::cpu(), {s.B, s.H, s.Tq, s.D}, DType::f32, 31, -1, 1);
+  Tensor kv = fused::uniform_on(Device::cpu(), {s.B, s.Tk, 2, s.Hkv, s.D}, DType::f32, 32, -1, 1);
+  Tensor k = ops::permute(ops::select(kv, 2, 0), {0, 2, 1, 3}), v = ops::permute(ops::select(kv, 2, 1), {0, 2, 1, 3});
+  Tensor dout = fused::uniform_on(Device::cpu(), {s.B, s.H, s.Tq, s.D}, DType::f32, 33);
+  fused::AttentionResult a = fused::attention_forward(q, k, v, 0.125, true, true);
+  std::vector<Tensor> cpu{a.out, a.lse};
+  for (const Tensor& g : fused::attention_backward(dout, q, k, v, a, 0.125, true, true)) cpu.push_back(g);
+  // Both round the same operands to bfloat16; the float32 sums differ in order, which may move a
+  // probability across a bfloat16 rounding boundary (one bfloat16 step, 2^-8 relative).
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(all_close(gpu[i], cpu[i], 1e-2, 1e-2)) << kResultNames[i];
+  // And bf16 shows: the float32 per-row kernels differ from it by more than float32 rounding.
+  const std::vector<Tensor> fp32 = run_route(fused::CudaAttentionRoute::rows, s, DType::f32, true);
+  EXPECT_FALSE(all_close(gpu[0], fp32[0], 1e-6, 1e-6)) << "the bf16 route's output equals float32's";
 }
 
 }  // namespace
