@@ -12,6 +12,7 @@
 #include <mvgpt/autograd/grad_mode.h>
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/fused/adamw.h>
+#include <mvgpt/fused/multi_tensor.h>
 #include <mvgpt/nn/safetensors.h>
 
 namespace mvgpt::nn {
@@ -254,13 +255,20 @@ AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
 void AdamW::step() {
   NoGradGuard no_grad;
   ++step_;
+  // Every parameter in one multi-tensor step (one launch on a GPU), each exactly adamw_update's.
+  std::vector<fused::AdamWSlot> slots;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const double lr = group_lr(g), wd = weight_decay(g);
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Tensor& p = groups_[g].params[i];
-      if (p.grad().defined()) adamw_update(p, state_for(g, i), options_, lr, wd, step_);
+      if (!p.grad().defined()) continue;
+      std::vector<Tensor>& state = state_for(g, i);
+      const AdamWParams hp{.lr = lr, .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
+                           .weight_decay = wd, .step = step_};
+      slots.push_back({p, mvgpt::contiguous(p.grad()), state[0], state[1], hp});
     }
   }
+  fused::adamw_step_many_(slots);
 }
 
 std::vector<std::pair<std::string, double>> AdamW::hyper_parameters() const {
@@ -316,30 +324,15 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   if (!(max_norm > 0))
     throw std::invalid_argument("clip_grad_norm_: max_norm must be positive, found " + std::to_string(max_norm));
   NoGradGuard no_grad;
-  // The sum of squares stays on each device until the end: one read per device, not one per chunk
-  // (each read is a host synchronisation on a GPU). Chunks bound the float64 temporaries (a GPT-2
-  // embedding gradient alone is 38M elements).
-  constexpr int64_t kChunk = int64_t(1) << 20;
-  std::vector<Tensor> totals;  // () float64, one per device
-  for (const Tensor& p : params) {
-    if (!p.defined() || !p.grad().defined()) continue;
-    Tensor flat = mvgpt::reshape(p.grad(), {-1});
-    for (int64_t off = 0; off < flat.numel(); off += kChunk) {
-      Tensor part = mvgpt::to(mvgpt::narrow(flat, 0, off, std::min(kChunk, flat.numel() - off)), DType::f64);
-      Tensor sq = mvgpt::sum(mvgpt::square(part));
-      auto it = std::find_if(totals.begin(), totals.end(), [&](const Tensor& t) { return t.device() == sq.device(); });
-      if (it == totals.end()) totals.push_back(sq);
-      else *it = mvgpt::add(*it, sq);
-    }
-  }
-  double sum_sq = 0;
-  for (const Tensor& t : totals) sum_sq += mvgpt::to(t, Device::cpu()).item<double>();
-  const double norm = std::sqrt(sum_sq);
+  // All gradients at once (autograd/fused/multi_tensor.h): on a GPU a few launches and one read of
+  // the sum, where a kernel per tensor took hundreds.
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.defined() && p.grad().defined()) grads.push_back(p.grad());
+  const double norm = std::sqrt(fused::sum_squares(grads));
   if (!std::isfinite(norm)) return norm;
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1)
-    for (const Tensor& p : params)
-      if (p.defined() && p.grad().defined()) mvgpt::copy_(p.grad(), mvgpt::mul(p.grad(), coef));
+  if (coef < 1) fused::scale_(grads, coef);
   return norm;
 }
 

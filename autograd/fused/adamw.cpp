@@ -18,8 +18,8 @@ const AdamWKernels& kernels(Device d) {
 
 }  // namespace
 
-void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
-  const char* op = "adamw_step_";
+void check_adamw_step(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamWParams& p) {
   for (auto [t, what] : {std::pair{&param, "param"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}}) {
     require_floating(*t, op, what);
     if (t->dtype() != DType::f32 && t->dtype() != DType::f64)
@@ -38,6 +38,10 @@ void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const
     fail(op, "betas must lie in [0, 1), found " + std::to_string(p.beta1) + ", " + std::to_string(p.beta2));
   if (!(p.eps >= 0) || !(p.weight_decay >= 0))
     fail(op, "eps and weight_decay must be >= 0, found " + std::to_string(p.eps) + ", " + std::to_string(p.weight_decay));
+}
+
+void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+  check_adamw_step("adamw_step_", param, grad, m, v, p);
   {
     const profile::Span span("adamw");
     kernels(param.device()).step(param, grad, m, v, p);

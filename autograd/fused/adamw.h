@@ -21,6 +21,9 @@ namespace fused {
 // The step on contiguous param, grad, m, v of equal shape, dtype (float32 or float64: keep master
 // weights and moments in float32) and device. Not differentiable (an optimizer's update).
 void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
+// adamw_step_'s argument checks (the multi-tensor step shares them): std::invalid_argument naming op.
+void check_adamw_step(const char* op, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                      const AdamWParams& p);
 
 namespace reference {
 // The same step from primitives (each intermediate a tensor), on copies: returns {param, m, v}.

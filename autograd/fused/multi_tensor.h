@@ -1,0 +1,41 @@
+#pragma once
+// What a training step does to every parameter at once, as one fused unit (NOTE [ A fused op is one
+// unit ] in unit.h): the gradients' sum of squares and their scaling (gradient clipping) and the
+// AdamW step. On CUDA each is a multi-tensor kernel (NOTE [ Multi-tensor kernels ] in
+// multi_tensor.cu): one launch for up to 80 tensors, where a kernel per tensor (and, for the norm,
+// several per chunk) took about 900 launches a step of the series' model. On the CPU each runs the
+// per-tensor code it replaced, with the same result bit for bit.
+#include <vector>
+
+#include <mvgpt/fused/adamw.h>
+#include <mvgpt/tensor/tensor.h>
+
+namespace mvgpt::fused {
+
+// The sum of the squares of all elements of xs, summed in float64 (floating tensors, any layout, on
+// any devices; none: 0). Reads each device's result once (a host synchronisation on a GPU).
+double sum_squares(const std::vector<Tensor>& xs);
+
+// x *= factor for each x of xs, in place, rounded once in x's dtype (x * T(factor), as ops::mul).
+void scale_(const std::vector<Tensor>& xs, double factor);
+
+// One AdamW step of each slot, exactly adamw_step_(param, grad, m, v, hp) for each (the same checks,
+// the same bits), slots on any devices.
+struct AdamWSlot {
+  Tensor param, grad, m, v;
+  AdamWParams hp;
+};
+void adamw_step_many_(const std::vector<AdamWSlot>& slots);
+
+// The kernels of one device; each call's tensors are on that device. sum_squares and scale take
+// float32 or float64 tensors on CUDA (the entry points convert or fall back for others); the CPU's
+// take any floating tensor.
+struct MultiTensorKernels {
+  double (*sum_squares)(const std::vector<Tensor>& xs);
+  void (*scale)(const std::vector<Tensor>& xs, double factor);
+  void (*adamw)(const std::vector<AdamWSlot>& slots);
+};
+MultiTensorKernels multi_tensor_cpu_kernels();   // multi_tensor_cpu.cpp
+MultiTensorKernels multi_tensor_cuda_kernels();  // multi_tensor.cu (only with the CUDA backend)
+
+}  // namespace mvgpt::fused
