@@ -50,11 +50,14 @@ AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k
 }
 
 std::atomic<CudaAttentionRoute> g_cuda_route{CudaAttentionRoute::automatic};
+std::atomic<int64_t> g_cuda_score_budget{0};
 
 }  // namespace
 
 void set_cuda_attention_route(CudaAttentionRoute route) { g_cuda_route.store(route, std::memory_order_relaxed); }
 CudaAttentionRoute cuda_attention_route() { return g_cuda_route.load(std::memory_order_relaxed); }
+void set_cuda_attention_score_budget(int64_t bytes) { g_cuda_score_budget.store(bytes, std::memory_order_relaxed); }
+int64_t cuda_attention_score_budget() { return g_cuda_score_budget.load(std::memory_order_relaxed); }
 
 AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                                   bool bf16_products) {
@@ -190,7 +193,8 @@ std::vector<DeviceCase> device_cases() {
       }
     return r;
   }, {"forward", "backward"}, 5e-5});
-  // GPT-2 small's head size at a full context: the tiled kernels' multi-tile paths.
+  // GPT-2 small's head size at a full context: on CUDA the batched route (16 queries or more; the
+  // per-row kernels' multi-tile paths are held against it in tests/fused/attention_test.cpp).
   cases.push_back({"attention_head64_long", [](Device d) {
     std::vector<Tensor> r;
     for (const auto& [T, causal] : std::vector<std::pair<int64_t, bool>>{{512, true}, {640, true}, {520, false}}) {

@@ -36,8 +36,15 @@
 // also rounds them to bfloat16 when bf16_products asks for it on a GPU with bf16 tensor cores
 // (sm_80 on); P and dS are written in that type by the kernels that make them. Scores, lse and
 // everything summed stay in the compute dtype (float32 or float64); float32 GEMMs run without TF32.
-// Memory: the scores of at most kScoreBudget bytes are live at once; larger batches run in slices
-// of whole units. A unit whose scores alone exceed the budget (very long contexts) runs per row.
+// Memory: a scores buffer holds at most kScoreBudget bytes (the forward holds S, and P when it is
+// bfloat16; the backward S and dP, and P and dS when they are bfloat16: up to 3x the budget);
+// larger batches run in slices of whole units. A unit whose scores alone exceed the budget (very
+// long contexts) runs per row.
+// Against the CPU kernels under bf16_products: the same operands are rounded, but dS is rounded
+// after the scale is folded in (the CPU scales the product instead), so for a scale that is not a
+// power of two dq and dk may differ by a bfloat16 step; float32 and float64 agree to rounding.
+// Masked keys enter the products as exact zeros of P and dS; like the per-row kernels' skipped
+// keys, they contribute nothing unless a masked key's v or k is itself infinite or NaN.
 #include <mvgpt/fused/attention.h>
 
 #include <algorithm>
@@ -266,7 +273,8 @@ __global__ void pack_heads_kernel(int64_t heads, int64_t T_, int64_t D, int64_t 
 }
 
 // One block per score row r in [row0, row0 + rows) (rows of S and P start at row0): the causal
-// softmax of scale S over the visible keys into P (0 beyond them), and lse. A row that sees no key,
+// softmax of scale S over the visible keys into P (0 beyond them), and lse. P may be S itself (no
+// __restrict__): each element is read and then written by the same thread, after the reductions. A row that sees no key,
 // or only -inf scores, gets P = 0 and lse = -inf, as the per-row kernel gives it.
 template <typename T, typename TA>
 __global__ void batched_softmax_kernel(AttnDims d, int64_t row0, int64_t rows, const T* S, T scale, TA* P, T* lse) {
@@ -290,16 +298,19 @@ __global__ void batched_softmax_kernel(AttnDims d, int64_t row0, int64_t rows, c
 }
 
 // Element (r, j) of rows [row0, row0 + rows): P = exp(scale S - lse) on the visible keys (0 beyond,
-// and 0 for a row whose lse is -inf), dS = scale P (dP - D_r).
+// and 0 for a row whose lse is -inf), dS = scale P (dP - D_r) (0 where P is masked). P and dS may be
+// S and dP themselves (no __restrict__): element e is read, then written, by one thread only.
 template <typename T, typename TA>
 __global__ void batched_dscores_kernel(AttnDims d, int64_t row0, int64_t rows, const T* S, const T* dP, const T* lse,
                                        const T* Di, T scale, TA* P, TA* dS) {
   MVGPT_GRID_STRIDE(e, rows * d.Tk) {
     const int64_t rl = e / d.Tk, j = e % d.Tk, r = row0 + rl;
     const T lse_r = lse[r];
-    const T p = (j >= d.visible(r % d.Tq) || lse_r == -INFINITY) ? T(0) : math::m_exp(scale * S[e] - lse_r);
+    const bool masked = j >= d.visible(r % d.Tq) || lse_r == -INFINITY;
+    const T p = masked ? T(0) : math::m_exp(scale * S[e] - lse_r);
+    const T ds = masked ? T(0) : scale * (p * (dP[e] - Di[r]));  // a masked dP may be anything
     put(P, e, p);
-    put(dS, e, scale * (p * (dP[e] - Di[r])));
+    put(dS, e, ds);
   }
 }
 
@@ -341,21 +352,23 @@ size_t attention_shared(const char* op, int64_t D, int64_t rows_of_d, size_t ele
 // --- the batched route (NOTE [ Attention through batched products ])
 
 constexpr int64_t kBatchedMinQueries = 16;
-constexpr int64_t kScoreBudget = int64_t(256) << 20;  // bytes of one scores buffer live at once
+constexpr int64_t kScoreBudget = int64_t(256) << 20;  // bytes of one scores buffer
 
 // Units (b, hk) per slice, or 0 when the batched route does not take this shape.
 int64_t batched_units_per_slice(const AttnDims& d, size_t elem) {
   const CudaAttentionRoute route = cuda_attention_route();
-  if (route == CudaAttentionRoute::rows || d.B * d.H * d.Hkv * d.Tq * d.Tk * d.D == 0) return 0;  // empties: per row
+  if (route == CudaAttentionRoute::rows) return 0;
+  if (d.B == 0 || d.H == 0 || d.Hkv == 0 || d.Tq == 0 || d.Tk == 0 || d.D == 0) return 0;  // empties: per row
+  const int64_t budget = cuda_attention_score_budget() > 0 ? cuda_attention_score_budget() : kScoreBudget;
   const int64_t unit_bytes = d.group * d.Tq * d.Tk * int64_t(elem);
-  if (route == CudaAttentionRoute::automatic && (d.Tq < kBatchedMinQueries || unit_bytes > kScoreBudget)) return 0;
-  return std::max<int64_t>(1, std::min(d.B * d.Hkv, kScoreBudget / unit_bytes));
+  if (route == CudaAttentionRoute::automatic && (d.Tq < kBatchedMinQueries || unit_bytes > budget)) return 0;
+  return std::max<int64_t>(1, std::min(d.B * d.Hkv, budget / unit_bytes));
 }
 
 // The products' operands: bfloat16 when asked for on a GPU with bf16 tensor cores, else the compute
 // dtype (so the per-row kernels and this route then agree to rounding).
 bool bf16_operands(CudaBackend& be, bool bf16_products, DType compute) {
-  return bf16_products && compute == DType::f32 && be.bf16_support().native;
+  return bf16_products && compute == DType::f32 && be.bf16_tensor_cores();
 }
 
 // t as a contiguous (B, heads, T, D) operand of dtype `as`: t itself when it already is one.

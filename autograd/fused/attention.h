@@ -1,7 +1,8 @@
 #pragma once
 // Scaled dot-product attention with grouped kv heads and a causal offset, as one fused unit (NOTE [ A
-// fused op is one unit ] in unit.h): the scores are never materialised; the backward recomputes the
-// probabilities from the saved log-sum-exp.
+// fused op is one unit ] in unit.h): only the log-sum-exp is saved, and the backward recomputes the
+// probabilities from it. The CPU kernels and the CUDA per-row kernels never hold the (Tq, Tk) scores;
+// the CUDA batched route holds them a slice at a time (NOTE [ Attention through batched products ]).
 #include <vector>
 
 #include <mvgpt/tensor/tensor.h>
@@ -58,6 +59,10 @@ AttentionKernels attention_cuda_kernels();  // attention.cu (only with the CUDA 
 enum class CudaAttentionRoute { automatic, rows, batched };
 void set_cuda_attention_route(CudaAttentionRoute route);
 CudaAttentionRoute cuda_attention_route();
+// Tests only: the bytes of one scores buffer the batched route may hold (0: its default, 256 MiB),
+// so that small shapes run in several slices. Process-wide, as the route.
+void set_cuda_attention_score_budget(int64_t bytes);
+int64_t cuda_attention_score_budget();
 
 }  // namespace fused
 }  // namespace mvgpt

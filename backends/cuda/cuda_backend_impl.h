@@ -47,6 +47,8 @@ class CudaBackend final : public Backend {
   void scatter_add(const Tensor& dst, int axis, const Tensor& index, const Tensor& src) override;
 
   Bf16Support bf16_support() override;
+  // bf16_support().native without building its text (sm_80 on), for per-call choices.
+  bool bf16_tensor_cores() const { return cc_major_ >= 8; }
 
   // Makes this device current for the calling thread and returns its stream; every entry point
   // starts with it, so work always lands on the right device and stream.

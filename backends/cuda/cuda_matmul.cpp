@@ -38,6 +38,7 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = to_int(N, "N"), n = to_int(M, "M"), k = to_int(K, "K");
   const int la = to_int(lda, "lda"), lb = to_int(ldb, "ldb"), lc = to_int(ldc, "ldc");
+  const int batch = to_int(count, "batch");
   count_launches(1);  // one cuBLAS call below, past the checks that may refuse it
   if constexpr (std::is_same_v<TA, bfloat16>) {
     static_assert(std::is_same_v<T, float>);
@@ -46,18 +47,18 @@ void gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
                                       CUDA_R_32F, lc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     else
       MVGPT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, opb, opa, m, n, k, &one, B, CUDA_R_16BF, lb, sb, A, CUDA_R_16BF,
-                                                    la, sa, &zero, C, CUDA_R_32F, lc, sc, to_int(count, "batch"),
+                                                    la, sa, &zero, C, CUDA_R_32F, lc, sc, batch,
                                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else if constexpr (std::is_same_v<T, float>) {
     if (count == 1) MVGPT_CUBLAS_CHECK(cublasSgemm(h, opb, opa, m, n, k, &one, B, lb, A, la, &zero, C, lc));
     else
       MVGPT_CUBLAS_CHECK(cublasSgemmStridedBatched(h, opb, opa, m, n, k, &one, B, lb, sb, A, la, sa, &zero, C, lc, sc,
-                                                   to_int(count, "batch")));
+                                                   batch));
   } else {
     if (count == 1) MVGPT_CUBLAS_CHECK(cublasDgemm(h, opb, opa, m, n, k, &one, B, lb, A, la, &zero, C, lc));
     else
       MVGPT_CUBLAS_CHECK(cublasDgemmStridedBatched(h, opb, opa, m, n, k, &one, B, lb, sb, A, la, sa, &zero, C, lc, sc,
-                                                   to_int(count, "batch")));
+                                                   batch));
   }
 }
 

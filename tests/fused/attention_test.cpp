@@ -298,15 +298,23 @@ TEST(AttentionOp, KernelsMatchTheSlowReference) {
 
 // --- the CUDA kernels' two routes (NOTE [ Attention through batched products ] in attention.cu)
 
-// Sets the CUDA attention route for one scope.
+// Sets the CUDA attention route (and the batched route's score budget) for one scope.
 struct RouteScope {
-  explicit RouteScope(fused::CudaAttentionRoute r) { fused::set_cuda_attention_route(r); }
-  ~RouteScope() { fused::set_cuda_attention_route(fused::CudaAttentionRoute::automatic); }
+  RouteScope(fused::CudaAttentionRoute r, int64_t budget) {
+    fused::set_cuda_attention_route(r);
+    fused::set_cuda_attention_score_budget(budget);
+  }
+  ~RouteScope() {
+    fused::set_cuda_attention_route(fused::CudaAttentionRoute::automatic);
+    fused::set_cuda_attention_score_budget(0);
+  }
 };
 
-// out, lse, dq, dk, dv on the CPU, from one route's kernels on cuda:0 (bf16_products as given).
-std::vector<Tensor> run_route(fused::CudaAttentionRoute route, const AttnShape& s, DType dt, bool bf16_products) {
-  const RouteScope scope(route);
+// out, lse, dq, dk, dv on the CPU, from one route's kernels on cuda:0 (bf16_products as given;
+// budget: the bytes of one scores buffer, 0 for the default).
+std::vector<Tensor> run_route(fused::CudaAttentionRoute route, const AttnShape& s, DType dt, bool bf16_products,
+                              int64_t budget = 0) {
+  const RouteScope scope(route, budget);
   const Device d = Device::cuda(0);
   Tensor q = fused::uniform_on(d, {s.B, s.H, s.Tq, s.D}, dt, 31, -1, 1);
   // k and v as strided views out of one packed (B, Tk, 2, Hkv, D) tensor, as the model splits them.
@@ -340,6 +348,25 @@ TEST(AttentionCuda, BatchedRouteMatchesThePerRowKernels) {
             << kResultNames[i] << " of (B " << s.B << ", H " << s.H << ", Hkv " << s.Hkv << ", Tq " << s.Tq << ", Tk "
             << s.Tk << ", D " << s.D << (s.causal ? ", causal" : "") << ") in " << dtype_name(dt);
     }
+}
+
+TEST(AttentionCuda, BatchedRouteInSlicesMatchesThePerRowKernels) {
+  MVGPT_SKIP_WITHOUT_CUDA("the batched route over several slices of (batch, kv head) units");
+  // 6 units of 4 query heads x 24 queries against 40 keys: a 32000-byte budget holds 2 units' float32
+  // scores (3 slices) and 1 unit's float64 scores (6 slices).
+  const AttnShape s{3, 8, 2, 24, 40, 16, true};
+  for (DType dt : {DType::f32, DType::f64}) {
+    const std::vector<Tensor> rows = run_route(fused::CudaAttentionRoute::rows, s, dt, false);
+    const std::vector<Tensor> sliced = run_route(fused::CudaAttentionRoute::batched, s, dt, false, 32000);
+    const double tol = dt == DType::f64 ? 1e-11 : 1e-4;
+    for (size_t i = 0; i < rows.size(); ++i)
+      EXPECT_TRUE(all_close(sliced[i], rows[i], tol, tol)) << kResultNames[i] << " in " << dtype_name(dt);
+  }
+  // bf16 operands: sliced against one slice (the same roundings; only the products' batch differs).
+  const std::vector<Tensor> whole = run_route(fused::CudaAttentionRoute::batched, s, DType::f32, true);
+  const std::vector<Tensor> sliced = run_route(fused::CudaAttentionRoute::batched, s, DType::f32, true, 32000);
+  for (size_t i = 0; i < whole.size(); ++i)
+    EXPECT_TRUE(all_close(sliced[i], whole[i], 1e-2, 1e-2)) << kResultNames[i] << " with bf16 products";
 }
 
 TEST(AttentionCuda, BatchedRouteIsDeterministic) {
