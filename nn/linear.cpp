@@ -11,10 +11,14 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, const Init& init) : in_f
   if (with_bias) bias = register_parameter("bias", zeros({out}, init));
 }
 
-Tensor Linear::forward(const Tensor& x) const {
+void Linear::check_input(const Tensor& x) const {
   if (x.dim() < 1 || x.size(-1) != in_features)
     throw std::invalid_argument("Linear::forward: expected input (..., " + std::to_string(in_features) + "), found " +
                                 x.describe());
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  check_input(x);
   Tensor y = linear(x, weight, bias);  // one GEMM over all leading dims, the bias folded in
   if (!lora_A) return y;
   const Tensor a = lora_A->forward(lora_dropout > 0 ? dropout(x, lora_dropout, nullptr, is_training()) : x);  // (..., r)

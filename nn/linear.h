@@ -17,6 +17,9 @@ class Linear : public Module {
 
   // x (..., in) -> (..., out).
   Tensor forward(const Tensor& x) const override;
+  // Throws forward's std::invalid_argument when x is not (..., in): for callers that fuse the
+  // product with what follows (nn::MLP's linear_gelu).
+  void check_input(const Tensor& x) const;
 
   int64_t in_features, out_features;
   Tensor weight;  // (out, in)

@@ -1,6 +1,7 @@
 #include <mvgpt/nn/mlp.h>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/fused/bias_gelu.h>
 
 namespace mvgpt::nn {
 
@@ -11,6 +12,12 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
 }
 
 Tensor MLP::forward(const Tensor& x) const {
+  // GPT-2's GELU after a plain c_fc: one fused unit (autograd/fused/bias_gelu.h), where a GPU then
+  // adds the bias inside the GELU's pass; the CPU computes exactly the composition below.
+  if (activation == Activation::gelu && !c_fc->lora_A) {
+    c_fc->check_input(x);
+    return c_proj->forward(linear_gelu(x, c_fc->weight, c_fc->bias));
+  }
   const Tensor h = c_fc->forward(x);
   switch (activation) {
     case Activation::gelu_erf: return c_proj->forward(gelu_erf(h));

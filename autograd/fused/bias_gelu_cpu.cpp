@@ -1,0 +1,60 @@
+// The CPU kernels of bias + GELU (autograd/fused/bias_gelu.h): row by row, the add and then the GELU
+// of backends/elementwise_math.h, each rounded as the separate ops round them.
+#include <stdexcept>
+
+#include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/backends/elementwise_math.h>
+#include <mvgpt/fused/bias_gelu.h>
+
+namespace mvgpt::fused {
+namespace {
+
+using cpu::parallel_for;
+
+template <typename T, typename F>
+void rows(const Tensor& x, const Tensor& bias, F f) {
+  const int64_t C = bias.numel(), N = C ? x.numel() / C : 0;
+  const T* b = bias.data<T>();
+  parallel_for(N, std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < C; ++c) f(r * C + c, T(x.data<T>()[r * C + c] + b[c]));
+  });
+}
+
+void check(const Tensor& x, const Tensor& bias, const Tensor& out, const char* op) {
+  for (const Tensor* t : {&x, &bias, &out})
+    if (!t->is_contiguous() || t->dtype() != x.dtype() || (x.dtype() != DType::f32 && x.dtype() != DType::f64))
+      throw std::logic_error(std::string(op) + ": contiguous float32 or float64 tensors of one dtype expected");
+}
+
+void forward(const Tensor& x, const Tensor& bias, const Tensor& out) {
+  check(x, bias, out, "bias_gelu (cpu)");
+  if (x.dtype() == DType::f64) {
+    double* o = out.data<double>();
+    rows<double>(x, bias, [o](int64_t i, double pre) { o[i] = math::gelu_tanh(pre); });
+  } else {
+    float* o = out.data<float>();
+    rows<float>(x, bias, [o](int64_t i, float pre) { o[i] = math::gelu_tanh(pre); });
+  }
+}
+
+void backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& dx) {
+  check(x, bias, dx, "bias_gelu backward (cpu)");
+  check(x, bias, grad, "bias_gelu backward (cpu)");
+  if (x.dtype() == DType::f64) {
+    const double* g = grad.data<double>();
+    double* d = dx.data<double>();
+    rows<double>(x, bias, [g, d](int64_t i, double pre) { d[i] = g[i] * math::gelu_tanh_grad(pre); });
+  } else {
+    const float* g = grad.data<float>();
+    float* d = dx.data<float>();
+    rows<float>(x, bias, [g, d](int64_t i, float pre) { d[i] = g[i] * math::gelu_tanh_grad(pre); });
+  }
+}
+
+}  // namespace
+
+// The CPU's linear folds the bias into its GEMM (backends/cpu/cpu_matmul.cpp).
+BiasGeluKernels bias_gelu_cpu_kernels() { return {true, forward, backward}; }
+
+}  // namespace mvgpt::fused

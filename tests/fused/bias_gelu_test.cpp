@@ -1,0 +1,75 @@
+// Bias + GELU (autograd/fused/bias_gelu.h): the CPU kernels against the slow reference, linear_gelu
+// bit for bit the composition it replaces on the CPU (forward and every gradient), the checks; on a
+// GPU, the launches it saves.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/backends/cuda/cuda_backend.h>
+#include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/bias_gelu.h>
+#include <mvgpt/fused/unit.h>
+#include "backends/device_compare.h"  // bitwise_equal
+#include "backends/fused_test_util.h"
+#include "cuda_required.h"
+
+namespace mvgpt {
+namespace {
+
+using namespace fused_test;
+
+TEST(BiasGelu, KernelsMatchTheSlowReference) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    const double tol = dt == DType::f64 ? 1e-14 : 2e-6;
+    Tensor x = random_tensor({3, 7, 40}, dt, 1, -5, 5), b = random_tensor({40}, dt, 2), g = random_tensor({3, 7, 40}, dt, 3);
+    EXPECT_TRUE(all_close(fused::bias_gelu_forward(x, b), fused::reference::bias_gelu(x, b), tol, tol));
+    // d/dx gelu(x + b) by the reference's own backward (the unary GELU's derivative).
+    Tensor want = ops::unary_backward(UnaryOp::gelu, ops::add(x, b), g, 0);
+    EXPECT_TRUE(all_close(fused::bias_gelu_backward(g, x, b), want, tol, tol));
+  }
+}
+
+TEST(BiasGelu, LinearGeluIsTheCompositionBitForBitOnTheCpu) {
+  Tensor x = random_tensor({2, 5, 8}, DType::f32, 4), w = random_tensor({12, 8}, DType::f32, 5);
+  Tensor b = random_tensor({12}, DType::f32, 6), g = random_tensor({2, 5, 12}, DType::f32, 7);
+  std::vector<std::vector<Tensor>> grads;
+  std::vector<Tensor> outs;
+  for (bool fused_path : {true, false}) {
+    Tensor xi = ops::clone(x), wi = ops::clone(w), bi = ops::clone(b);
+    for (Tensor* t : {&xi, &wi, &bi}) t->requires_grad_(true);
+    Tensor y = fused_path ? linear_gelu(xi, wi, bi) : gelu(linear(xi, wi, bi));
+    backward(sum(mul(y, g)));
+    outs.push_back(y.detach());
+    grads.push_back({xi.grad(), wi.grad(), bi.grad()});
+  }
+  EXPECT_TRUE(testing::bitwise_equal(outs[0], outs[1]));
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << "gradient " << i;
+}
+
+TEST(BiasGelu, Checks) {
+  Tensor x = random_tensor({4, 6}, DType::f32, 1);
+  expect_error([&] { fused::bias_gelu_forward(x, random_tensor({5}, DType::f32, 2)); }, "bias_gelu: bias");
+  expect_error([&] { fused::bias_gelu_forward(x, Tensor()); }, "bias_gelu");
+  expect_error([&] { fused::bias_gelu_backward(random_tensor({4, 5}, DType::f32, 3), x, random_tensor({6}, DType::f32, 4)); },
+               "bias_gelu_backward");
+}
+
+// linear_gelu on a GPU: the GEMM and one pass, where linear (GEMM, bias add) and GELU took three.
+TEST(BiasGeluCuda, LinearGeluTakesTheGemmAndOnePass) {
+  MVGPT_SKIP_WITHOUT_CUDA("launches of linear_gelu against linear then gelu");
+  const Device d = Device::cuda(0);
+  Tensor x = fused::uniform_on(d, {64, 96}, DType::f32, 1), w = fused::uniform_on(d, {384, 96}, DType::f32, 2);
+  Tensor b = fused::uniform_on(d, {384}, DType::f32, 3);
+  int64_t before = cuda::kernel_launches();
+  Tensor fused_y = linear_gelu(x, w, b);
+  EXPECT_EQ(cuda::kernel_launches() - before, 2);
+  before = cuda::kernel_launches();
+  Tensor composed = gelu(linear(x, w, b));
+  EXPECT_EQ(cuda::kernel_launches() - before, 3);
+  EXPECT_TRUE(all_close(ops::to(fused_y, Device::cpu()), ops::to(composed, Device::cpu()), 1e-6, 1e-6));
+}
+
+}  // namespace
+}  // namespace mvgpt
