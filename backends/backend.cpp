@@ -23,6 +23,26 @@ Backend& backend_for(Device device) {
   return cuda::backend(device.index);
 }
 
+Backend::PendingUpload Backend::upload_async(const std::vector<Tensor>& host) {
+  PendingUpload u;
+  for (const Tensor& t : host) {
+    if (!t.device().is_cpu())
+      throw std::logic_error("Backend::upload_async: expects host tensors, found one on " + t.device().str());
+    if (device().is_cpu()) {
+      u.tensors.push_back(t);
+      continue;
+    }
+    Tensor packed = t.is_contiguous() ? t : Tensor::empty(t.shape(), t.dtype());
+    if (!packed.same(t)) backend_for(Device::cpu()).copy(t, packed);
+    Tensor d = Tensor::empty(t.shape(), t.dtype(), device());
+    copy_between_devices(packed, d);
+    u.tensors.push_back(d);
+  }
+  return u;
+}
+
+void Backend::wait_upload(const PendingUpload&) {}
+
 void Backend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   matmul(x, views::transpose(weight, 0, 1), out);
   if (bias.defined()) binary(BinaryOp::add, out, views::expand(bias, out.shape()), out);  // same element in and out

@@ -8,7 +8,9 @@
 //    and the products (matmul, linear), which also take bf16 operands and write f32 (summed in f32);
 //  - nothing here knows about autograd.
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <mvgpt/backends/unary_ops.h>
 #include <mvgpt/tensor/allocator.h>
@@ -52,6 +54,24 @@ class Backend {
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   // Contiguous copy between this device and the host (one of src/dst is on the CPU), same dtype.
   virtual void copy_between_devices(const Tensor& src, const Tensor& dst) = 0;
+
+  // Host tensors on their way to this device without waiting for them (NOTE [ Uploads on a copy
+  // stream ] in backends/cuda/cuda_backend.cpp): the next training batch copied while the step in
+  // flight runs. upload_async returns at once with the device tensors and a ticket; wait_upload
+  // orders every later use of them (work queued on this device after the call) after the copy.
+  // The host tensors may be freed or changed as soon as upload_async returns. A ticket dropped
+  // without wait_upload waits for its copy first, so its tensors are never reused mid-copy.
+  // Default (the CPU, and any device without a copy stream): the tensors themselves on the CPU,
+  // synchronous copies elsewhere; nothing to wait for.
+  struct UploadTicket {
+    virtual ~UploadTicket() = default;
+  };
+  struct PendingUpload {
+    std::vector<Tensor> tensors;          // on this device, contiguous, each as its host tensor
+    std::shared_ptr<UploadTicket> ready;  // last: dropped (and waited for) before the tensors
+  };
+  virtual PendingUpload upload_async(const std::vector<Tensor>& host);
+  virtual void wait_upload(const PendingUpload& upload);
   virtual void fill(const Tensor& dst, double value) = 0;
   // dst[i] = start + i * step (dst contiguous).
   virtual void arange(const Tensor& dst, double start, double step) = 0;

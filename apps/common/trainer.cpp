@@ -162,24 +162,48 @@ void Trainer::fit_schedule() {
   }
 }
 
+std::vector<Tensor> Trainer::host_batch(int64_t step) const {
+  gpt::Batch batch = batches_.at(step);
+  if (dist::size() > 1)  // this rank's share of the global batch
+    batch = {dist::shard_rows(batch.inputs, dist::rank(), dist::size()),
+             dist::shard_rows(batch.targets, dist::rank(), dist::size())};
+  const int n = int(s_.grad_accum_steps);
+  std::vector<Tensor> parts;
+  for (int micro = 0; micro < n; ++micro) {
+    parts.push_back(n > 1 ? dist::shard_rows(batch.inputs, micro, n) : batch.inputs);
+    parts.push_back(n > 1 ? dist::shard_rows(batch.targets, micro, n) : batch.targets);
+  }
+  return parts;
+}
+
+std::vector<Tensor> Trainer::step_batch(int64_t step) {
+  Backend& device = backend_for(opts_.device);
+  if (!prefetched_ || prefetched_step_ != step) prefetched_ = device.upload_async(host_batch(step));
+  device.wait_upload(*prefetched_);
+  std::vector<Tensor> tensors = std::move(prefetched_->tensors);
+  prefetched_.reset();  // waited for: dropping its ticket costs nothing
+  prefetched_step_ = -1;
+  return tensors;
+}
+
+void Trainer::prefetch_batch(int64_t step) {
+  prefetched_ = backend_for(opts_.device).upload_async(host_batch(step));
+  prefetched_step_ = step;
+}
+
 Trainer::StepResult Trainer::step() {
   const auto t0 = Clock::now();
   fit_schedule();
   StepResult result;
   result.lr = schedule_(st_.step);
   opt_->set_lr(result.lr * opt_lr_ratio_);
-  gpt::Batch batch = batches_.at(st_.step);
-  if (dist::size() > 1)  // this rank's share of the global batch
-    batch = {dist::shard_rows(batch.inputs, dist::rank(), dist::size()),
-             dist::shard_rows(batch.targets, dist::rank(), dist::size())};
+  const std::vector<Tensor> batch = step_batch(st_.step);  // inputs and targets of each micro-batch
   // Gradient accumulation: each micro-batch's mean loss, scaled by 1/N, so the summed gradients
   // are the whole batch's mean (every micro-batch holds as many tokens).
   double local_loss = 0;
   for (int64_t micro = 0; micro < s_.grad_accum_steps; ++micro) {
     const int n = int(s_.grad_accum_steps);
-    Tensor inputs = n > 1 ? dist::shard_rows(batch.inputs, int(micro), n) : batch.inputs;
-    Tensor targets = n > 1 ? dist::shard_rows(batch.targets, int(micro), n) : batch.targets;
-    Tensor loss = model_.loss(to(inputs, opts_.device), to(targets, opts_.device));
+    Tensor loss = model_.loss(batch[size_t(2 * micro)], batch[size_t(2 * micro + 1)]);
     backward(n > 1 ? mul(loss, 1.0 / double(n)) : loss);
     local_loss += host_scalar(loss) / double(n);
   }
@@ -214,6 +238,7 @@ Trainer::StepResult Trainer::step() {
     opt_->step();
   }
   opt_->zero_grad();
+  prefetch_batch(st_.step + 1);  // copied while this step's last kernels run
   synchronize(opts_.device);
   result.seconds = opts_.debug_step_seconds > 0 ? opts_.debug_step_seconds : seconds_since(t0);
   st_.step += 1;

@@ -25,6 +25,7 @@
 #include "apps/common/evaluation.h"
 #include "apps/common/run_folder.h"
 #include "apps/common/train_state.h"
+#include <mvgpt/backends/backend.h>
 #include <mvgpt/gpt/batches.h>
 #include <mvgpt/nn/causal_lm.h>
 #include <mvgpt/nn/lr_schedule.h>
@@ -126,6 +127,13 @@ class Trainer {
   void begin_session();
   void fit_schedule();
   void save_evaluated(const StepReport& report, RunFolder* folder);
+  // A step's micro-batches on the host (this rank's share): inputs and targets of each, in turn.
+  std::vector<Tensor> host_batch(int64_t step) const;
+  // The same on the device: the upload the previous step started when it is this step's, else one
+  // made now; ordered before the step's work (Backend::upload_async, wait_upload).
+  std::vector<Tensor> step_batch(int64_t step);
+  // Starts uploading step's batch while the current step's work still runs on the device.
+  void prefetch_batch(int64_t step);
 
   nn::CausalLM& model_;
   PretrainSettings s_;
@@ -145,6 +153,8 @@ class Trainer {
   bool resumed_ = false;
   int64_t saved_step_ = -1;  // the step last/ holds (-1: none yet)
   int64_t skipped_in_a_row_ = 0;
+  std::optional<Backend::PendingUpload> prefetched_;  // the next step's batch, on its way
+  int64_t prefetched_step_ = -1;
 
   // This session: since the trainer was built, or since run() began.
   Clock::time_point t_session_;

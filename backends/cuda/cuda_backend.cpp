@@ -141,7 +141,10 @@ CudaBackend::~CudaBackend() {
   // Not reached in practice (backends live until exit); errors cannot be reported from here.
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
   if (staging_) cudaFreeHost(staging_);
+  for (UploadBuffer& b : upload_buffers_)
+    if (b.host) cudaFreeHost(b.host);
 }
 
 cudaStream_t CudaBackend::activate() const {
@@ -195,6 +198,102 @@ void CudaBackend::copy_between_devices(const Tensor& src, const Tensor& dst) {
       std::memcpy(host + done, staging_, n);
     }
   }
+}
+
+// NOTE [ Uploads on a copy stream ]
+// upload_async copies host tensors (the next training batch) without the host waiting: they are
+// packed into one of two pinned buffers, used in turn, and copied on a stream of this device's own
+// for copies, after an event that the compute stream records first. That event is what makes the
+// device tensors safe: they come from the caching allocator, which orders the reuse of a block by
+// the compute stream alone, so a block freed by the host may still be read by queued kernels; the
+// copy starts only when the work queued before it is done. wait_upload makes the compute stream wait
+// for the copy's own event, so every kernel queued after it sees the data, and the tensors, freed
+// later, return to the cache in the compute stream's order. A pinned buffer is refilled only after
+// the copy that read it has finished (two uploads back: long done in a training loop). A ticket
+// dropped unwaited waits for its copy on the host before its tensors go back to the cache.
+// What it saves: the host's waits. A synchronous upload drains the compute stream (copy_between_
+// devices), twice a step for inputs and targets; the upload adds no host wait at all.
+
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  CudaEvent() { MVGPT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~CudaEvent() {
+    if (event) cudaEventDestroy(event);  // returns at once; released when the event completes
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+};
+
+namespace {
+
+struct CudaUploadTicket final : Backend::UploadTicket {
+  std::shared_ptr<CudaEvent> copied;
+  std::atomic<bool> ordered{false};  // wait_upload has put the compute stream after the copy
+  ~CudaUploadTicket() override {
+    // Unwaited: the copy may still be writing into tensors about to return to the cache. No error
+    // can be thrown from here, and a failed wait means the context is gone anyway.
+    if (copied && !ordered.load()) cudaEventSynchronize(copied->event);
+  }
+};
+
+size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+Backend::PendingUpload CudaBackend::upload_async(const std::vector<Tensor>& host) {
+  std::vector<Tensor> packed;
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const Tensor& t : host) {
+    if (!t.device().is_cpu())
+      throw std::logic_error("CudaBackend::upload_async: expects host tensors, found one on " + t.device().str());
+    Tensor p = t.is_contiguous() ? t : Tensor::empty(t.shape(), t.dtype());
+    if (!p.same(t)) backend_for(Device::cpu()).copy(t, p);
+    offsets.push_back(total);
+    total += aligned(p.nbytes());
+    packed.push_back(p);
+  }
+  cudaStream_t stream = activate();
+  PendingUpload u;
+  for (const Tensor& p : packed) u.tensors.push_back(Tensor::empty(p.shape(), p.dtype(), device()));
+  if (total == 0) return u;  // nothing to copy, nothing to wait for
+
+  std::lock_guard lock(upload_mutex_);
+  if (!copy_stream_) MVGPT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  UploadBuffer& buffer = upload_buffers_[next_upload_buffer_];
+  next_upload_buffer_ ^= 1;
+  if (buffer.last) MVGPT_CUDA_CHECK(cudaEventSynchronize(buffer.last->event));  // its last copy has read it
+  if (buffer.bytes < total) {
+    if (buffer.host) MVGPT_CUDA_CHECK(cudaFreeHost(buffer.host));
+    buffer.host = nullptr;
+    buffer.bytes = 0;
+    MVGPT_CUDA_CHECK(cudaMallocHost(&buffer.host, total));
+    buffer.bytes = total;
+  }
+  char* pinned = static_cast<char*>(buffer.host);
+  for (size_t i = 0; i < packed.size(); ++i) std::memcpy(pinned + offsets[i], packed[i].raw_data(), packed[i].nbytes());
+
+  const CudaEvent queued;  // after the work queued so far on the compute stream
+  MVGPT_CUDA_CHECK(cudaEventRecord(queued.event, stream));
+  MVGPT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued.event, 0));
+  for (size_t i = 0; i < packed.size(); ++i)
+    if (packed[i].nbytes() > 0)
+      MVGPT_CUDA_CHECK(cudaMemcpyAsync(u.tensors[i].raw_data(), pinned + offsets[i], packed[i].nbytes(),
+                                       cudaMemcpyHostToDevice, copy_stream_));
+  auto copied = std::make_shared<CudaEvent>();
+  MVGPT_CUDA_CHECK(cudaEventRecord(copied->event, copy_stream_));
+  buffer.last = copied;
+  auto ticket = std::make_shared<CudaUploadTicket>();
+  ticket->copied = copied;
+  u.ready = ticket;
+  return u;
+}
+
+void CudaBackend::wait_upload(const PendingUpload& upload) {
+  auto* ticket = dynamic_cast<CudaUploadTicket*>(upload.ready.get());
+  if (!ticket) return;  // nothing was copied (or not by this backend's copy stream)
+  MVGPT_CUDA_CHECK(cudaStreamWaitEvent(activate(), ticket->copied->event, 0));
+  ticket->ordered.store(true);
 }
 
 }  // namespace mvgpt::cuda

@@ -7,12 +7,16 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/backends/cuda/cuda_allocator.h>
 
 namespace mvgpt::cuda {
+
+struct CudaEvent;  // an owned cudaEvent_t (cuda_backend.cpp)
 
 class CudaBackend final : public Backend {
  public:
@@ -27,6 +31,8 @@ class CudaBackend final : public Backend {
 
   void copy(const Tensor& src, const Tensor& dst) override;
   void copy_between_devices(const Tensor& src, const Tensor& dst) override;
+  PendingUpload upload_async(const std::vector<Tensor>& host) override;
+  void wait_upload(const PendingUpload& upload) override;
   void fill(const Tensor& dst, double value) override;
   void arange(const Tensor& dst, double start, double step) override;
   void random(const Tensor& dst, RandomKind kind, uint64_t seed, uint64_t offset) override;
@@ -66,6 +72,17 @@ class CudaBackend final : public Backend {
   std::mutex staging_mutex_;  // one transfer at a time uses the pinned buffer
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
+  // Uploads (NOTE [ Uploads on a copy stream ]): their own stream and two pinned buffers, used in
+  // turn, each with the event of the last copy that read it.
+  struct UploadBuffer {
+    void* host = nullptr;
+    size_t bytes = 0;
+    std::shared_ptr<CudaEvent> last;  // recorded after the copy that last read this buffer
+  };
+  std::mutex upload_mutex_;
+  cudaStream_t copy_stream_ = nullptr;
+  UploadBuffer upload_buffers_[2];
+  int next_upload_buffer_ = 0;
 };
 
 // Throws std::logic_error naming `op` when t is not on this backend's device (a bug in the caller).

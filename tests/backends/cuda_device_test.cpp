@@ -69,6 +69,18 @@ TEST(CudaDevice, StatusSaysWhyThereIsNoGpu) {
   }
 }
 
+// On the CPU an upload is the host tensors themselves, with nothing to wait for.
+TEST(CpuDevice, UploadIsTheTensorsThemselves) {
+  Backend& be = backend_for(Device::cpu());
+  const Tensor a = ops::ones({3}), b = ops::transpose(ops::ones({2, 3}), 0, 1);
+  Backend::PendingUpload u = be.upload_async({a, b});
+  be.wait_upload(u);
+  ASSERT_EQ(u.tensors.size(), 2u);
+  EXPECT_TRUE(u.tensors[0].same(a));
+  EXPECT_TRUE(u.tensors[1].same(b));
+  EXPECT_FALSE(u.ready);
+}
+
 class CudaOnly : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -142,6 +154,29 @@ TEST_F(CudaOnly, SortedIndexAddEqualsTheWalk) {
             << dtype_name(dt) << " along axis " << axis << ", index " << dtype_name(idt);
       }
     }
+  }
+}
+
+// Uploads on the copy stream (NOTE [ Uploads on a copy stream ]): the data arrives before the work
+// queued after wait_upload, while the compute stream is busy with earlier work, through both pinned
+// buffers in turn; a dropped, unwaited upload waits for its copy before its blocks are reused.
+TEST_F(CudaOnly, UploadsArriveBeforeTheWorkQueuedAfterThem) {
+  Backend& be = backend_for(Device::cuda());
+  const Tensor busy = ops::to(ops::ones({1024, 1024}), Device::cuda());
+  for (int round = 0; round < 40; ++round) {
+    Tensor queued = ops::matmul(busy, busy);  // work in flight on the compute stream
+    const Tensor ids = ops::arange(double(round), double(round) + 2000, 1, DType::i32);
+    const Tensor weights = ops::transpose(testing::make_input({30, 20}, DType::f32, uint64_t(round) + 1), 0, 1);
+    Backend::PendingUpload u = be.upload_async({ids, weights});
+    if (round % 7 == 3) continue;  // dropped unwaited: its ticket waits for the copy
+    be.wait_upload(u);
+    const Tensor twice = ops::add(u.tensors[0], u.tensors[0]);  // queued after the wait
+    EXPECT_EQ(ops::to(twice, Device::cpu()).to_vector<int32_t>()[1999], 2 * (round + 1999)) << "round " << round;
+    const Tensor back = ops::to(u.tensors[1], Device::cpu());
+    EXPECT_EQ(back.shape(), weights.shape());
+    for (int64_t i = 0; i < weights.numel(); ++i)
+      ASSERT_EQ(read_element(back, i), read_element(weights, i)) << "round " << round << ", element " << i;
+    EXPECT_EQ(ops::to(queued, Device::cpu()).to_vector<float>()[0], 1024.0f);
   }
 }
 
