@@ -71,6 +71,17 @@ std::vector<OpCase> op_cases() {
     r.push_back(ops::contiguous(ops::permute(input(d, {2, 3, 4, 5}, DType::f64, 2), {3, 1, 0, 2})));
     return r;
   });
+  // Host tensors (contiguous, a transposed view, an empty one) uploaded on the copy stream, then
+  // used by work queued after wait_upload.
+  add("upload", [](Device d) {
+    Backend& be = backend_for(d);
+    const std::vector<Tensor> host = {testing::make_input({6, 5}, DType::i32, 7, Kind::contiguous, -50, 50),
+                                      testing::make_input({4, 9}, DType::f32, 8, Kind::transposed),
+                                      Tensor::empty({0, 3}, DType::f64)};
+    Backend::PendingUpload u = be.upload_async(host);
+    be.wait_upload(u);
+    return std::vector<Tensor>{ops::add(u.tensors[0], u.tensors[0]), ops::mul(u.tensors[1], 3.0), u.tensors[2]};
+  });
   add("copy_conversions", [](Device d) {
     std::vector<Tensor> r;
     const DType all[] = {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64, DType::boolean};
@@ -327,6 +338,7 @@ const std::map<std::string, std::vector<std::string>>& case_coverage() {
   static const std::map<std::string, std::vector<std::string>> coverage = [] {
     std::map<std::string, std::vector<std::string>> c = {
       {"copy_layouts", {"copy", "copy_between_devices"}},
+      {"upload", {"upload_async", "wait_upload"}},
       {"copy_conversions", {"copy"}},
       {"copy_into_views", {"copy"}},
       {"fill_arange", {"fill", "arange"}},
