@@ -59,16 +59,17 @@ class Backend {
   // stream ] in backends/cuda/cuda_backend.cpp): the next training batch copied while the step in
   // flight runs. upload_async returns at once with the device tensors and a ticket; wait_upload
   // orders every later use of them (work queued on this device after the call) after the copy.
-  // The host tensors may be freed or changed as soon as upload_async returns. A ticket dropped
-  // without wait_upload waits for its copy first, so its tensors are never reused mid-copy.
+  // The host tensors may be freed or changed as soon as upload_async returns. The ticket holds the
+  // device tensors as well and, dropped without wait_upload, waits for its copy before it lets them
+  // go, so their memory is never reused mid-copy, whatever is done with the PendingUpload.
   // Default (the CPU, and any device without a copy stream): the tensors themselves on the CPU,
   // synchronous copies elsewhere; nothing to wait for.
   struct UploadTicket {
     virtual ~UploadTicket() = default;
   };
   struct PendingUpload {
-    std::vector<Tensor> tensors;          // on this device, contiguous, each as its host tensor
-    std::shared_ptr<UploadTicket> ready;  // last: dropped (and waited for) before the tensors
+    std::vector<Tensor> tensors;          // on this device, each with its host tensor's shape and values
+    std::shared_ptr<UploadTicket> ready;  // null when there is nothing to wait for
   };
   virtual PendingUpload upload_async(const std::vector<Tensor>& host);
   virtual void wait_upload(const PendingUpload& upload);

@@ -178,7 +178,10 @@ std::vector<Tensor> Trainer::host_batch(int64_t step) const {
 
 std::vector<Tensor> Trainer::step_batch(int64_t step) {
   Backend& device = backend_for(opts_.device);
-  if (!prefetched_ || prefetched_step_ != step) prefetched_ = device.upload_async(host_batch(step));
+  if (!prefetched_ || prefetched_step_ != step) {
+    prefetched_.reset();
+    prefetched_ = device.upload_async(host_batch(step));
+  }
   device.wait_upload(*prefetched_);
   std::vector<Tensor> tensors = std::move(prefetched_->tensors);
   prefetched_.reset();  // waited for: dropping its ticket costs nothing
@@ -218,6 +221,9 @@ Trainer::StepResult Trainer::step() {
   // still be named; without clipping every gradient is checked.
   result.grad_norm = s_.grad_clip > 0 ? nn::clip_grad_norm_(params_, s_.grad_clip) : NAN;
   result.loss = dist::mean_over_ranks(local_loss);  // the global batch's mean
+  // The next step's batch, uploaded without a host wait: the copy starts after the work queued so
+  // far and runs beside the optimizer's kernels (Backend::upload_async).
+  prefetch_batch(st_.step + 1);
   const std::string bad_grad =
       s_.grad_clip > 0 && std::isfinite(result.grad_norm) ? "" : first_nonfinite_gradient(trainable_);
   if (!std::isfinite(result.loss) || !bad_grad.empty()) {
@@ -238,7 +244,6 @@ Trainer::StepResult Trainer::step() {
     opt_->step();
   }
   opt_->zero_grad();
-  prefetch_batch(st_.step + 1);  // copied while this step's last kernels run
   synchronize(opts_.device);
   result.seconds = opts_.debug_step_seconds > 0 ? opts_.debug_step_seconds : seconds_since(t0);
   st_.step += 1;

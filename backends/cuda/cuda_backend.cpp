@@ -226,13 +226,17 @@ struct CudaEvent {
 
 namespace {
 
+// Holds the device tensors too: however the upload is dropped, moved from or overwritten, their
+// blocks go back to the cache only after this wait.
 struct CudaUploadTicket final : Backend::UploadTicket {
   std::shared_ptr<CudaEvent> copied;
-  std::atomic<bool> ordered{false};  // wait_upload has put the compute stream after the copy
+  std::vector<Tensor> tensors;
+  std::atomic<bool> ordered{false};  // wait_upload has put the compute stream after it
   ~CudaUploadTicket() override {
-    // Unwaited: the copy may still be writing into tensors about to return to the cache. No error
-    // can be thrown from here, and a failed wait means the context is gone anyway.
+    // Unwaited: the copy may still be writing into the tensors. No error can be thrown from here,
+    // and a failed wait means the context is gone anyway.
     if (copied && !ordered.load()) cudaEventSynchronize(copied->event);
+    tensors.clear();
   }
 };
 
@@ -271,20 +275,28 @@ Backend::PendingUpload CudaBackend::upload_async(const std::vector<Tensor>& host
     buffer.bytes = total;
   }
   char* pinned = static_cast<char*>(buffer.host);
-  for (size_t i = 0; i < packed.size(); ++i) std::memcpy(pinned + offsets[i], packed[i].raw_data(), packed[i].nbytes());
-
-  const CudaEvent queued;  // after the work queued so far on the compute stream
-  MVGPT_CUDA_CHECK(cudaEventRecord(queued.event, stream));
-  MVGPT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued.event, 0));
   for (size_t i = 0; i < packed.size(); ++i)
-    if (packed[i].nbytes() > 0)
-      MVGPT_CUDA_CHECK(cudaMemcpyAsync(u.tensors[i].raw_data(), pinned + offsets[i], packed[i].nbytes(),
-                                       cudaMemcpyHostToDevice, copy_stream_));
-  auto copied = std::make_shared<CudaEvent>();
-  MVGPT_CUDA_CHECK(cudaEventRecord(copied->event, copy_stream_));
-  buffer.last = copied;
-  auto ticket = std::make_shared<CudaUploadTicket>();
-  ticket->copied = copied;
+    if (packed[i].nbytes() > 0) std::memcpy(pinned + offsets[i], packed[i].raw_data(), packed[i].nbytes());
+
+  auto ticket = std::make_shared<CudaUploadTicket>();  // made before any copy is queued
+  ticket->copied = std::make_shared<CudaEvent>();
+  ticket->tensors = u.tensors;
+  const CudaEvent queued;  // after the work queued so far on the compute stream
+  try {
+    MVGPT_CUDA_CHECK(cudaEventRecord(queued.event, stream));
+    MVGPT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, queued.event, 0));
+    for (size_t i = 0; i < packed.size(); ++i)
+      if (packed[i].nbytes() > 0)
+        MVGPT_CUDA_CHECK(cudaMemcpyAsync(u.tensors[i].raw_data(), pinned + offsets[i], packed[i].nbytes(),
+                                         cudaMemcpyHostToDevice, copy_stream_));
+    MVGPT_CUDA_CHECK(cudaEventRecord(ticket->copied->event, copy_stream_));
+  } catch (...) {
+    // Copies may be queued: neither the tensors nor the pinned buffer may be reused before they end.
+    cudaStreamSynchronize(copy_stream_);
+    ticket->ordered = true;  // nothing left to wait for
+    throw;
+  }
+  buffer.last = ticket->copied;
   u.ready = ticket;
   return u;
 }

@@ -48,6 +48,15 @@ TEST(BiasGelu, LinearGeluIsTheCompositionBitForBitOnTheCpu) {
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << "gradient " << i;
 }
 
+TEST(BiasGelu, ZeroWidthGivesEmptyGradients) {
+  Tensor x = Tensor::empty({3, 0}, DType::f32), b = Tensor::empty({0}, DType::f32);
+  x.requires_grad_(true);
+  b.requires_grad_(true);
+  backward(sum(bias_gelu(x, b)));
+  EXPECT_EQ(x.grad().shape(), (Shape{3, 0}));
+  EXPECT_EQ(b.grad().shape(), (Shape{0}));
+}
+
 TEST(BiasGelu, Checks) {
   Tensor x = random_tensor({4, 6}, DType::f32, 1);
   expect_error([&] { fused::bias_gelu_forward(x, random_tensor({5}, DType::f32, 2)); }, "bias_gelu: bias");
