@@ -6,6 +6,7 @@
 
 #include <mvgpt/backends/cpu/cpu_backend.h>
 #include <mvgpt/backends/cuda/cuda_backend.h>
+#include <mvgpt/backends/ops.h>  // contiguous
 #include <mvgpt/tensor/views.h>
 
 namespace mvgpt {
@@ -32,10 +33,8 @@ Backend::PendingUpload Backend::upload_async(const std::vector<Tensor>& host) {
       u.tensors.push_back(t);
       continue;
     }
-    Tensor packed = t.is_contiguous() ? t : Tensor::empty(t.shape(), t.dtype());
-    if (!packed.same(t)) backend_for(Device::cpu()).copy(t, packed);
     Tensor d = Tensor::empty(t.shape(), t.dtype(), device());
-    copy_between_devices(packed, d);
+    copy_between_devices(ops::contiguous(t), d);
     u.tensors.push_back(d);
   }
   return u;

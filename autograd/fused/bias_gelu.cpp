@@ -70,9 +70,8 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias) {
                   const Tensor x = sx.unpack("bias_gelu"), b = sb.unpack("bias_gelu");
                   Tensor dx = fused::bias_gelu_backward(g, x, b);
                   Tensor db;
-                  if (bias_grad) {  // summed over every axis but the last
-                    int64_t rows = 1;
-                    for (int d = 0; d + 1 < dx.dim(); ++d) rows *= dx.size(d);
+                  if (bias_grad) {  // summed over every axis but the last (rows counted: C may be 0)
+                    const int64_t rows = numel(fused::rows_shape(dx));
                     db = ops::to(ops::sum(ops::reshape(dx, {rows, b.numel()}), {0}), b.dtype());
                   }
                   return {dx, db};

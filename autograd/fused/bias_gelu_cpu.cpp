@@ -14,10 +14,10 @@ using cpu::parallel_for;
 template <typename T, typename F>
 void rows(const Tensor& x, const Tensor& bias, F f) {
   const int64_t C = bias.numel(), N = C ? x.numel() / C : 0;
-  const T* b = bias.data<T>();
+  const T *xp = x.data<T>(), *b = bias.data<T>();
   parallel_for(N, std::max<int64_t>(1, cpu::kElementwiseGrain / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < C; ++c) f(r * C + c, T(x.data<T>()[r * C + c] + b[c]));
+      for (int64_t c = 0; c < C; ++c) f(r * C + c, T(xp[r * C + c] + b[c]));
   });
 }
 

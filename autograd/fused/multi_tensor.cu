@@ -37,11 +37,17 @@ constexpr int kBlock = 256;
 
 __host__ __device__ inline int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-// The tensor and chunk of block `c` in a table of `count` sizes.
-__device__ inline void locate(const int64_t* n, int count, int64_t c, int& t, int64_t& chunk) {
-  t = 0;
+// This block's tensor t in a table of `count` sizes n, and the elements [begin, end) of its chunk.
+struct ChunkRange {
+  int t;
+  int64_t begin, end;
+};
+__device__ inline ChunkRange block_chunk(const int64_t* n, int count) {
+  int t = 0;
+  int64_t c = blockIdx.x;
   while (t < count - 1 && c >= chunks_of(n[t])) c -= chunks_of(n[t++]);
-  chunk = c;
+  const int64_t begin = c * kChunk;
+  return {t, begin, min(n[t], begin + kChunk)};
 }
 
 template <typename T>
@@ -78,13 +84,10 @@ static_assert(sizeof(AdamWTable<double>) <= 4000 && sizeof(SumTable<double>) <= 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) sum_squares_kernel(SumTable<T> table, double* partial, int64_t base) {
   __shared__ double red[kBlock];
-  int t;
-  int64_t chunk;
-  locate(table.n, table.count, blockIdx.x, t, chunk);
-  const int64_t begin = chunk * kChunk, end = min(table.n[t], begin + kChunk);
+  const ChunkRange r = block_chunk(table.n, table.count);
   double s = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double x = double(table.x[t][i]);
+  for (int64_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) {
+    const double x = double(table.x[r.t][i]);
     s += x * x;
   }
   s = block_reduce(s, red, SumOp{});
@@ -102,24 +105,18 @@ __global__ void __launch_bounds__(kBlock) sum_partials_kernel(const double* part
 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) scale_kernel(ScaleTable<T> table) {
-  int t;
-  int64_t chunk;
-  locate(table.n, table.count, blockIdx.x, t, chunk);
-  const int64_t begin = chunk * kChunk, end = min(table.n[t], begin + kChunk);
-  T* x = table.x[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = math::rn_mul(x[i], table.factor);
+  const ChunkRange r = block_chunk(table.n, table.count);
+  T* x = table.x[r.t];
+  for (int64_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) x[i] = math::rn_mul(x[i], table.factor);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kBlock) adamw_many_kernel(AdamWTable<T> table) {
-  int t;
-  int64_t chunk;
-  locate(table.n, table.count, blockIdx.x, t, chunk);
-  const int64_t begin = chunk * kChunk, end = min(table.n[t], begin + kChunk);
-  const math::AdamWScalars<T> s = table.scalars[table.set[t]];
-  T *param = table.param[t], *m = table.m[t], *v = table.v[t];
-  const T* grad = table.grad[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+  const ChunkRange r = block_chunk(table.n, table.count);
+  const math::AdamWScalars<T> s = table.scalars[table.set[r.t]];
+  T *param = table.param[r.t], *m = table.m[r.t], *v = table.v[r.t];
+  const T* grad = table.grad[r.t];
+  for (int64_t i = r.begin + threadIdx.x; i < r.end; i += blockDim.x) {
     T p = param[i], mi = m[i], vi = v[i];
     math::adamw_update(p, grad[i], mi, vi, s);
     param[i] = p;
@@ -132,11 +129,12 @@ __global__ void __launch_bounds__(kBlock) adamw_many_kernel(AdamWTable<T> table)
 
 CudaBackend& backend_of(const Tensor& x) { return static_cast<CudaBackend&>(backend_for(x.device())); }
 
-void require_kernel_ready(const Tensor& x, const Device& d, DType dt, const char* op) {
+// Every tensor of a call on one device, contiguous float32 or float64 (the entry points prepare them).
+void require_kernel_ready(const Tensor& x, const Device& d, const char* op) {
   require_on(x, d, op);
-  if (!x.is_contiguous() || x.dtype() != dt)
-    throw std::logic_error(std::string(op) + ": tensors must be contiguous " + std::string(dtype_name(dt)) +
-                           " (the entry point prepares them)");
+  if (!x.is_contiguous() || (x.dtype() != DType::f32 && x.dtype() != DType::f64))
+    throw std::logic_error(std::string(op) + ": tensors must be contiguous float32 or float64, found " +
+                           std::string(dtype_name(x.dtype())) + " (the entry point prepares them)");
 }
 
 // Calls launch(table, blocks) for each run of at most kMaxTensors non-empty tensors of dtype T;
@@ -173,7 +171,7 @@ double sum_squares_cuda(const std::vector<Tensor>& xs) {
   CudaBackend& be = backend_of(xs[0]);
   int64_t slots = 0;
   for (const Tensor& x : xs) {
-    require_kernel_ready(x, xs[0].device(), x.dtype() == DType::f64 ? DType::f64 : DType::f32, op);
+    require_kernel_ready(x, xs[0].device(), op);
     slots += chunks_of(x.numel());
   }
   if (slots == 0) return 0;
@@ -206,7 +204,7 @@ void scale_cuda(const std::vector<Tensor>& xs, double factor) {
   const char* op = "scale_ (cuda)";
   if (xs.empty()) return;
   CudaBackend& be = backend_of(xs[0]);
-  for (const Tensor& x : xs) require_kernel_ready(x, xs[0].device(), x.dtype() == DType::f64 ? DType::f64 : DType::f32, op);
+  for (const Tensor& x : xs) require_kernel_ready(x, xs[0].device(), op);
   cudaStream_t stream = be.activate();
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -232,8 +230,10 @@ void adamw_cuda(const std::vector<AdamWSlot>& slots) {
   if (slots.empty()) return;
   CudaBackend& be = backend_of(slots[0].param);
   for (const AdamWSlot& s : slots)
-    for (const Tensor* x : {&s.param, &s.grad, &s.m, &s.v})
-      require_kernel_ready(*x, slots[0].param.device(), s.param.dtype() == DType::f64 ? DType::f64 : DType::f32, op);
+    for (const Tensor* x : {&s.param, &s.grad, &s.m, &s.v}) {
+      require_kernel_ready(*x, slots[0].param.device(), op);
+      if (x->dtype() != s.param.dtype()) throw std::logic_error(std::string(op) + ": a slot mixes dtypes");
+    }
   cudaStream_t stream = be.activate();
   auto run = [&](auto tag) {
     using T = decltype(tag);

@@ -11,6 +11,7 @@
 
 #include <mvgpt/backends/cuda/cuda_backend_impl.h>
 #include <mvgpt/backends/deferred_checks.h>
+#include <mvgpt/backends/ops.h>  // contiguous
 #include <mvgpt/backends/cuda/cuda_check.h>
 
 namespace mvgpt::cuda {
@@ -251,8 +252,7 @@ Backend::PendingUpload CudaBackend::upload_async(const std::vector<Tensor>& host
   for (const Tensor& t : host) {
     if (!t.device().is_cpu())
       throw std::logic_error("CudaBackend::upload_async: expects host tensors, found one on " + t.device().str());
-    Tensor p = t.is_contiguous() ? t : Tensor::empty(t.shape(), t.dtype());
-    if (!p.same(t)) backend_for(Device::cpu()).copy(t, p);
+    Tensor p = ops::contiguous(t);
     offsets.push_back(total);
     total += aligned(p.nbytes());
     packed.push_back(p);
