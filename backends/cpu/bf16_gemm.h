@@ -31,6 +31,20 @@ std::string kernel_name();
 void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The matrix-vector products of decoding (one row of activations against a weight), written here
+// rather than sent to oneDNN, whose per-call cost is as large as the product itself, or widened
+// to float32, which reads the matrix twice over (NOTE [ bf16 GEMV ] in bf16_gemm.cpp). X is stored
+// row-major (rows, cols) with leading dimension ld; x and y have strides incx and incy; beta = 0
+// writes y without reading it.
+//   gemv_rows: y (rows) = alpha X x (cols) + beta y
+//   gemv_cols: y (cols) = alpha X^T x (rows) + beta y
+// Each y[i] is the float32 sum of exact products in a fixed order that depends only on the length
+// of the sum, so a block of X gives the same values as the whole.
+void gemv_rows(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64_t ld, const bfloat16* x,
+               int64_t incx, float beta, float* y, int64_t incy);
+void gemv_cols(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64_t ld, const bfloat16* x,
+               int64_t incx, float beta, float* y, int64_t incy);
+
 // Tests: force the float32 fallback on a CPU that has oneDNN kernels (process-wide).
 void use_fallback(bool on);
 

@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <type_traits>
 
 #include <tbb/task_arena.h>
 
@@ -84,6 +83,13 @@ void scale(T* y, int64_t n, int64_t incy, T beta) {
   for (int64_t i = 0; i < n; ++i) y[i * incy] = beta == T(0) ? T(0) : y[i * incy] * beta;
 }
 
+// bfloat16 operands, float32 sums: our GEMV (NOTE [ bf16 GEMV ] in bf16_gemm.cpp).
+inline void call_gemv(bool t, int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64_t ld,
+                      const bfloat16* x, int64_t incx, float beta, float* y, int64_t incy) {
+  if (t) bf16::gemv_cols(rows, cols, alpha, X, ld, x, incx, beta, y, incy);
+  else bf16::gemv_rows(rows, cols, alpha, X, ld, x, incx, beta, y, incy);
+}
+
 // bfloat16 operands, float32 accumulation: one oneDNN call on this thread (bf16_gemm.h).
 inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                       const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -100,35 +106,30 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     return;
   }
   const int64_t tasks = parallel ? threads() * kBlocksPerThread : 1;
-  if constexpr (!std::is_same_v<TA, bfloat16>) {
-    if (M == 1) {
-      // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
-      const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
-      if (beta == T(0)) scale(C, N, int64_t(1), T(0));
-      const int64_t blocks = N * K >= kMinParallelGemv ? tasks : 1;
-      for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
-        // tb: B stored (N, K), op(B)^T = B; otherwise B stored (K, N) and op(B)^T = B^T.
-        if (tb) call_gemv(false, n1 - n0, K, alpha, B + n0 * ldb, ldb, A, inca, beta, C + n0, 1);
-        else call_gemv(true, K, n1 - n0, alpha, B + n0, ldb, A, inca, beta, C + n0, 1);
-      });
-      return;
-    }
-    if (N == 1) {
-      // C (M, 1) = alpha op(A) (M, K) b (K, 1): a GEMV over op(A)'s rows, cut along M.
-      const int64_t incb = tb ? 1 : ldb;
-      if (beta == T(0)) scale(C, M, ldc, T(0));
-      const int64_t blocks = M * K >= kMinParallelGemv ? tasks : 1;
-      for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
-        if (ta) call_gemv(true, K, m1 - m0, alpha, A + m0, lda, B, incb, beta, C + m0 * ldc, ldc);
-        else call_gemv(false, m1 - m0, K, alpha, A + m0 * lda, lda, B, incb, beta, C + m0 * ldc, ldc);
-      });
-      return;
-    }
+  if (M == 1) {
+    // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
+    const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
+    if (beta == T(0)) scale(C, N, int64_t(1), T(0));
+    const int64_t blocks = N * K >= kMinParallelGemv ? tasks : 1;
+    for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
+      // tb: B stored (N, K), op(B)^T = B; otherwise B stored (K, N) and op(B)^T = B^T.
+      if (tb) call_gemv(false, n1 - n0, K, alpha, B + n0 * ldb, ldb, A, inca, beta, C + n0, 1);
+      else call_gemv(true, K, n1 - n0, alpha, B + n0, ldb, A, inca, beta, C + n0, 1);
+    });
+    return;
   }
-  // oneDNN has no GEMV entry: a bf16 product of one row (or column) is cut like the others, in
-  // parallel from a GEMV's size (it streams its matrix once).
-  const bool thin = M == 1 || N == 1;
-  const int64_t blocks = M * N * K >= (thin ? kMinParallelGemv : kMinParallelGemm) ? tasks : 1;
+  if (N == 1) {
+    // C (M, 1) = alpha op(A) (M, K) b (K, 1): a GEMV over op(A)'s rows, cut along M.
+    const int64_t incb = tb ? 1 : ldb;
+    if (beta == T(0)) scale(C, M, ldc, T(0));
+    const int64_t blocks = M * K >= kMinParallelGemv ? tasks : 1;
+    for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
+      if (ta) call_gemv(true, K, m1 - m0, alpha, A + m0, lda, B, incb, beta, C + m0 * ldc, ldc);
+      else call_gemv(false, m1 - m0, K, alpha, A + m0 * lda, lda, B, incb, beta, C + m0 * ldc, ldc);
+    });
+    return;
+  }
+  const int64_t blocks = M * N * K >= kMinParallelGemm ? tasks : 1;
   if (M >= N) {
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
       const TA* a = ta ? A + m0 : A + m0 * lda;

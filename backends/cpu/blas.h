@@ -20,7 +20,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true);
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc, bool parallel = true);
-// bfloat16 operands, float32 accumulation and C, through oneDNN (bf16_gemm.h).
+// bfloat16 operands, float32 accumulation and C, through oneDNN, and a GEMV of our own for M = 1
+// or N = 1 (bf16_gemm.h).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true);
 

@@ -4,11 +4,15 @@
 // differs: a tight tolerance), and against float32 products of the unrounded values (bf16's own).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/backends/cpu/bf16_gemm.h>
+#include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/ops.h>
 #include "cuda_required.h"
 #include "ops_test_util.h"
@@ -93,6 +97,82 @@ TEST(Bf16Products, MatmulSumsBf16ProductsInFloat32) {
   }
 }
 
+// The one-row and one-column products decoding runs (NOTE [ bf16 GEMV ] in bf16_gemm.cpp), called
+// as blas::gemm is: every layout of the matrix, sums with a tail and an odd count of 16-wide chunks,
+// alpha and beta, a strided result, cut over the pool and not (bit for bit the same), against a
+// double loop over the same bf16 values.
+TEST(Bf16Products, GemvSumsExactProductsInFloat32) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  auto bf16_values = [&](int64_t n) {
+    std::vector<bfloat16> v(static_cast<size_t>(n));
+    for (auto &e : v) e = bfloat16(normal(rng));
+    return v;
+  };
+  // K: only a tail, one chunk and a tail, whole pairs of chunks, pairs + a chunk + a tail, the series' widths.
+  for (int64_t K : {7, 23, 64, 119, 384, 1536}) {
+    for (int64_t N : {1, 5, 300, 1000}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (bool row : {true, false}) {  // C (1, N) = a op(B), or C (N, 1) = op(A) b
+            const std::string what = "K " + std::to_string(K) + " N " + std::to_string(N) + (ta ? " ta" : "") +
+                                     (tb ? " tb" : "") + (row ? " row" : " column");
+            SCOPED_TRACE(what);
+            // The vector and the matrix with a leading dimension wider than their rows.
+            const int64_t M = row ? 1 : N, Nc = row ? N : 1;
+            const int64_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? Nc : K, bcols = tb ? K : Nc;
+            const int64_t lda = acols + 3, ldb = bcols + 5, ldc = Nc + 2;
+            std::vector<bfloat16> A = bf16_values(arows * lda), B = bf16_values(brows * ldb);
+            std::vector<float> C0(size_t(M * ldc));
+            for (auto &c : C0) c = normal(rng);
+            auto a_at = [&](int64_t i, int64_t k) { return double(float(ta ? A[k * lda + i] : A[i * lda + k])); };
+            auto b_at = [&](int64_t k, int64_t j) { return double(float(tb ? B[j * ldb + k] : B[k * ldb + j])); };
+            for (float beta : {0.0f, 0.5f}) {
+              const float alpha = beta == 0.0f ? 1.0f : -1.5f;
+              std::vector<float> parallel = C0, serial = C0;
+              if (beta == 0.0f)  // beta = 0 never reads C: a NaN there does not survive
+                for (auto &c : parallel) c = std::nanf("");
+              cpu::blas::gemm(ta, tb, M, Nc, K, alpha, A.data(), lda, B.data(), ldb, beta, parallel.data(), ldc);
+              cpu::blas::gemm(ta, tb, M, Nc, K, alpha, A.data(), lda, B.data(), ldb, beta, serial.data(), ldc, false);
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < Nc; ++j) {
+                  double want = 0, size = 0;
+                  for (int64_t k = 0; k < K; ++k) {
+                    want += a_at(i, k) * b_at(k, j);
+                    size += std::abs(a_at(i, k) * b_at(k, j));
+                  }
+                  want = alpha * want + (beta == 0.0f ? 0.0 : beta * double(C0[size_t(i * ldc + j)]));
+                  const float got = parallel[size_t(i * ldc + j)];
+                  ASSERT_NEAR(got, want, 1e-6 * (std::abs(alpha) * size + 1)) << "C[" << i << ", " << j << "]";
+                  ASSERT_EQ(got, serial[size_t(i * ldc + j)]) << "cut over the pool, C[" << i << ", " << j << "]";
+                }
+              // The padding between C's rows is untouched.
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = Nc; j < ldc; ++j)
+                  ASSERT_EQ(serial[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A NaN or an infinity in the matrix reaches exactly the outputs that read it.
+TEST(Bf16Products, GemvPassesNaNAndInfinityThrough) {
+  const int64_t N = 40, K = 50;
+  std::vector<bfloat16> W(size_t(N * K), bfloat16(0.25f)), x(size_t(K), bfloat16(1.0f));
+  W[size_t(3 * K + 17)] = bfloat16(std::nanf(""));
+  W[size_t(9 * K + 49)] = bfloat16(INFINITY);
+  std::vector<float> y(static_cast<size_t>(N));
+  cpu::blas::gemm(false, true, 1, N, K, 1.0f, x.data(), K, W.data(), K, 0.0f, y.data(), N);
+  for (int64_t j = 0; j < N; ++j) {
+    if (j == 3) EXPECT_TRUE(std::isnan(y[size_t(j)]));
+    else if (j == 9) EXPECT_EQ(y[size_t(j)], INFINITY);
+    else EXPECT_EQ(y[size_t(j)], 0.25f * K) << j;
+  }
+}
+
 TEST(Bf16Products, CloseToFloat32ProductsOfTheUnroundedValues) {
   // The error bf16 adds: each operand rounded to 8 bits of mantissa (relative 2^-9), summed over K.
   for (const Path &path : paths()) {
@@ -155,7 +235,9 @@ TEST(Bf16Products, CpuSupportMatchesProcCpuinfo) {
   std::string line, flags;
   while (std::getline(in, line))
     if (line.rfind("flags", 0) == 0) {
-      flags = " " + line.substr(line.find(':') + 1) + " ";
+      flags = line.substr(line.find(':'));  // ": fpu vme ..." (GCC 12 warns, wrongly, on " " + ...)
+      flags.front() = ' ';
+      flags += ' ';
       break;
     }
   const bool avx512_bf16 = flags.find(" avx512_bf16 ") != std::string::npos;
