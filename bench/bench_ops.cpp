@@ -17,8 +17,9 @@ void set_bytes(benchmark::State& state, double bytes) {
 }
 
 // (M x K) @ (K x N); the last argument 1 means the right operand is a transposed view (x @ W^T).
-// In float32 (BM_Sgemm), or with bfloat16 operands summed in float32 (BM_Bf16Gemm: oneDNN,
-// bf16_gemm.h; the operands converted beforehand, as the precision policy's weight copies are).
+// In float32 (BM_Sgemm), or with bfloat16 operands summed in float32 (BM_Bf16Gemm: oneDNN, or
+// for one row mvgpt's GEMV, bf16_gemm.h; the operands converted beforehand, as the precision
+// policy's weight copies are).
 void gemm_case(benchmark::State& state, DType operands) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   const bool transposed = state.range(3) != 0;
@@ -27,17 +28,21 @@ void gemm_case(benchmark::State& state, DType operands) {
   for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // The operands read once and the float32 result written: what bounds the one-row (GEMV) cases.
+  set_bytes(state, double((M * K + K * N) * int64_t(dtype_size(operands)) + M * N * 4));
 }
 void BM_Sgemm(benchmark::State& state) { gemm_case(state, DType::f32); }
 void BM_Bf16Gemm(benchmark::State& state) { gemm_case(state, DType::bf16); }
-// The model's products; for bf16 also decoding's one-row ones and the 3072^3 peak (MFU under bf16
-// in bench/compare).
+// The model's products, decoding's one-row ones (a GEMV: GB/s is the figure), and for bf16 the
+// 3072^3 peak (MFU under bf16 in bench/compare).
 BENCHMARK(BM_Sgemm)
     ->Args({4096, 384, 1152, 0})
     ->Args({4096, 384, 1536, 0})
     ->Args({4096, 1536, 384, 0})
     ->Args({4096, 384, 10000, 0})
     ->Args({4096, 384, 1152, 1})
+    ->Args({1, 384, 1536, 1})
+    ->Args({1, 384, 10000, 1})
     ->ArgNames({"M", "K", "N", "bT"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
