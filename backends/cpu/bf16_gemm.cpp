@@ -19,10 +19,10 @@
 // fallback widens the whole matrix into a float32 copy at every call, reading it twice over (on a
 // 2-core Zen 3, 7.5 ms a token against float32's 3.9). So one row (or column) is multiplied here:
 // each bf16 element is widened in registers (a bf16 is the top half of a float32: a shift or a
-// mask, no shuffle), and the product of two bf16 values is exact in float32 (8 x 8 significant bits), so every
-// output is a float32 sum of exact products, as oneDNN's kernels give, in a fixed order that
-// depends only on the length of the sum (dot_rows says which). blas::gemm cuts
-// the outputs over the pool as it does for float32.
+// mask, no shuffle), and the product of two bf16 values is exact in float32 (8 x 8 significant
+// bits, short of overflow and underflow), so every output is a float32 sum of exact products, as
+// oneDNN's kernels give, in a fixed order that depends only on the length of the sum (dot_row and
+// gemv_cols say which). blas::gemm cuts the outputs over the pool as it does for float32.
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 
 #include <cblas.h>
@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -136,10 +137,9 @@ Plan make_plan(const Key& k) {
 }
 
 // X stored as rows x cols with leading dimension ld, widened into a dense float32 buffer.
-const float* widen(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
+const float* widen_into(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
   buf.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) buf[size_t(r * cols + c)] = float(x[r * ld + c]);
+  widen(x, rows, cols, ld, buf.data());
   return buf.data();
 }
 
@@ -147,16 +147,18 @@ void gemm_float32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha
                   const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   thread_local std::vector<float> abuf, bbuf;
   const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-  const float* a = widen(A, ar, ac, lda, abuf);
-  const float* b = widen(B, br, bc, ldb, bbuf);
+  const float* a = widen_into(A, ar, ac, lda, abuf);
+  const float* b = widen_into(B, br, bc, ldb, bbuf);
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
               alpha, a, int(std::max<int64_t>(ac, 1)), b, int(std::max<int64_t>(bc, 1)), beta, C, int(ldc));
 }
 
 // NOTE [ bf16 GEMV ]: sixteen bf16 values widened to float32 in registers without a shuffle. Read
-// as eight 32-bit words, each word holds two bf16 values: the low one shifted up is the even
-// element, the high one with the low half cleared is the odd one. So X is multiplied in chunks of
-// 16 columns as (evens, odds), and x is stored that way once per call (split_vector).
+// as eight 32-bit words (little-endian), each word holds two bf16 values: the low one shifted up is
+// the even element, the high one with the low half cleared is the odd one. So X is multiplied in
+// chunks of 16 columns as (evens, odds): gemv_rows stores x that way once per call (split_vector),
+// gemv_cols keeps its sums that way and puts them back in order at the end.
+static_assert(std::endian::native == std::endian::little, "widen16 reads two bf16 values per 32-bit word");
 constexpr int64_t kChunk = 2 * kVec;
 using u32x8 = uint32_t __attribute__((vector_size(32)));
 using u32x8_unaligned = uint32_t __attribute__((vector_size(32), aligned(2), may_alias));
@@ -277,6 +279,24 @@ std::string kernel_name() {
 }
 
 void use_fallback(bool on) { g_force_fallback.store(on); }
+
+bool native_kernels() {
+  static const bool available = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f}).matmul.has_value();
+  return available && !g_force_fallback.load(std::memory_order_relaxed);
+}
+
+void widen(const bfloat16* X, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  using u16x8_unaligned = uint16_t __attribute__((vector_size(16), aligned(2), may_alias));
+  using u32x8 = uint32_t __attribute__((vector_size(32)));
+  for (int64_t r = 0; r < rows; ++r) {
+    const bfloat16* x = X + r * ld;
+    float* o = out + r * cols;
+    int64_t c = 0;
+    for (; c + kVec <= cols; c += kVec)  // eight at a time, in order: zero-extend, shift into the top half
+      store8(o + c, (f32x8)(__builtin_convertvector(*reinterpret_cast<const u16x8_unaligned*>(x + c), u32x8) << 16));
+    for (; c < cols; ++c) o[c] = float(x[c]);
+  }
+}
 
 void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {

@@ -1,8 +1,9 @@
 #pragma once
 // bfloat16 products on the CPU: bf16 operands, float32 accumulation and result, through oneDNN's
-// matmul (its brgemm kernels use AMX tiles or AVX512-BF16 dot products). One call runs on the
-// calling thread; blas::gemm cuts large products over the TBB pool as it does for float32 (NOTE
-// [ One thread pool ] in blas.cpp, NOTE [ oneDNN on the TBB pool ] in bf16_gemm.cpp).
+// matmul (its brgemm kernels use AMX tiles or AVX512-BF16 dot products), and one-row or one-column
+// products through a GEMV of our own (NOTE [ bf16 GEMV ]). One call runs on the calling thread;
+// blas::gemm cuts large products over the TBB pool as it does for float32 (NOTE [ One thread pool ]
+// in blas.cpp, NOTE [ oneDNN on the TBB pool ] in bf16_gemm.cpp).
 #include <cstdint>
 #include <string>
 
@@ -38,12 +39,21 @@ void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
 // writes y without reading it.
 //   gemv_rows: y (rows) = alpha X x (cols) + beta y
 //   gemv_cols: y (cols) = alpha X^T x (rows) + beta y
-// Each y[i] is the float32 sum of exact products in a fixed order that depends only on the length
-// of the sum, so a block of X gives the same values as the whole.
+// Each y[i] is the float32 sum of exact products (short of overflow and underflow) in a fixed order
+// that depends only on the length of the sum, so a block of X gives the same values as the whole.
 void gemv_rows(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64_t ld, const bfloat16* x,
                int64_t incx, float beta, float* y, int64_t incy);
 void gemv_cols(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64_t ld, const bfloat16* x,
                int64_t incx, float beta, float* y, int64_t incy);
+
+// Whether gemm_one_thread multiplies with oneDNN's bf16 kernels on this CPU: false on CPUs without
+// AVX-512 (oneDNN has only its reference kernel there) and under use_fallback(true). Where false,
+// blas::gemm widens each operand once per product and runs the float32 product (NOTE [ The bf16
+// fallback ] in blas.cpp).
+bool native_kernels();
+
+// out (rows, cols), dense, = X (rows, cols) with leading dimension ld, widened to float32 (exact).
+void widen(const bfloat16* X, int64_t rows, int64_t cols, int64_t ld, float* out);
 
 // Tests: force the float32 fallback on a CPU that has oneDNN kernels (process-wide).
 void use_fallback(bool on);

@@ -1,5 +1,6 @@
-// bfloat16 products (matmul, linear) with float32 sums, on the CPU through oneDNN and through the
-// float32 fallback, and on CUDA (cuBLAS) where there is a GPU: against a double loop over the same
+// bfloat16 products (matmul, linear) with float32 sums, on the CPU through oneDNN (where it has
+// kernels) and through the float32 fallback, one-row and one-column products through mvgpt's GEMV,
+// and on CUDA (cuBLAS) where there is a GPU: against a double loop over the same
 // bfloat16 values (their products are exact in float32, so only the order of the float32 sum
 // differs: a tight tolerance), and against float32 products of the unrounded values (bf16's own).
 #include <gtest/gtest.h>
@@ -64,9 +65,11 @@ TEST(Bf16Products, MatmulSumsBf16ProductsInFloat32) {
     Shape a, b;
   };
   // Small, one-row (decoding), one-column, batched with a shared right operand (one tall GEMM),
-  // batched, and large enough to be cut over the thread pool.
-  const Case cases[] = {{{5, 7}, {7, 3}},       {{1, 96}, {96, 200}},     {{130, 64}, {64, 1}},
-                        {{2, 9, 16}, {16, 12}}, {{3, 8, 16}, {3, 16, 8}}, {{200, 130}, {130, 150}}};
+  // batched, large enough to be cut over the thread pool, and large enough for the fallback to
+  // widen its operands over the pool (NOTE [ The bf16 fallback ] in blas.cpp).
+  const Case cases[] = {{{5, 7}, {7, 3}},         {{1, 96}, {96, 200}},     {{130, 64}, {64, 1}},
+                        {{2, 9, 16}, {16, 12}},   {{3, 8, 16}, {3, 16, 8}}, {{200, 130}, {130, 150}},
+                        {{130, 260}, {260, 130}}};
   for (const Path &path : paths()) {
     FallbackScope fallback(path.fallback);
     for (const auto &c : cases) {
@@ -122,7 +125,8 @@ TEST(Bf16Products, GemvSumsExactProductsInFloat32) {
             const int64_t M = row ? 1 : N, Nc = row ? N : 1;
             const int64_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? Nc : K, bcols = tb ? K : Nc;
             const int64_t lda = acols + 3, ldb = bcols + 5, ldc = Nc + 2;
-            std::vector<bfloat16> A = bf16_values(arows * lda), B = bf16_values(brows * ldb);
+            // Sized to the last element, so that a read past it is out of the allocation.
+            std::vector<bfloat16> A = bf16_values((arows - 1) * lda + acols), B = bf16_values((brows - 1) * ldb + bcols);
             std::vector<float> C0(size_t(M * ldc));
             for (auto &c : C0) c = normal(rng);
             auto a_at = [&](int64_t i, int64_t k) { return double(float(ta ? A[k * lda + i] : A[i * lda + k])); };
@@ -148,8 +152,11 @@ TEST(Bf16Products, GemvSumsExactProductsInFloat32) {
                 }
               // The padding between C's rows is untouched.
               for (int64_t i = 0; i < M; ++i)
-                for (int64_t j = Nc; j < ldc; ++j)
+                for (int64_t j = Nc; j < ldc; ++j) {
                   ASSERT_EQ(serial[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
+                  if (beta != 0.0f) ASSERT_EQ(parallel[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
+                  else ASSERT_TRUE(std::isnan(parallel[size_t(i * ldc + j)]));
+                }
             }
           }
         }
@@ -158,18 +165,23 @@ TEST(Bf16Products, GemvSumsExactProductsInFloat32) {
   }
 }
 
-// A NaN or an infinity in the matrix reaches exactly the outputs that read it.
+// A NaN or an infinity in the matrix reaches exactly the outputs that read it, in both GEMVs: the
+// weight stored (N, K) (x W^T, tb) and stored (K, N) (x W).
 TEST(Bf16Products, GemvPassesNaNAndInfinityThrough) {
   const int64_t N = 40, K = 50;
-  std::vector<bfloat16> W(size_t(N * K), bfloat16(0.25f)), x(size_t(K), bfloat16(1.0f));
-  W[size_t(3 * K + 17)] = bfloat16(std::nanf(""));
-  W[size_t(9 * K + 49)] = bfloat16(INFINITY);
-  std::vector<float> y(static_cast<size_t>(N));
-  cpu::blas::gemm(false, true, 1, N, K, 1.0f, x.data(), K, W.data(), K, 0.0f, y.data(), N);
-  for (int64_t j = 0; j < N; ++j) {
-    if (j == 3) EXPECT_TRUE(std::isnan(y[size_t(j)]));
-    else if (j == 9) EXPECT_EQ(y[size_t(j)], INFINITY);
-    else EXPECT_EQ(y[size_t(j)], 0.25f * K) << j;
+  for (bool tb : {true, false}) {
+    SCOPED_TRACE(tb ? "W (N, K)" : "W (K, N)");
+    std::vector<bfloat16> W(size_t(N * K), bfloat16(0.25f)), x(size_t(K), bfloat16(1.0f));
+    auto at = [&](int64_t n, int64_t k) -> bfloat16 & { return W[size_t(tb ? n * K + k : k * N + n)]; };
+    at(3, 17) = bfloat16(std::nanf(""));
+    at(9, 49) = bfloat16(INFINITY);
+    std::vector<float> y(static_cast<size_t>(N));
+    cpu::blas::gemm(false, tb, 1, N, K, 1.0f, x.data(), K, W.data(), tb ? K : N, 0.0f, y.data(), N);
+    for (int64_t j = 0; j < N; ++j) {
+      if (j == 3) EXPECT_TRUE(std::isnan(y[size_t(j)]));
+      else if (j == 9) EXPECT_EQ(y[size_t(j)], INFINITY);
+      else EXPECT_EQ(y[size_t(j)], 0.25f * K) << j;
+    }
   }
 }
 
@@ -235,8 +247,8 @@ TEST(Bf16Products, CpuSupportMatchesProcCpuinfo) {
   std::string line, flags;
   while (std::getline(in, line))
     if (line.rfind("flags", 0) == 0) {
-      flags = line.substr(line.find(':'));  // ": fpu vme ..." (GCC 12 warns, wrongly, on " " + ...)
-      flags.front() = ' ';
+      flags = " ";  // GCC 12 warns, wrongly, on " " + line.substr(...) + " "
+      flags += line.substr(line.find(':') + 1);
       flags += ' ';
       break;
     }
