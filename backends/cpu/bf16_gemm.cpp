@@ -42,6 +42,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <mvgpt/backends/cpu/fused_common.h>  // hsum8
 #include <mvgpt/backends/cpu/vec_math.h>
 
 namespace mvgpt::cpu::bf16 {
@@ -162,15 +163,12 @@ static_assert(std::endian::native == std::endian::little, "widen16 reads two bf1
 constexpr int64_t kChunk = 2 * kVec;
 using u32x8 = uint32_t __attribute__((vector_size(32)));
 using u32x8_unaligned = uint32_t __attribute__((vector_size(32), aligned(2), may_alias));
+using u16x8_unaligned = uint16_t __attribute__((vector_size(16), aligned(2), may_alias));
 inline void widen16(const bfloat16* p, f32x8& even, f32x8& odd) {
   const u32x8 w = *reinterpret_cast<const u32x8_unaligned*>(p);
   even = (f32x8)(w << 16);
   odd = (f32x8)(w & 0xffff0000u);
 }
-inline float lanes_sum(f32x8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
-
 // x (n, stride inc) as float32 in this thread's buffer: each whole chunk of 16 as its 8 even
 // elements then its 8 odd ones, the tail (n % 16) in order after them.
 const float* split_vector(const bfloat16* x, int64_t n, int64_t inc) {
@@ -214,7 +212,7 @@ float dot_row(const bfloat16* row, int64_t cols, const float* xs) {
     ao += o * load8(xs + k + kVec);
     k += kChunk;
   }
-  float sum = lanes_sum((ae + ao) + (be + bo));
+  float sum = fused::hsum8((ae + ao) + (be + bo));
   for (; k < cols; ++k) sum += float(row[k]) * xs[k];
   return sum;
 }
@@ -286,8 +284,6 @@ bool native_kernels() {
 }
 
 void widen(const bfloat16* X, int64_t rows, int64_t cols, int64_t ld, float* out) {
-  using u16x8_unaligned = uint16_t __attribute__((vector_size(16), aligned(2), may_alias));
-  using u32x8 = uint32_t __attribute__((vector_size(32)));
   for (int64_t r = 0; r < rows; ++r) {
     const bfloat16* x = X + r * ld;
     float* o = out + r * cols;

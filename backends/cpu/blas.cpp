@@ -166,39 +166,33 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const
 // float32 product of the operands widened exactly: the same sum of exact products. Widening inside
 // each block's call, as gemm_one_thread does for a stray shape, widens the shared operand once per
 // block, one element at a time: a bf16 training step (step_profile, 2-core Zen 3, back to back)
-// took 3.96 s against fp32's 3.33. So both operands are widened once, eight at a time, into this
-// thread's buffers (the pool's tasks only read them), and the product runs exactly as a float32
-// one: 3.55 s. One-row and one-column products still take the GEMV, which widens in registers.
+// took 3.96 s against fp32's 3.33. So both operands are widened once, eight at a time, into the
+// calling thread's buffers (the pool's tasks only read them), and the product runs exactly as a
+// float32 one: 3.55 s. One-row and one-column products still take the GEMV, which widens in registers.
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
   if (M > 1 && N > 1 && K > 0 && !bf16::native_kernels()) {
-    // This thread's buffers, kept between products; a product reached again on this thread while
-    // the pool runs the first (TBB may hand the waiting thread another task) gets its own.
+    // The calling thread's buffers, kept between products; the pool's tasks reach them through
+    // pointers (a thread_local named in a task would be the task's thread's own). Isolated: while
+    // this thread waits for the pool it runs only this product's tasks, never another product
+    // that would reuse the buffers.
     thread_local std::vector<float> kept_a, kept_b;
-    thread_local bool kept_in_use = false;
-    std::vector<float> own_a, own_b;
-    const bool own = kept_in_use;
-    std::vector<float>& wa = own ? own_a : kept_a;
-    std::vector<float>& wb = own ? own_b : kept_b;
-    struct Use {
-      bool& flag;
-      const bool was;
-      ~Use() { flag = was; }
-    } use{kept_in_use, kept_in_use};
-    kept_in_use = true;
     const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-    wa.resize(size_t(ar * ac));
-    wb.resize(size_t(br * bc));
-    const int64_t rows = ar + br;  // A's rows, then B's, widened over the pool when large
-    auto widen_rows = [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        if (r < ar) bf16::widen(A + r * lda, 1, ac, lda, wa.data() + r * ac);
-        else bf16::widen(B + (r - ar) * ldb, 1, bc, ldb, wb.data() + (r - ar) * bc);
-      }
-    };
-    if (parallel && ar * ac + br * bc >= kMinParallelGemv) parallel_for(rows, 16, widen_rows);
-    else widen_rows(0, rows);
-    return gemm_impl(ta, tb, M, N, K, alpha, wa.data(), ac, wb.data(), bc, beta, C, ldc, parallel);
+    kept_a.resize(size_t(ar * ac));
+    kept_b.resize(size_t(br * bc));
+    float *wa = kept_a.data(), *wb = kept_b.data();
+    return tbb::this_task_arena::isolate([&] {
+      const int64_t rows = ar + br;  // A's rows, then B's, widened over the pool when large
+      auto widen_rows = [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          if (r < ar) bf16::widen(A + r * lda, 1, ac, lda, wa + r * ac);
+          else bf16::widen(B + (r - ar) * ldb, 1, bc, ldb, wb + (r - ar) * bc);
+        }
+      };
+      if (parallel && ar * ac + br * bc >= kMinParallelGemv) parallel_for(rows, 16, widen_rows);
+      else widen_rows(0, rows);
+      gemm_impl(ta, tb, M, N, K, alpha, wa, ac, wb, bc, beta, C, ldc, parallel);
+    });
   }
   gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
 }
