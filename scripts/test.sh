@@ -49,7 +49,7 @@ fi
 if [[ "${MVGPT_SKIP_SANITIZERS:-0}" != 1 ]]; then
   step "build and run the suite again under ASan + LSan + UBSan (in build-asan)"
   asan=${MVGPT_ASAN_BUILD_DIR:-build-asan}
-  cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  cmake -S . -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DMVGPT_SANITIZE=address,undefined -DMVGPT_CUDA=OFF -DMVGPT_BUILD_BENCH=OFF
   cmake --build "$asan" -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1 \
