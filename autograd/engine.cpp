@@ -1,5 +1,7 @@
 #include <mvgpt/autograd/engine.h>
 
+#include <algorithm>
+#include <optional>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -33,11 +35,85 @@ Tensor root_gradient(const Tensor& root, const Tensor& grad, const char* caller)
                            n.name() + "'); pass retain_graph=true to the first backward to run backward again");
 }
 
-void check_gradient(const Node& n, size_t k, const Edge& e, const Tensor& g) {
-  if (g.shape() == e.shape && g.dtype() == e.dtype && g.device() == e.device) return;
+void check_gradient(const Node& n, size_t k, const Edge& e, const Tensor& g, const std::optional<GradientBlock>& block) {
+  bool fits = g.dtype() == e.dtype && g.device() == e.device && g.dim() == int(e.shape.size());
+  for (int d = 0; fits && d < g.dim(); ++d) {
+    const int64_t want = e.shape[size_t(d)];
+    fits = block && d == block->axis ? block->start >= 0 && block->start + g.size(d) <= want : g.size(d) == want;
+  }
+  if (fits) return;
   throw std::logic_error(std::string("backward: node '") + n.name() + "' returned a gradient " + g.describe() +
-                         " for input " + std::to_string(k) + ", which is " + std::string(dtype_name(e.dtype)) +
+                         (block ? " for the block at " + std::to_string(block->start) + " along axis " +
+                                      std::to_string(block->axis) + " of"
+                                : " for") +
+                         " input " + std::to_string(k) + ", which is " + std::string(dtype_name(e.dtype)) +
                          to_string(e.shape) + " " + e.device.str());
+}
+
+// NOTE [ Gradient blocks ]
+// The pieces of a split (q, k and v of one projection) each send back a gradient for one block of
+// their input. Made whole by each piece (zeros around the block) and then summed, they cost a zero
+// fill, a copy and an add over the whole input per piece; the engine instead writes each block into
+// one buffer, leaving the rest unwritten, and zero-fills only what no block covered when the buffer
+// is complete. While only disjoint blocks along one axis have arrived, each is copied into place;
+// anything else (an overlapping block, a block along another axis, a whole gradient) first
+// completes the buffer and is then added.
+
+// The gradient gathered for one node while the nodes that use its output run backward.
+struct GradBuffer {
+  Tensor sum;
+  bool owned = false;  // sum was made here (no node holds it): blocks may be written into it
+  int block_axis = -1;  // >= 0 while sum is written only in `blocks` along this axis
+  std::vector<std::pair<int64_t, int64_t>> blocks;  // [start, end), disjoint
+};
+
+// Zero-fills what no block wrote.
+void complete(GradBuffer& buf) {
+  if (buf.block_axis < 0) return;
+  std::sort(buf.blocks.begin(), buf.blocks.end());
+  int64_t at = 0;
+  for (auto [start, end] : buf.blocks) {
+    if (start > at) ops::fill_(ops::narrow(buf.sum, buf.block_axis, at, start - at), 0.0);
+    at = end;
+  }
+  const int64_t size = buf.sum.size(buf.block_axis);
+  if (size > at) ops::fill_(ops::narrow(buf.sum, buf.block_axis, at, size - at), 0.0);
+  buf.block_axis = -1;
+  buf.blocks.clear();
+}
+
+void add_gradient(GradBuffer& buf, const Edge& e, Tensor g, const std::optional<GradientBlock>& block) {
+  if (!block) {
+    if (!buf.sum.defined()) {
+      buf.sum = std::move(g);
+      return;
+    }
+    complete(buf);
+    buf.sum = ops::add(buf.sum, g);
+    buf.owned = true;
+    return;
+  }
+  const int axis = block->axis;
+  const int64_t start = block->start, end = start + g.size(axis);
+  if (!buf.sum.defined()) {
+    buf.sum = ops::empty(e.shape, e.dtype, e.device);
+    buf.owned = true;
+    buf.block_axis = axis;
+  }
+  if (!buf.owned) {
+    buf.sum = ops::clone(buf.sum);
+    buf.owned = true;
+  }
+  Tensor target = ops::narrow(buf.sum, axis, start, end - start);
+  bool disjoint = buf.block_axis == axis;
+  for (auto [s, t] : buf.blocks) disjoint = disjoint && (end <= s || t <= start);
+  if (disjoint) {
+    ops::copy_(target, g);
+    buf.blocks.emplace_back(start, end);
+    return;
+  }
+  complete(buf);
+  ops::copy_(target, ops::add(target, g));
 }
 
 // Runs backward from root. With `capture` (for grad()), the gradients reaching the capture nodes
@@ -79,8 +155,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
   }
 
   // Walk in reverse topological order; among ready nodes the most recently created runs first.
-  std::vector<Tensor> buffers(nodes.size());
-  buffers[0] = std::move(root_grad);
+  std::vector<GradBuffer> buffers(nodes.size());
+  buffers[0].sum = std::move(root_grad);
   auto later = [&](int a, int b) { return nodes[size_t(a)]->sequence_nr() < nodes[size_t(b)]->sequence_nr(); };
   std::priority_queue<int, std::vector<int>, decltype(later)> ready(later);
   ready.push(0);
@@ -89,7 +165,8 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
     const int i = ready.top();
     ready.pop();
     Node* n = nodes[size_t(i)].get();
-    Tensor g = std::move(buffers[size_t(i)]);
+    complete(buffers[size_t(i)]);
+    Tensor g = std::move(buffers[size_t(i)].sum);
     bool is_sink = dynamic_cast<AccumulateGrad*>(n) != nullptr;
     if (capture) {
       for (size_t c = 0; c < capture->size(); ++c)
@@ -105,15 +182,15 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
       for (size_t k = 0; k < grads.size(); ++k) {
         const Edge& e = edges[k];
         if (!e.node || !grads[k].defined()) continue;
-        check_gradient(*n, k, e, grads[k]);
+        const std::optional<GradientBlock> block = n->gradient_block(k);
+        check_gradient(*n, k, e, grads[k], block);
         // One handle per buffer: a gradient passed to two inputs (add) must not become one shared .grad.
         for (size_t j = 0; j < k; ++j)
           if (grads[j].impl() == grads[k].impl()) {
             grads[k] = grads[k].as_strided(grads[k].shape(), grads[k].strides(), grads[k].offset());
             break;
           }
-        Tensor& buf = buffers[size_t(index.at(e.node.get()))];
-        buf = buf.defined() ? ops::add(buf, grads[k]) : std::move(grads[k]);
+        add_gradient(buffers[size_t(index.at(e.node.get()))], e, std::move(grads[k]), block);
       }
       grads.clear();
     }

@@ -1,5 +1,6 @@
 // Joining and splitting, forward beside backward. split and chunk are narrows (one node per piece),
-// so each piece's gradient flows back on its own.
+// so each piece's gradient flows back on its own, into its block of one buffer (NOTE [ Gradient blocks ]
+// in engine.cpp).
 #include <mvgpt/autograd/op_impl.h>
 
 namespace mvgpt {

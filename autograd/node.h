@@ -10,6 +10,7 @@
 // are reached through an AccumulateGrad node that holds only a weak reference to the leaf.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <mvgpt/tensor/tensor.h>
@@ -26,6 +27,13 @@ struct Edge {
   Device device;
 };
 
+// A gradient that covers one block of its input and is zero elsewhere: the block starts at `start`
+// along `axis` and is as long as the gradient is there (narrow's and select's backward).
+struct GradientBlock {
+  int axis = 0;
+  int64_t start = 0;
+};
+
 class Node {
  public:
   Node();
@@ -36,6 +44,9 @@ class Node {
   virtual const char* name() const = 0;
   // One gradient per input (edge), undefined where the input needs none. Runs under no-grad.
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  // Set where backward returns, for input k, only a block of its gradient (NOTE [ Gradient blocks ]
+  // in engine.cpp): the engine writes it into that block of the input's gradient.
+  virtual std::optional<GradientBlock> gradient_block(size_t /*k*/) const { return std::nullopt; }
   // Drops saved tensors and edges so memory returns; the node cannot run backward again.
   virtual void release();
 

@@ -98,29 +98,49 @@ Tensor transpose(const Tensor& x, int axis0, int axis1) {
                 [axis0, axis1](const Tensor& g) -> Grads { return {ops::transpose(g, axis0, axis1)}; });
 }
 
+namespace {
+
+// The backward of narrow and select: the gradient of the block they read, which the engine writes
+// into that block of the input's gradient (NOTE [ Gradient blocks ] in autograd/engine.cpp).
+class BlockBackward final : public autograd::Node {
+ public:
+  // squeezed: the output lost the block's axis (select), so the gradient gets it back.
+  BlockBackward(const char* name, autograd::GradientBlock block, bool squeezed)
+      : name_(name), block_(block), squeezed_(squeezed) {}
+  const char* name() const override { return name_; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {squeezed_ ? ops::unsqueeze(g, block_.axis) : g}; }
+  std::optional<autograd::GradientBlock> gradient_block(size_t) const override { return block_; }
+
+ private:
+  const char* name_;
+  autograd::GradientBlock block_;
+  bool squeezed_;
+};
+
+Tensor record_block(const char* op, Tensor y, const Tensor& x, int axis, int64_t start, bool squeezed) {
+  auto node = std::make_shared<BlockBackward>(op, autograd::GradientBlock{axis, start}, squeezed);
+  node->set_next_edges({edge_to(x)});
+  return autograd::attach(std::move(y), std::move(node));
+}
+
+}  // namespace
+
 Tensor narrow(const Tensor& x, int axis, int64_t start, int64_t length) {
   const InternalOps internal;
   Tensor y = ops::narrow(x, axis, start, length);
   if (!needs_grad(x)) return y;
-  Shape in = x.shape();
-  if (start < 0) start += in[normalize_axis(axis, x.dim(), "narrow")];
-  return record("narrow", std::move(y), {edge_to(x)}, [in, axis, start, length](const Tensor& g) -> Grads {
-    Tensor dx = ops::zeros(in, g.dtype(), g.device());
-    ops::copy_(ops::narrow(dx, axis, start, length), g);
-    return {dx};
-  });
+  const int ax = normalize_axis(axis, x.dim(), "narrow");
+  if (start < 0) start += x.size(ax);
+  return record_block("narrow", std::move(y), x, ax, start, false);
 }
 
 Tensor select(const Tensor& x, int axis, int64_t index) {
   const InternalOps internal;
   Tensor y = ops::select(x, axis, index);
   if (!needs_grad(x)) return y;
-  Shape in = x.shape();
-  return record("select", std::move(y), {edge_to(x)}, [in, axis, index](const Tensor& g) -> Grads {
-    Tensor dx = ops::zeros(in, g.dtype(), g.device());
-    ops::copy_(ops::select(dx, axis, index), g);
-    return {dx};
-  });
+  const int ax = normalize_axis(axis, x.dim(), "select");
+  if (index < 0) index += x.size(ax);
+  return record_block("select", std::move(y), x, ax, index, true);
 }
 
 Tensor expand(const Tensor& x, const Shape& shape) {

@@ -84,6 +84,18 @@ void BM_Rope(benchmark::State& state) {
 }
 BENCHMARK(BM_Rope)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// As the model calls it: q is a view of the fused qkv projection's output (B, T, 3C), each head's
+// rows 3C apart.
+void BM_RopeFromQkv(benchmark::State& state) {
+  const int64_t B = 16, H = 6, T = 256, D = 64, C = H * D, W = state.range(0) * C;
+  Tensor qkv = filled({B, T, W}), out = Tensor::empty({B, H, T, D}, DType::f32), pos = positions(T);
+  Tensor q = qkv.as_strided({B, H, T, D}, {T * W, D, W, 1}, 0);
+  const fused::RopeKernels rope_cpu = fused::rope_cpu_kernels();
+  for (auto _ : state) rope_cpu.rotate(q, pos, 10000, RopeLayout::split_half, false, 1.0, out);
+  set_bytes(state, 2.0 * B * H * T * D * 4);
+}
+BENCHMARK(BM_RopeFromQkv)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // Attention: q (B, H, Tq, D), k/v (B, H, Tk, D); args {Tq, Tk}.
 struct AttentionInputs {
   int64_t B = 16, H = 6, Tq, Tk, D = 64;

@@ -7,6 +7,7 @@
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/tensor/allocator.h>
+#include <mvgpt/tensor/util/profile.h>
 
 namespace mvgpt {
 namespace {
@@ -282,6 +283,116 @@ TEST(Engine, NodesCarrySequenceNumbersInCreationOrder) {
   Tensor x = leaf({1});
   Tensor a = x * 2.0, b = a + 1.0;
   EXPECT_LT(a.grad_fn()->sequence_nr(), b.grad_fn()->sequence_nr());
+}
+
+// --- gradient blocks (NOTE [ Gradient blocks ] in autograd/engine.cpp) ---
+
+// (rows, cols) of value row * cols + col + 1, as a float64 leaf.
+Tensor counting_leaf(int64_t rows, int64_t cols) {
+  std::vector<double> v(size_t(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(i + 1);
+  return parameter(ops::reshape(vec(v), {rows, cols}));
+}
+
+// Frees a NaN-filled block of n doubles, so that the caching allocator hands it to the next
+// allocation of that size: a gradient block left unwritten then shows as NaN.
+void poison_next_allocation(int64_t n) { (void)ops::full({n}, NAN, DType::f64); }
+
+int64_t calls_of(const profile::Report& r, const std::string& op) {
+  int64_t n = 0;
+  for (const profile::Row& row : r.rows) n += row.op == op ? row.calls : 0;
+  return n;
+}
+
+TEST(Engine, SplitPiecesMeetInOneBufferWithoutFillsOrAdds) {
+  Tensor x = counting_leaf(2, 6);
+  Tensor h = x * 1.0;  // the pieces' gradients meet in h's buffer
+  auto p = split(h, {1, 3, 2}, 1);
+  Tensor loss = sum(p[0] * 2.0) + sum(p[1] * 3.0) + sum(p[2] * 5.0);
+  poison_next_allocation(12);
+  profile::Recording rec;
+  backward(loss);
+  const profile::Report report = rec.stop();
+  expect_values(x.grad(), {2, 3, 3, 3, 5, 5, 2, 3, 3, 3, 5, 5});
+  EXPECT_EQ(calls_of(report, "fill"), 1);  // the root's gradient of 1, none around the pieces
+  EXPECT_EQ(calls_of(report, "add"), 0);
+  EXPECT_EQ(calls_of(report, "copy"), 3);  // each piece into its block
+}
+
+TEST(Engine, WhatNoBlockCoversIsZero) {
+  Tensor x = counting_leaf(3, 5);
+  auto p = split(x * 1.0, {1, 1, 2, 1}, 1);
+  poison_next_allocation(15);
+  backward(sum(p[1] * 2.0) + sum(p[3] * 3.0));  // columns 0, 2 and 3 get nothing
+  expect_values(x.grad(), {0, 2, 0, 0, 3, 0, 2, 0, 0, 3, 0, 2, 0, 0, 3});
+}
+
+TEST(Engine, OverlappingBlocksAdd) {
+  Tensor x = counting_leaf(1, 6);
+  Tensor h = x * 1.0;
+  poison_next_allocation(6);
+  backward(sum(narrow(h, 1, 0, 4) * 2.0) + sum(narrow(h, 1, 2, 4) * 3.0) + sum(narrow(h, 1, 3, 1)));
+  expect_values(x.grad(), {2, 2, 5, 6, 3, 3});
+}
+
+TEST(Engine, BlocksAlongTwoAxesAdd) {
+  Tensor x = counting_leaf(3, 4);
+  Tensor h = x * 1.0;
+  poison_next_allocation(12);
+  backward(sum(narrow(h, 0, 1, 2) * 2.0) + sum(narrow(h, -1, 1, 2) * 3.0));
+  expect_values(x.grad(), {0, 3, 3, 0, 2, 5, 5, 2, 2, 5, 5, 2});
+}
+
+TEST(Engine, BlocksAndWholeGradientsAddInEitherOrder) {
+  for (bool block_first : {true, false}) {
+    Tensor x = counting_leaf(2, 3);
+    Tensor h = x * 1.0;
+    Tensor block = sum(narrow(h, 1, 1, 2) * 2.0), whole = sum(h * h);  // d whole / dh = 2h
+    backward(block_first ? block + whole : whole + block);
+    expect_values(x.grad(), {2, 6, 8, 8, 12, 14});
+    // A block after the whole gradient of a leaf the caller holds: the leaf's own gradient stays.
+    Tensor y = counting_leaf(1, 3);
+    backward(block_first ? sum(narrow(y, 1, 0, 1)) + sum(y) : sum(y) + sum(narrow(y, 1, 0, 1)));
+    expect_values(y.grad(), {2, 1, 1});
+  }
+}
+
+TEST(Engine, SelectedRowsMeetInOneBuffer) {
+  Tensor x = counting_leaf(3, 2);
+  Tensor h = x * 1.0;
+  poison_next_allocation(6);
+  backward(sum(select(h, 0, 0) * 2.0) + sum(select(h, 0, -1) * 3.0) + sum(select(h, -1, 1) * 5.0));
+  expect_values(x.grad(), {2, 7, 0, 5, 3, 8});
+}
+
+TEST(Engine, GradOfAPartlyCoveredTensorIsCompleted) {
+  Tensor x = counting_leaf(2, 4);
+  Tensor h = x * 1.0;
+  auto p = split(h, {2, 2}, 1);
+  poison_next_allocation(8);
+  auto g = autograd::grad(sum(p[1] * 3.0), {h});
+  expect_values(g[0], {0, 0, 3, 3, 0, 0, 3, 3});
+}
+
+// A node whose block would reach past its input is a bug in that node: named, not written.
+class OverreachingBlock final : public autograd::Node {
+ public:
+  const char* name() const override { return "overreach"; }
+  std::vector<Tensor> backward(const Tensor& g) override { return {g}; }
+  std::optional<autograd::GradientBlock> gradient_block(size_t) const override { return autograd::GradientBlock{0, 2}; }
+};
+
+TEST(Engine, ABlockOutsideItsInputIsRefused) {
+  Tensor x = counting_leaf(3, 2);
+  auto node = std::make_shared<OverreachingBlock>();
+  node->set_next_edges({autograd::edge_to(x)});
+  Tensor y = autograd::attach(ops::narrow(x.detach(), 0, 0, 2), node);  // a (2, 2) block at row 2 of 3
+  try {
+    backward(sum(y));
+    FAIL() << "expected a logic_error";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the block at 2 along axis 0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
