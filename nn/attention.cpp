@@ -83,10 +83,12 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
                                 std::to_string(D) + ")");
 
   Tensor qkv = c_attn->forward(x);  // (B, T, (H + 2 Hkv) D)
-  std::vector<Tensor> parts = split(qkv, {H * D, Hkv * D, Hkv * D}, 2);
+  // Heads first, then the pieces: split after the reshape, each piece's gradient (a transposed
+  // view) is written straight into its block of qkv's (NOTE [ Gradient blocks ] in
+  // autograd/engine.cpp); split before it, reshaping that view back would copy it once more.
+  std::vector<Tensor> parts = split(reshape(qkv, {B, T, H + 2 * Hkv, D}), {H, Hkv, Hkv}, 2);
   // (B, T, n, D) -> (B, n, T, D)
-  auto heads = [&](const Tensor& t, int64_t n) { return transpose(reshape(t, {B, T, n, D}), 1, 2); };
-  Tensor q = heads(parts[0], H), k = heads(parts[1], Hkv), v = heads(parts[2], Hkv);
+  Tensor q = transpose(parts[0], 1, 2), k = transpose(parts[1], 1, 2), v = transpose(parts[2], 1, 2);
   if (q_norm) {  // before the rotation, which keeps each head's norm: cached keys are normalised ones
     q = q_norm->forward(q);
     k = k_norm->forward(k);
