@@ -11,6 +11,7 @@
 // outputs contiguous in x ("columns", e.g. a bias gradient summed over the batch), where a chunk of
 // outputs accumulates one reduced slice at a time with unit-stride vector adds. Anything else is
 // copied into the rows layout first.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -155,20 +156,35 @@ void reduce_rows(ReduceOp op, const T* xp, const Layout<1>& outer, int64_t R, co
 // stream whole rows, each summing a fixed block of kRowBlock rows into double accumulators; the
 // block sums are then added in block order. Reads are contiguous (the strip-wise walk below reads
 // 1 KB per row and jumps, at a third of the bandwidth), and the grouping depends only on R.
+// Groups of kRowGroup rows are added in T first, one column at a time in row order, and each
+// group's sum then goes into the double accumulator: widening every element and updating the
+// accumulator row by row kept the loop at half the read bandwidth (BM_Sum cols, 2-core Zen 3).
 template <typename T>
 void sum_columns_by_row_blocks(const T* xp, int64_t L, int64_t R, int64_t row_stride, const Tensor& out) {
+  constexpr int64_t kRowGroup = 8;
   const int64_t nb = (R + kRowBlock - 1) / kRowBlock;
   Tensor scratch = Tensor::empty({nb, L}, DType::f64);  // block sums, from the caching allocator
   double* part = scratch.data<double>();
   parallel_for(nb, std::max<int64_t>(1, kElementwiseGrain / (kRowBlock * L)), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       double* acc = part + b * L;
+      std::fill(acc, acc + L, 0.0);
       const int64_t r0 = b * kRowBlock, r1 = std::min(R, r0 + kRowBlock);
-      const T* p = xp + r0 * row_stride;
-      for (int64_t j = 0; j < L; ++j) acc[j] = double(p[j]);
-      for (int64_t r = r0 + 1; r < r1; ++r) {
-        p = xp + r * row_stride;
-        for (int64_t j = 0; j < L; ++j) acc[j] += double(p[j]);
+      for (int64_t g0 = r0; g0 < r1; g0 += kRowGroup) {
+        const int64_t n = std::min(kRowGroup, r1 - g0);
+        const T* p = xp + g0 * row_stride;
+        if (n == kRowGroup) {
+          const T *p1 = p + row_stride, *p2 = p1 + row_stride, *p3 = p2 + row_stride, *p4 = p3 + row_stride,
+                  *p5 = p4 + row_stride, *p6 = p5 + row_stride, *p7 = p6 + row_stride;
+          for (int64_t j = 0; j < L; ++j)
+            acc[j] += double(((((((p[j] + p1[j]) + p2[j]) + p3[j]) + p4[j]) + p5[j]) + p6[j]) + p7[j]);
+        } else {
+          for (int64_t j = 0; j < L; ++j) {
+            T s = p[j];
+            for (int64_t r = 1; r < n; ++r) s += p[r * row_stride + j];
+            acc[j] += double(s);
+          }
+        }
       }
     }
   });
