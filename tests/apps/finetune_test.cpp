@@ -100,10 +100,14 @@ TEST_F(FineTune, RopeScalingAtLoadTimeAndForALongerContext) {
   trained(true);
   const fs::path cwd = prepared();
   // Load time, no retraining: factor 1 is the model itself, exactly; a factor above 1 changes it.
+  // Within this model's 16-token windows that shows with interpolation, which slows every
+  // frequency; NTK scaling slows mostly the low ones, which barely turn in 16 positions, and a
+  // 6-step model's near-uniform attention can leave the loss the same to its last bit (it did once
+  // the bias gradients' rounding changed), so NTK is checked past the window, below.
   const double plain = evaluate_loss("--ckpt checkpoints/tiny-rope", cwd);
   EXPECT_EQ(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling ntk:1", cwd), plain);
   EXPECT_EQ(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling linear:1", cwd), plain);
-  EXPECT_NE(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling ntk:4", cwd), plain);
+  EXPECT_NE(evaluate_loss("--ckpt checkpoints/tiny-rope --rope-scaling linear:4", cwd), plain);
   const double full = context_loss("--ckpt checkpoints/tiny-rope", cwd);
   EXPECT_EQ(context_loss("--ckpt checkpoints/tiny-rope --rope-scaling linear:1", cwd), full);
   EXPECT_NE(context_loss("--ckpt checkpoints/tiny-rope --rope-scaling ntk:2", cwd), full);
