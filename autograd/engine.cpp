@@ -36,7 +36,8 @@ Tensor root_gradient(const Tensor& root, const Tensor& grad, const char* caller)
 }
 
 void check_gradient(const Node& n, size_t k, const Edge& e, const Tensor& g, const std::optional<GradientBlock>& block) {
-  bool fits = g.dtype() == e.dtype && g.device() == e.device && g.dim() == int(e.shape.size());
+  bool fits = g.dtype() == e.dtype && g.device() == e.device && g.dim() == int(e.shape.size()) &&
+              (!block || (block->axis >= 0 && block->axis < g.dim()));
   for (int d = 0; fits && d < g.dim(); ++d) {
     const int64_t want = e.shape[size_t(d)];
     fits = block && d == block->axis ? block->start >= 0 && block->start + g.size(d) <= want : g.size(d) == want;
@@ -57,7 +58,8 @@ void check_gradient(const Node& n, size_t k, const Edge& e, const Tensor& g, con
 // one buffer, leaving the rest unwritten, and zero-fills only what no block covered when the buffer
 // is complete. While only disjoint blocks along one axis have arrived, each is copied into place;
 // anything else (an overlapping block, a block along another axis, a whole gradient) first
-// completes the buffer and is then added.
+// completes the buffer and is then added. A whole gradient that arrived first is a node's result,
+// which others may hold: a block is written into a clone of it, never into it.
 
 // The gradient gathered for one node while the nodes that use its output run backward.
 struct GradBuffer {
@@ -179,17 +181,19 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, con
         throw std::logic_error(std::string("backward: node '") + n->name() + "' returned " +
                                std::to_string(grads.size()) + " gradients for " + std::to_string(edges.size()) +
                                " inputs");
+      // One handle per buffer: a gradient passed to two inputs (add) must not become one shared
+      // .grad. Compared before any is moved into its buffer.
+      for (size_t k = 1; k < grads.size(); ++k)
+        for (size_t j = 0; j < k && grads[k].defined(); ++j)
+          if (grads[j].impl() == grads[k].impl()) {
+            grads[k] = grads[k].as_strided(grads[k].shape(), grads[k].strides(), grads[k].offset());
+            break;
+          }
       for (size_t k = 0; k < grads.size(); ++k) {
         const Edge& e = edges[k];
         if (!e.node || !grads[k].defined()) continue;
         const std::optional<GradientBlock> block = n->gradient_block(k);
         check_gradient(*n, k, e, grads[k], block);
-        // One handle per buffer: a gradient passed to two inputs (add) must not become one shared .grad.
-        for (size_t j = 0; j < k; ++j)
-          if (grads[j].impl() == grads[k].impl()) {
-            grads[k] = grads[k].as_strided(grads[k].shape(), grads[k].strides(), grads[k].offset());
-            break;
-          }
         add_gradient(buffers[size_t(index.at(e.node.get()))], e, std::move(grads[k]), block);
       }
       grads.clear();

@@ -28,7 +28,8 @@ struct Edge {
 };
 
 // A gradient that covers one block of its input and is zero elsewhere: the block starts at `start`
-// along `axis` and is as long as the gradient is there (narrow's and select's backward).
+// along `axis` (both normalized: not negative) and is as long as the gradient is there (narrow's and
+// select's backward).
 struct GradientBlock {
   int axis = 0;
   int64_t start = 0;

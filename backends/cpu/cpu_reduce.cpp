@@ -158,7 +158,9 @@ void reduce_rows(ReduceOp op, const T* xp, const Layout<1>& outer, int64_t R, co
 // 1 KB per row and jumps, at a third of the bandwidth), and the grouping depends only on R.
 // Groups of kRowGroup rows are added in T first, one column at a time in row order, and each
 // group's sum then goes into the double accumulator: widening every element and updating the
-// accumulator row by row kept the loop at half the read bandwidth (BM_Sum cols, 2-core Zen 3).
+// accumulator row by row kept the loop at half the read bandwidth (BM_Sum cols, 2-core Zen 3). The
+// price: up to 7 roundings in T per element (as the row reductions' float lanes), and a group of
+// values near T's largest can overflow where a double sum would not.
 template <typename T>
 void sum_columns_by_row_blocks(const T* xp, int64_t L, int64_t R, int64_t row_stride, const Tensor& out) {
   constexpr int64_t kRowGroup = 8;

@@ -294,9 +294,13 @@ Tensor counting_leaf(int64_t rows, int64_t cols) {
   return parameter(ops::reshape(vec(v), {rows, cols}));
 }
 
-// Frees a NaN-filled block of n doubles, so that the caching allocator hands it to the next
-// allocation of that size: a gradient block left unwritten then shows as NaN.
-void poison_next_allocation(int64_t n) { (void)ops::full({n}, NAN, DType::f64); }
+// Frees 32 NaN-filled blocks of n doubles at once, so that the caching allocator hands them to the
+// next allocations of that size class (temporaries of the backward among them): a gradient buffer
+// whose unwritten part is not zero-filled then shows NaN. Call it after the forward.
+void poison_next_allocations(int64_t n) {
+  std::vector<Tensor> blocks;
+  for (int i = 0; i < 32; ++i) blocks.push_back(ops::full({n}, NAN, DType::f64));
+}
 
 int64_t calls_of(const profile::Report& r, const std::string& op) {
   int64_t n = 0;
@@ -309,7 +313,7 @@ TEST(Engine, SplitPiecesMeetInOneBufferWithoutFillsOrAdds) {
   Tensor h = x * 1.0;  // the pieces' gradients meet in h's buffer
   auto p = split(h, {1, 3, 2}, 1);
   Tensor loss = sum(p[0] * 2.0) + sum(p[1] * 3.0) + sum(p[2] * 5.0);
-  poison_next_allocation(12);
+  poison_next_allocations(12);
   profile::Recording rec;
   backward(loss);
   const profile::Report report = rec.stop();
@@ -320,26 +324,29 @@ TEST(Engine, SplitPiecesMeetInOneBufferWithoutFillsOrAdds) {
 }
 
 TEST(Engine, WhatNoBlockCoversIsZero) {
-  Tensor x = counting_leaf(3, 5);
-  auto p = split(x * 1.0, {1, 1, 2, 1}, 1);
-  poison_next_allocation(15);
-  backward(sum(p[1] * 2.0) + sum(p[3] * 3.0));  // columns 0, 2 and 3 get nothing
-  expect_values(x.grad(), {0, 2, 0, 0, 3, 0, 2, 0, 0, 3, 0, 2, 0, 0, 3});
+  Tensor x = counting_leaf(3, 6);
+  auto p = split(x * 1.0, {1, 1, 2, 1, 1}, 1);
+  Tensor loss = sum(p[1] * 2.0) + sum(p[3] * 3.0);  // columns 0, 2, 3 and 5 get nothing
+  poison_next_allocations(18);
+  backward(loss);
+  expect_values(x.grad(), {0, 2, 0, 0, 3, 0, 0, 2, 0, 0, 3, 0, 0, 2, 0, 0, 3, 0});
 }
 
 TEST(Engine, OverlappingBlocksAdd) {
   Tensor x = counting_leaf(1, 6);
   Tensor h = x * 1.0;
-  poison_next_allocation(6);
-  backward(sum(narrow(h, 1, 0, 4) * 2.0) + sum(narrow(h, 1, 2, 4) * 3.0) + sum(narrow(h, 1, 3, 1)));
+  Tensor loss = sum(narrow(h, 1, 0, 4) * 2.0) + sum(narrow(h, 1, 2, 4) * 3.0) + sum(narrow(h, 1, 3, 1));
+  poison_next_allocations(6);
+  backward(loss);
   expect_values(x.grad(), {2, 2, 5, 6, 3, 3});
 }
 
 TEST(Engine, BlocksAlongTwoAxesAdd) {
   Tensor x = counting_leaf(3, 4);
   Tensor h = x * 1.0;
-  poison_next_allocation(12);
-  backward(sum(narrow(h, 0, 1, 2) * 2.0) + sum(narrow(h, -1, 1, 2) * 3.0));
+  Tensor loss = sum(narrow(h, 0, 1, 2) * 2.0) + sum(narrow(h, -1, 1, 2) * 3.0);
+  poison_next_allocations(12);
+  backward(loss);
   expect_values(x.grad(), {0, 3, 3, 0, 2, 5, 5, 2, 2, 5, 5, 2});
 }
 
@@ -347,10 +354,19 @@ TEST(Engine, BlocksAndWholeGradientsAddInEitherOrder) {
   for (bool block_first : {true, false}) {
     Tensor x = counting_leaf(2, 3);
     Tensor h = x * 1.0;
-    Tensor block = sum(narrow(h, 1, 1, 2) * 2.0), whole = sum(h * h);  // d whole / dh = 2h
-    backward(block_first ? block + whole : whole + block);
+    // Backward runs the later op first: its gradient reaches h's buffer first.
+    Tensor block, whole;
+    if (block_first) {
+      whole = sum(h * h);  // d whole / dh = 2h
+      block = sum(narrow(h, 1, 1, 2) * 2.0);
+    } else {
+      block = sum(narrow(h, 1, 1, 2) * 2.0);
+      whole = sum(h * h);
+    }
+    backward(block + whole);
     expect_values(x.grad(), {2, 6, 8, 8, 12, 14});
-    // A block after the whole gradient of a leaf the caller holds: the leaf's own gradient stays.
+    // On a leaf, after or before sum's gradient (a broadcast view, which the block must not be
+    // written into).
     Tensor y = counting_leaf(1, 3);
     backward(block_first ? sum(narrow(y, 1, 0, 1)) + sum(y) : sum(y) + sum(narrow(y, 1, 0, 1)));
     expect_values(y.grad(), {2, 1, 1});
@@ -360,8 +376,9 @@ TEST(Engine, BlocksAndWholeGradientsAddInEitherOrder) {
 TEST(Engine, SelectedRowsMeetInOneBuffer) {
   Tensor x = counting_leaf(3, 2);
   Tensor h = x * 1.0;
-  poison_next_allocation(6);
-  backward(sum(select(h, 0, 0) * 2.0) + sum(select(h, 0, -1) * 3.0) + sum(select(h, -1, 1) * 5.0));
+  Tensor loss = sum(select(h, 0, 0) * 2.0) + sum(select(h, 0, -1) * 3.0) + sum(select(h, -1, 1) * 5.0);
+  poison_next_allocations(6);
+  backward(loss);
   expect_values(x.grad(), {2, 7, 0, 5, 3, 8});
 }
 
@@ -369,30 +386,51 @@ TEST(Engine, GradOfAPartlyCoveredTensorIsCompleted) {
   Tensor x = counting_leaf(2, 4);
   Tensor h = x * 1.0;
   auto p = split(h, {2, 2}, 1);
-  poison_next_allocation(8);
-  auto g = autograd::grad(sum(p[1] * 3.0), {h});
-  expect_values(g[0], {0, 0, 3, 3, 0, 0, 3, 3});
+  Tensor loss = sum(p[0] * 3.0);
+  poison_next_allocations(8);
+  auto g = autograd::grad(loss, {h});
+  expect_values(g[0], {3, 3, 0, 0, 3, 3, 0, 0});
 }
 
-// A node whose block would reach past its input is a bug in that node: named, not written.
-class OverreachingBlock final : public autograd::Node {
+// A node whose block lies outside its input is a bug in that node: named, not written.
+class MisplacedBlock final : public autograd::Node {
  public:
-  const char* name() const override { return "overreach"; }
+  explicit MisplacedBlock(autograd::GradientBlock block) : block_(block) {}
+  const char* name() const override { return "misplaced"; }
   std::vector<Tensor> backward(const Tensor& g) override { return {g}; }
-  std::optional<autograd::GradientBlock> gradient_block(size_t) const override { return autograd::GradientBlock{0, 2}; }
+  std::optional<autograd::GradientBlock> gradient_block(size_t) const override { return block_; }
+
+ private:
+  autograd::GradientBlock block_;
 };
 
 TEST(Engine, ABlockOutsideItsInputIsRefused) {
-  Tensor x = counting_leaf(3, 2);
-  auto node = std::make_shared<OverreachingBlock>();
-  node->set_next_edges({autograd::edge_to(x)});
-  Tensor y = autograd::attach(ops::narrow(x.detach(), 0, 0, 2), node);  // a (2, 2) block at row 2 of 3
-  try {
-    backward(sum(y));
-    FAIL() << "expected a logic_error";
-  } catch (const std::logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("the block at 2 along axis 0"), std::string::npos) << e.what();
+  // A (2, 2) block of a (3, 2) input: at row 2 it reaches past it; axes -1 and 2 do not exist.
+  for (auto [block, where] : {std::pair{autograd::GradientBlock{0, 2}, "the block at 2 along axis 0"},
+                              {autograd::GradientBlock{-1, 0}, "along axis -1"},
+                              {autograd::GradientBlock{2, 0}, "along axis 2"}}) {
+    Tensor x = counting_leaf(3, 2);
+    auto node = std::make_shared<MisplacedBlock>(block);
+    node->set_next_edges({autograd::edge_to(x)});
+    Tensor y = autograd::attach(ops::narrow(x.detach(), 0, 0, 2), node);
+    try {
+      backward(sum(y));
+      ADD_FAILURE() << "expected a logic_error for " << where;
+    } catch (const std::logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
   }
+}
+
+TEST(Engine, InputsOfAddGetDistinctGradientsWhenTheGradientIsDense) {
+  // add's backward hands one dense tensor to both inputs (sum's gradient is a broadcast view,
+  // which the leaves copy anyway; mul's is a fresh dense tensor, which a leaf may keep).
+  Tensor x = leaf({1, 2}), y = leaf({3, 4});
+  backward(sum((x + y) * 2.0));
+  ASSERT_TRUE(x.grad().defined() && y.grad().defined());
+  EXPECT_NE(x.grad().storage().get(), y.grad().storage().get());
+  ops::fill_(x.grad(), 7);
+  expect_values(y.grad(), {2, 2});
 }
 
 }  // namespace

@@ -154,9 +154,9 @@ TEST(BlasPaths, SplitGemmsMatchAndDoNotDependOnThreads) {
 }
 
 TEST(ColumnSums, RowBlocksMatchDoubleLoopsAndDoNotDependOnThreads) {
-  // Row counts around the 64-row block, in rows with and without gaps (a sliced view), and a
-  // broadcast (stride-0) row.
-  for (int64_t R : {1, 63, 64, 65, 300}) {
+  // Row counts around the 64-row block (and 4096, enough blocks for two threads to share), in rows
+  // with and without gaps (a sliced view), and a broadcast (stride-0) row.
+  for (int64_t R : {1, 63, 64, 65, 300, 4096}) {
     for (Kind kind : {Kind::contiguous, Kind::sliced, Kind::expanded}) {
       for (DType dt : {DType::f32, DType::f64}) {
         Tensor x = make_input({R, 37}, dt, 41, kind);
@@ -171,8 +171,8 @@ TEST(ColumnSums, RowBlocksMatchDoubleLoopsAndDoNotDependOnThreads) {
         EXPECT_EQ(runs[0], runs[1]);
         // Groups of 8 rows are added in the input's type first: each element goes through at most
         // 7 such additions, so the error is within 7 units of roundoff of the sum of magnitudes
-        // (and one more rounding of the result); the reference's own double sum errs by up to R
-        // units of double roundoff.
+        // (and one more rounding of the result); the double additions, the reference's and (for
+        // float64 input) the kernel's, err by up to R units of double roundoff.
         const double u = dt == DType::f32 ? 0x1p-24 : 0x1p-53;
         const std::vector<double> got = runs[0];
         for (int64_t j = 0; j < 37; ++j) {
@@ -187,7 +187,8 @@ TEST(ColumnSums, RowBlocksMatchDoubleLoopsAndDoNotDependOnThreads) {
       }
     }
   }
-  // Many rows of float: the groups' sums accumulate in double, so the sum stays exact to float rounding.
+  // Many rows of float: the groups' sums accumulate in double, so the error does not grow with the
+  // row count (here 10000.001, one float ulp over).
   Tensor ones = ops::full({100000, 3}, 0.1);
   for (float v : ops::sum(ones, {0}).to_vector<float>()) EXPECT_FLOAT_EQ(v, 10000.0f);
 }
