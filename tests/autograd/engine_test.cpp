@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include <mvgpt/autograd/function.h>
 #include <mvgpt/autograd/ops.h>
@@ -323,31 +324,34 @@ TEST(Engine, SplitPiecesMeetInOneBufferWithoutFillsOrAdds) {
   EXPECT_EQ(calls_of(report, "copy"), 3);  // each piece into its block
 }
 
+// The gradient of a (rows, cols) counting leaf x through loss(x * 1.0), the backward's
+// allocations poisoned: the blocks meet in the buffer of x * 1.0.
+void expect_gradient_through_blocks(int64_t rows, int64_t cols, const std::function<Tensor(const Tensor&)>& loss,
+                                    const std::vector<double>& want) {
+  Tensor x = counting_leaf(rows, cols);
+  Tensor l = loss(x * 1.0);
+  poison_next_allocations(rows * cols);
+  backward(l);
+  expect_values(x.grad(), want);
+}
+
 TEST(Engine, WhatNoBlockCoversIsZero) {
-  Tensor x = counting_leaf(3, 6);
-  auto p = split(x * 1.0, {1, 1, 2, 1, 1}, 1);
-  Tensor loss = sum(p[1] * 2.0) + sum(p[3] * 3.0);  // columns 0, 2, 3 and 5 get nothing
-  poison_next_allocations(18);
-  backward(loss);
-  expect_values(x.grad(), {0, 2, 0, 0, 3, 0, 0, 2, 0, 0, 3, 0, 0, 2, 0, 0, 3, 0});
+  expect_gradient_through_blocks(3, 6, [](const Tensor& h) {
+    auto p = split(h, {1, 1, 2, 1, 1}, 1);
+    return sum(p[1] * 2.0) + sum(p[3] * 3.0);  // columns 0, 2, 3 and 5 get nothing
+  }, {0, 2, 0, 0, 3, 0, 0, 2, 0, 0, 3, 0, 0, 2, 0, 0, 3, 0});
 }
 
 TEST(Engine, OverlappingBlocksAdd) {
-  Tensor x = counting_leaf(1, 6);
-  Tensor h = x * 1.0;
-  Tensor loss = sum(narrow(h, 1, 0, 4) * 2.0) + sum(narrow(h, 1, 2, 4) * 3.0) + sum(narrow(h, 1, 3, 1));
-  poison_next_allocations(6);
-  backward(loss);
-  expect_values(x.grad(), {2, 2, 5, 6, 3, 3});
+  expect_gradient_through_blocks(1, 6, [](const Tensor& h) {
+    return sum(narrow(h, 1, 0, 4) * 2.0) + sum(narrow(h, 1, 2, 4) * 3.0) + sum(narrow(h, 1, 3, 1));
+  }, {2, 2, 5, 6, 3, 3});
 }
 
 TEST(Engine, BlocksAlongTwoAxesAdd) {
-  Tensor x = counting_leaf(3, 4);
-  Tensor h = x * 1.0;
-  Tensor loss = sum(narrow(h, 0, 1, 2) * 2.0) + sum(narrow(h, -1, 1, 2) * 3.0);
-  poison_next_allocations(12);
-  backward(loss);
-  expect_values(x.grad(), {0, 3, 3, 0, 2, 5, 5, 2, 2, 5, 5, 2});
+  expect_gradient_through_blocks(3, 4, [](const Tensor& h) {
+    return sum(narrow(h, 0, 1, 2) * 2.0) + sum(narrow(h, -1, 1, 2) * 3.0);
+  }, {0, 3, 3, 0, 2, 5, 5, 2, 2, 5, 5, 2});
 }
 
 TEST(Engine, BlocksAndWholeGradientsAddInEitherOrder) {
@@ -374,12 +378,9 @@ TEST(Engine, BlocksAndWholeGradientsAddInEitherOrder) {
 }
 
 TEST(Engine, SelectedRowsMeetInOneBuffer) {
-  Tensor x = counting_leaf(3, 2);
-  Tensor h = x * 1.0;
-  Tensor loss = sum(select(h, 0, 0) * 2.0) + sum(select(h, 0, -1) * 3.0) + sum(select(h, -1, 1) * 5.0);
-  poison_next_allocations(6);
-  backward(loss);
-  expect_values(x.grad(), {2, 7, 0, 5, 3, 8});
+  expect_gradient_through_blocks(3, 2, [](const Tensor& h) {
+    return sum(select(h, 0, 0) * 2.0) + sum(select(h, 0, -1) * 3.0) + sum(select(h, -1, 1) * 5.0);
+  }, {2, 7, 0, 5, 3, 8});
 }
 
 TEST(Engine, GradOfAPartlyCoveredTensorIsCompleted) {
