@@ -54,11 +54,12 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
               alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// X stored as rows x cols with leading dimension ld, rounded to bfloat16 into a dense buffer.
+// X stored as rows x cols with leading dimension ld, rounded to bfloat16 into a dense buffer. The
+// buffer only grows: resizing it to each block's size would zero-fill (bfloat16 value-initializes)
+// element by element as many bytes as the rounding writes.
 void round_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& out) {
-  out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = bfloat16(x[r * ld + c]);
+  if (out.size() < size_t(rows * cols)) out.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) vec::round_to_bf16(x + r * ld, cols, out.data() + r * cols);
 }
 
 // The products of one kernel call: as they are, or (bf16) with both operands rounded to bfloat16

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include <mvgpt/backends/cpu/cpu_backend.h>
+#include <mvgpt/backends/cpu/fused_common.h>  // round_to_bf16
 #include <mvgpt/backends/cpu/strided.h>
 #include <mvgpt/tensor/philox.h>
 
@@ -48,7 +49,9 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
         D* o = dp + off[0];
         const S* a = sp + off[1];
         if (s[0] == 1 && s[1] == 1) {
-          for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(a[i]);
+          // float32 -> bfloat16 runs eight at a time (a product's operand under --precision bf16).
+          if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bfloat16>) fused::round_to_bf16(a, n, o);
+          else for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(a[i]);
         } else if (s[0] == 1 && s[1] == 0) {
           const D v = convert<D>(*a);
           for (int64_t i = 0; i < n; ++i) o[i] = v;

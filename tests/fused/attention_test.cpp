@@ -3,9 +3,12 @@
 // kv heads, strided inputs; the op's checks and dtypes; the kernels against the slow reference.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include <mvgpt/backends/cpu/fused_common.h>  // round_to_bf16
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/unit.h>  // uniform_on
@@ -185,6 +188,28 @@ TEST(AttentionKernel, Bf16ProductsRoundTheOperandsOfEveryProduct) {
     EXPECT_TRUE(all_close(g16[size_t(i)], *want[i], 2e-2 * top, 0)) << "gradient " << i;  // bf16: 8 bits of mantissa
     EXPECT_FALSE(all_close(g16[size_t(i)], values(g32[size_t(i)]), 1e-4 * top, 0)) << "gradient " << i;
   }
+}
+
+// The bf16 products' operands are rounded eight at a time (fused_common.h): bit for bit the scalar
+// bfloat16(x), for ties to even either way, NaNs (signalling ones made quiet), infinities, values
+// that round up to infinity, subnormals and signed zeros, in every lane and in the tail.
+TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f80c000u, 0x3f807fffu, 0x7f800001u,
+                                0xff812345u, 0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0xff7fffffu,
+                                0x00000001u, 0x00008000u, 0x00018000u, 0x807fffffu, 0x00000000u, 0x80000000u};
+  uint32_t state = 12345;
+  for (int i = 0; i < 200; ++i) bits.push_back(state = state * 1664525u + 1013904223u);
+  std::vector<float> x;
+  for (uint32_t b : bits) x.push_back(std::bit_cast<float>(b));
+  for (size_t start : {size_t(0), size_t(3)})
+    for (size_t n = 0; start + n <= x.size(); n += (n < 20 ? 1 : 37)) {
+      std::vector<bfloat16> out(n + 1);
+      out[n].bits = 0xabcd;  // past the end: untouched
+      cpu::fused::round_to_bf16(x.data() + start, int64_t(n), out.data());
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[i].bits, bfloat16(x[start + i]).bits) << std::hex << bits[start + i] << " at " << i << " of " << n;
+      ASSERT_EQ(out[n].bits, 0xabcd);
+    }
 }
 
 TEST(AttentionKernel, StridedHeadsFromPackedQkv) {
