@@ -40,6 +40,11 @@ constexpr int64_t kMinParallelGemm = int64_t(1) << 21;
 constexpr int64_t kMinParallelGemv = int64_t(1) << 16;
 // Blocks per thread: more than one lets TBB rebalance when a core is busy elsewhere.
 constexpr int64_t kBlocksPerThread = 2;
+// bf16 GEMMs take one: each oneDNN call reorders its shared operand into the kernel's layout again,
+// and with one block per thread the series' bf16 step ran its products at 390-392 GFLOP/s against
+// 376-382 (step_profile --precision bf16, alternated, 2-core AMD EPYC Zen 4); float32 gained within
+// the noise (181-185 against 183-191 GFLOP/s) and keeps its two.
+constexpr int64_t kBf16BlocksPerThread = 1;
 // Block edges on multiples of this many rows (OpenBLAS's register tiles are 4-16 wide).
 constexpr int64_t kAlign = 32;
 
@@ -132,7 +137,8 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     });
     return;
   }
-  const int64_t blocks = M * N * K >= kMinParallelGemm ? tasks : 1;
+  const int64_t gemm_tasks = parallel ? threads() * (bf16_operands ? kBf16BlocksPerThread : kBlocksPerThread) : 1;
+  const int64_t blocks = M * N * K >= kMinParallelGemm ? gemm_tasks : 1;
   if (M >= N) {
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
       const TA* a = ta ? A + m0 : A + m0 * lda;
