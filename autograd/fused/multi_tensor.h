@@ -3,8 +3,9 @@
 // unit ] in unit.h): the gradients' sum of squares and their scaling (gradient clipping) and the
 // AdamW step. On CUDA each is a multi-tensor kernel (NOTE [ Multi-tensor kernels ] in
 // multi_tensor.cu): one launch for up to 80 tensors, where a kernel per tensor (and, for the norm,
-// several per chunk) took about 535 launches a step of the series' model. On the CPU each runs the
-// per-tensor code it replaced, with the same result bit for bit. On CUDA a tensor (its storage)
+// several per chunk) took about 535 launches a step of the series' model. On the CPU scale_ and
+// AdamW give the per-tensor code's results bit for bit, and the sum of squares is a float64 sum in
+// an order fixed by the tensors alone (multi_tensor_cpu.cpp). On CUDA a tensor (its storage)
 // must appear at most once in a call: its chunks would race.
 #include <vector>
 
