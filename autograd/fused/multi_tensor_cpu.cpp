@@ -12,7 +12,7 @@
 namespace mvgpt::fused {
 namespace {
 
-// Elements per task of the float32 loops below: fixed, so the sum is the same for any thread count.
+// Elements per task of the float32 sum of squares: fixed, so the sum is the same for any thread count.
 constexpr int64_t kChunk = int64_t(1) << 16;
 
 // sum_i double(x[i])^2 over n floats, in two lanes of four doubles, in a fixed order.
@@ -73,7 +73,7 @@ void scale_cpu(const std::vector<Tensor>& xs, double factor) {
       continue;
     }
     float* p = x.data<float>();
-    cpu::parallel_for(x.numel(), kChunk, [&](int64_t i0, int64_t i1) {
+    cpu::parallel_for(x.numel(), cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) p[i] *= f;
     });
   }

@@ -114,7 +114,6 @@ using dims = dnnl::memory::dims;
 // of the attention's small products (64 x 64 x 64) a third of its time in malloc and the library.
 struct Plan {
   std::optional<dnnl::matmul> matmul;  // empty: oneDNN has only its reference kernel here
-  dnnl::memory::desc a, b, c;
   dnnl::memory mem_a, mem_b, mem_c, scratchpad;
   std::vector<char> scratch;
   std::string impl;
@@ -122,9 +121,9 @@ struct Plan {
 
 Plan make_plan(const Key& k) {
   Plan p;
-  p.a = dnnl::memory::desc({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
-  p.b = dnnl::memory::desc({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-  p.c = dnnl::memory::desc({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+  const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
+  const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
+  const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
@@ -134,13 +133,13 @@ Plan make_plan(const Key& k) {
     attr.set_post_ops(ops);
   }
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.a, p.b, p.c), attr, engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
     p.impl = pd.impl_info_str();
     if (p.impl.rfind("ref", 0) != 0) {
       p.matmul.emplace(pd);
-      p.mem_a = dnnl::memory(p.a, engine(), DNNL_MEMORY_NONE);
-      p.mem_b = dnnl::memory(p.b, engine(), DNNL_MEMORY_NONE);
-      p.mem_c = dnnl::memory(p.c, engine(), DNNL_MEMORY_NONE);
+      p.mem_a = dnnl::memory(a, engine(), DNNL_MEMORY_NONE);
+      p.mem_b = dnnl::memory(b, engine(), DNNL_MEMORY_NONE);
+      p.mem_c = dnnl::memory(c, engine(), DNNL_MEMORY_NONE);
       const dnnl::memory::desc sd = pd.scratchpad_desc();
       if (sd.get_size() > 0) {
         p.scratch.resize(sd.get_size());

@@ -112,13 +112,13 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     for (int64_t i = 0; i < M; ++i) scale(C + i * ldc, N, int64_t(1), beta);
     return;
   }
-  const int64_t tasks = parallel ? threads() * kBlocksPerThread : 1;
+  const int64_t gemv_tasks = parallel ? threads() * kBlocksPerThread : 1;
   constexpr bool bf16_operands = std::is_same_v<TA, bfloat16>;
   if (M == 1) {
     // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
     const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
     if (beta == T(0) && !bf16_operands) scale(C, N, int64_t(1), T(0));  // the bf16 GEMV never reads C then
-    const int64_t blocks = N * K >= kMinParallelGemv ? tasks : 1;
+    const int64_t blocks = N * K >= kMinParallelGemv ? gemv_tasks : 1;
     for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
       // tb: B stored (N, K), op(B)^T = B; otherwise B stored (K, N) and op(B)^T = B^T.
       if (tb) call_gemv(false, n1 - n0, K, alpha, B + n0 * ldb, ldb, A, inca, beta, C + n0, 1);
@@ -130,7 +130,7 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     // C (M, 1) = alpha op(A) (M, K) b (K, 1): a GEMV over op(A)'s rows, cut along M.
     const int64_t incb = tb ? 1 : ldb;
     if (beta == T(0) && !bf16_operands) scale(C, M, ldc, T(0));
-    const int64_t blocks = M * K >= kMinParallelGemv ? tasks : 1;
+    const int64_t blocks = M * K >= kMinParallelGemv ? gemv_tasks : 1;
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
       if (ta) call_gemv(true, K, m1 - m0, alpha, A + m0, lda, B, incb, beta, C + m0 * ldc, ldc);
       else call_gemv(false, m1 - m0, K, alpha, A + m0 * lda, lda, B, incb, beta, C + m0 * ldc, ldc);
