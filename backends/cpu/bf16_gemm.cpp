@@ -96,12 +96,13 @@ struct Key {
   bool ta, tb;
   int64_t M, N, K, lda, ldb, ldc;
   float alpha, beta;
+  bool bias;  // a float32 bias per column of C, added in the output pass
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = std::hash<int64_t>()(k.M);
-    for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc, int64_t(k.ta) * 2 + int64_t(k.tb)})
+    for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc, int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.bias)})
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     return h * 1000003u ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
   }
@@ -114,7 +115,7 @@ using dims = dnnl::memory::dims;
 // of the attention's small products (64 x 64 x 64) a third of its time in malloc and the library.
 struct Plan {
   std::optional<dnnl::matmul> matmul;  // empty: oneDNN has only its reference kernel here
-  dnnl::memory mem_a, mem_b, mem_c, scratchpad;
+  dnnl::memory mem_a, mem_b, mem_c, mem_bias, scratchpad;
   std::vector<char> scratch;
   std::string impl;
 };
@@ -124,6 +125,7 @@ Plan make_plan(const Key& k) {
   const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
   const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
   const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+  const dnnl::memory::desc bias = k.bias ? dnnl::memory::desc({1, k.N}, dt::f32, dims{k.N, 1}) : dnnl::memory::desc();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
@@ -133,13 +135,15 @@ Plan make_plan(const Key& k) {
     attr.set_post_ops(ops);
   }
   try {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+    dnnl::matmul::primitive_desc pd(k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr,
+                                    engine());
     p.impl = pd.impl_info_str();
     if (p.impl.rfind("ref", 0) != 0) {
       p.matmul.emplace(pd);
       p.mem_a = dnnl::memory(a, engine(), DNNL_MEMORY_NONE);
       p.mem_b = dnnl::memory(b, engine(), DNNL_MEMORY_NONE);
       p.mem_c = dnnl::memory(c, engine(), DNNL_MEMORY_NONE);
+      if (k.bias) p.mem_bias = dnnl::memory(bias, engine(), DNNL_MEMORY_NONE);
       const dnnl::memory::desc sd = pd.scratchpad_desc();
       if (sd.get_size() > 0) {
         p.scratch.resize(sd.get_size());
@@ -287,14 +291,14 @@ const CpuSupport& cpu_support() {
 
 std::string kernel_name() {
   if (g_force_fallback.load()) return "float32 fallback (forced)";
-  const Plan p = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f});
+  const Plan p = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false});
   return p.matmul ? p.impl : "float32 fallback (oneDNN: " + p.impl + ")";
 }
 
 void use_fallback(bool on) { g_force_fallback.store(on); }
 
 bool native_kernels() {
-  static const bool available = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f}).matmul.has_value();
+  static const bool available = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false}).matmul.has_value();
   return available && !g_force_fallback.load(std::memory_order_relaxed);
 }
 
@@ -310,27 +314,36 @@ void widen(const bfloat16* X, int64_t rows, int64_t cols, int64_t ld, float* out
 }
 
 void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-                     const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                     const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0 || K <= 0) throw std::logic_error("bf16::gemm_one_thread: an empty product reached the kernel");
-  if (g_force_fallback.load(std::memory_order_relaxed))
-    return gemm_float32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Where oneDNN does not multiply, the bias goes into C first and the product adds to it.
+  auto float32 = [&] {
+    if (bias) {
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? bias[j] : beta * C[i * ldc + j] + bias[j];
+      beta = 1.0f;
+    }
+    gemm_float32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  };
+  if (g_force_fallback.load(std::memory_order_relaxed)) return float32();
   dnnl::stream& stream = thread_stream();
   thread_local std::unordered_map<Key, Plan, KeyHash> plans;
-  const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta};
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr};
   auto it = plans.find(key);
   if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
   const Plan& p = it->second;
-  if (!p.matmul) return gemm_float32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (!p.matmul) return float32();
   p.mem_a.set_data_handle(const_cast<bfloat16*>(A));
   p.mem_b.set_data_handle(const_cast<bfloat16*>(B));
   p.mem_c.set_data_handle(C);
+  if (bias) p.mem_bias.set_data_handle(const_cast<float*>(bias));
   // The C interface takes the arguments as an array; the C++ one builds a hash map per call.
-  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, p.mem_a.get()},
-                                  {DNNL_ARG_WEIGHTS, p.mem_b.get()},
-                                  {DNNL_ARG_DST, p.mem_c.get()},
-                                  {DNNL_ARG_SCRATCHPAD, p.scratch.empty() ? nullptr : p.scratchpad.get()}};
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.matmul->get(), stream.get(), p.scratch.empty() ? 3 : 4, args),
-                          "bf16 matmul");
+  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p.mem_a.get()}, {DNNL_ARG_WEIGHTS, p.mem_b.get()},
+                             {DNNL_ARG_DST, p.mem_c.get()}};
+  int nargs = 3;
+  if (!p.scratch.empty()) args[nargs++] = {DNNL_ARG_SCRATCHPAD, p.scratchpad.get()};
+  if (bias) args[nargs++] = {DNNL_ARG_BIAS, p.mem_bias.get()};
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.matmul->get(), stream.get(), nargs, args), "bf16 matmul");
   stream.wait();
 }
 

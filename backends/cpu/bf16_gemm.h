@@ -25,12 +25,13 @@ const CpuSupport& cpu_support();
 // "float32 fallback (...)" where oneDNN has no compiled bf16 kernel for this CPU.
 std::string kernel_name();
 
-// C (M, N) = alpha op(A) op(B) + beta C, row-major, on this thread (as blas::gemm's call_gemm).
+// C (M, N) = alpha op(A) op(B) + beta C (+ bias, N floats, one per column, where given: in the
+// product's output pass), row-major, on this thread (as blas::gemm's call_gemm).
 // Where oneDNN only has its reference kernel (CPUs without AVX-512), or use_fallback(true) was
 // called, the operands are widened to float32 (exact) and OpenBLAS runs the product: the same sum
 // of exact products, in another order.
 void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-                     const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                     const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
 // The matrix-vector products of decoding (one row of activations against a weight), written here
 // rather than sent to oneDNN, whose per-call cost is as large as the product itself, or widened

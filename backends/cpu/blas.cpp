@@ -98,15 +98,17 @@ inline void call_gemv(bool t, int64_t rows, int64_t cols, float alpha, const bfl
 }
 
 // bfloat16 operands, float32 accumulation: one oneDNN call on this thread (bf16_gemm.h).
+// bias (N floats, one per column of C, or null): added in the product's output pass.
 inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  bf16::gemm_one_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  bf16::gemm_one_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
-// TA: the operands' type; T: the accumulation and result type.
+// TA: the operands' type; T: the accumulation and result type. bias: only with bfloat16 operands
+// and M, N > 1 (gemm_bias sees to it).
 template <typename TA, typename T>
 void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const TA* A, int64_t lda, const TA* B,
-               int64_t ldb, T beta, T* C, int64_t ldc, bool parallel) {
+               int64_t ldb, T beta, T* C, int64_t ldc, bool parallel, const float* bias = nullptr) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // an empty sum: C = beta C
     for (int64_t i = 0; i < M; ++i) scale(C + i * ldc, N, int64_t(1), beta);
@@ -139,15 +141,18 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   }
   const int64_t gemm_tasks = parallel ? threads() * (bf16_operands ? kBf16BlocksPerThread : kBlocksPerThread) : 1;
   const int64_t blocks = M * N * K >= kMinParallelGemm ? gemm_tasks : 1;
+  // One block: C[:, n0:n0 + n] from a's rows and b's columns.
+  auto block = [&](int64_t m, int64_t n, int64_t n0, const TA* a, const TA* b, T* c) {
+    if constexpr (bf16_operands) call_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc, bias ? bias + n0 : nullptr);
+    else call_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
   if (M >= N) {
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
-      const TA* a = ta ? A + m0 : A + m0 * lda;
-      call_gemm(ta, tb, m1 - m0, N, K, alpha, a, lda, B, ldb, beta, C + m0 * ldc, ldc);
+      block(m1 - m0, N, 0, ta ? A + m0 : A + m0 * lda, B, C + m0 * ldc);
     });
   } else {
     for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
-      const TA* b = tb ? B + n0 * ldb : B + n0;
-      call_gemm(ta, tb, M, n1 - n0, K, alpha, A, lda, b, ldb, beta, C + n0, ldc);
+      block(M, n1 - n0, n0, A, tb ? B + n0 * ldb : B + n0, C + n0);
     });
   }
 }
@@ -201,6 +206,19 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
     });
   }
   gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+}
+
+void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+               int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel) {
+  if (M > 1 && N > 1 && K > 0 && bf16::native_kernels())
+    return gemm_impl(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, parallel, bias);
+  // GEMVs, empty sums and the float32 fallback: the bias in every row of C, the product added to it.
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + N, C + r * ldc);
+  };
+  if (parallel && M * N >= kMinParallelGemv) parallel_for(M, std::max<int64_t>(1, kMinParallelGemv / std::max<int64_t>(N, 1)), rows);
+  else rows(0, M);
+  gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc, parallel);
 }
 
 }  // namespace mvgpt::cpu::blas

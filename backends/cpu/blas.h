@@ -24,5 +24,10 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const
 // or N = 1 (bf16_gemm.h).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true);
+// C (M, N) = op(A) op(B) + bias (N floats, one per column of C), bfloat16 operands: the bias added in
+// the product's output pass where oneDNN multiplies (no pass over C of its own, and C is not read);
+// elsewhere written into C first and the product added to it.
+void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+               int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel = true);
 
 }  // namespace mvgpt::cpu::blas

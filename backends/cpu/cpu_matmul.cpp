@@ -4,6 +4,7 @@
 // blas::gemm; a batch of small GEMMs (attention-like) runs one single-threaded GEMM per TBB task.
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/cpu/bf16_gemm.h>
@@ -78,6 +79,7 @@ Tensor blas_readable(const Tensor& t) {
 
 // out (N, O) = x (N, I) weight^T (+ bias): the bias is written into every row of out first and the
 // GEMM adds to it (beta = 1), which saves a pass over out; OpenBLAS would otherwise zero it first.
+// bfloat16 operands: oneDNN adds the bias as it writes out (blas::gemm_bias), no pass at all.
 template <typename TA, typename T>
 void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out) {
   x = blas_readable(x);
@@ -90,6 +92,10 @@ void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out
     Tensor b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
     if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
     const T* bp = b.data<T>();
+    if constexpr (std::is_same_v<TA, bfloat16>) {  // oneDNN adds the bias in the product's output pass
+      return blas::gemm_bias(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,
+                             static_cast<const TA*>(weight.raw_data()), lw.ld, bp, c, O);
+    }
     parallel_for(N, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(O, 1)), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + O, c + r * O);
     });

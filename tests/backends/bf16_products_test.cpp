@@ -205,29 +205,48 @@ TEST(Bf16Products, CloseToFloat32ProductsOfTheUnroundedValues) {
   }
 }
 
+// The bias in the product's output pass (blas::gemm_bias): small, one-row (the GEMV, bias written
+// first), and cut over the pool along the rows and along the columns (each block's bias from its
+// first column).
 TEST(Bf16Products, LinearAddsAFloat32Bias) {
+  struct Case {
+    Shape x;
+    int64_t out;
+  };
+  const Case cases[] = {{{2, 5, 48}, 40}, {{1, 96}, 200}, {{300, 64}, 130}, {{64, 128}, 520}};
   for (const Path &path : paths()) {
     FallbackScope fallback(path.fallback);
-    SCOPED_TRACE(path.name);
-    Tensor x = bf16_input({2, 5, 48}, 5, Kind::contiguous, path.device);
-    Tensor w = bf16_input({40, 48}, 6, Kind::contiguous, path.device);
-    Tensor bias = ops::to(make_input({40}, DType::f32, 7), path.device);
-    Tensor y = ops::to(ops::linear(x, w, bias, DType::f32),
-                       Device::cpu());  // (2, 5, 40)
-    ASSERT_EQ(y.shape(), (Shape{2, 5, 40}));
-    Tensor hx = ops::reshape(ops::to(x, Device::cpu()), {10, 48}),
-           hwt = ops::transpose(ops::to(w, Device::cpu()), 0, 1);
-    Tensor hb = ops::to(bias, Device::cpu());
-    expect_all_close(
-        y, [&](int64_t i) { return reference(hx, hwt, i) + read_element(hb, i % 40); }, 1e-5);
-    // Without a bias, and with a bfloat16 bias.
-    Tensor y0 = ops::to(ops::linear(x, w, Tensor(), DType::f32), Device::cpu());
-    expect_all_close(
-        y0, [&](int64_t i) { return reference(hx, hwt, i); }, 1e-5);
-    Tensor yb = ops::to(ops::linear(x, w, ops::to(bias, DType::bf16), DType::f32), Device::cpu());
-    expect_all_close(
-        yb, [&](int64_t i) { return reference(hx, hwt, i) + double(float(bfloat16(float(read_element(hb, i % 40))))); },
-        1e-5);
+    for (const Case &c : cases) {
+      const int64_t in = c.x[c.x.size() - 1], rows = Tensor::empty(c.x, DType::f32).numel() / in, O = c.out;
+      SCOPED_TRACE(path.name + " " + to_string(c.x) + " -> " + std::to_string(O));
+      Tensor x = bf16_input(c.x, 5, Kind::contiguous, path.device);
+      Tensor w = bf16_input({O, in}, 6, Kind::contiguous, path.device);
+      Tensor bias = ops::to(make_input({O}, DType::f32, 7), path.device);
+      Tensor y = ops::to(ops::linear(x, w, bias, DType::f32), Device::cpu());
+      Shape want_shape = c.x;
+      want_shape[want_shape.size() - 1] = O;
+      ASSERT_EQ(y.shape(), want_shape);
+      Tensor hx = ops::reshape(ops::to(x, Device::cpu()), {rows, in}),
+             hwt = ops::transpose(ops::to(w, Device::cpu()), 0, 1);
+      Tensor hb = ops::to(bias, Device::cpu());
+      expect_all_close(
+          y, [&](int64_t i) { return reference(hx, hwt, i) + read_element(hb, i % O); }, 1e-5);
+      // Without a bias, with a bfloat16 bias, and with a strided one.
+      Tensor y0 = ops::to(ops::linear(x, w, Tensor(), DType::f32), Device::cpu());
+      expect_all_close(
+          y0, [&](int64_t i) { return reference(hx, hwt, i); }, 1e-5);
+      Tensor yb = ops::to(ops::linear(x, w, ops::to(bias, DType::bf16), DType::f32), Device::cpu());
+      expect_all_close(
+          yb,
+          [&](int64_t i) { return reference(hx, hwt, i) + double(float(bfloat16(float(read_element(hb, i % O))))); },
+          1e-5);
+      Tensor wide = ops::to(make_input({O, 2}, DType::f32, 8), path.device);
+      Tensor strided = ops::select(wide, 1, 1);  // (O), stride 2
+      Tensor ys = ops::to(ops::linear(x, w, strided, DType::f32), Device::cpu());
+      Tensor hs = ops::to(strided, Device::cpu());
+      expect_all_close(
+          ys, [&](int64_t i) { return reference(hx, hwt, i) + read_element(hs, i % O); }, 1e-5);
+    }
   }
 }
 
