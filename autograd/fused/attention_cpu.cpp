@@ -16,14 +16,24 @@
 // 45 ms with GEMMs vs 149 ms with loops; decode (Tq=1, Tk=256) takes 1.15 ms with loops vs 3.4 ms
 // with 1-row GEMMs (all call and packing overhead). So blocks of several rows use GEMMs and
 // single-row blocks use the loops.
-// bf16_products (NOTE [ Precision policy ] in autograd/precision.h): every GEMM above rounds its two
-// operands to bfloat16 into thread-local buffers and sums in float32 (oneDNN, one thread, through
-// blas::gemm); the softmax, the row sums and the single-row (decoding) loops stay float32.
+// bf16_products (NOTE [ Precision policy ] in autograd/precision.h): every GEMM above multiplies
+// bfloat16 operands and sums in float32 (oneDNN, one thread, through blas::gemm); the softmax, the
+// row sums and the single-row (decoding) loops stay float32.
+//
+// NOTE [ bf16 attention ]
+// The bf16 kernels (attention_rows_bf16 and its backward) round each operand where it is made or
+// first read rather than before every product: a backward task rounds its head's q, k, v and dout
+// once for all its blocks, the exp pass writes P in bfloat16 beside its float32 copy (kept for dS),
+// and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward writes P
+// in bfloat16 in its normalization pass. The values are those of rounding each product's operands
+// (the same roundings of the same floats). Measured with bench/mvgpt_step_profile --precision bf16
+// on the 2-core AMD EPYC Zen 4 (AVX512-BF16), alternated against rounding both operands before each
+// product: the backward's attention took 73-76 ms a step against 83-85; the forward's 39-40 either
+// way (its reads of q, k and v, not the rounding, are what its passes wait for).
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
@@ -54,35 +64,18 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
               alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// X stored as rows x cols with leading dimension ld, rounded to bfloat16 into a dense buffer. The
-// buffer only grows: resizing it to each block's size would zero-fill (bfloat16 value-initializes)
-// element by element as many bytes as the rounding writes.
-void round_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, std::vector<bfloat16>& out) {
-  if (out.size() < size_t(rows * cols)) out.resize(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) vec::round_to_bf16(x + r * ld, cols, out.data() + r * cols);
+// Rows [r0, r1) of X (leading dimension ld, cols wide) rounded to bfloat16 into out (dense, cols wide).
+void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, bfloat16* out) {
+  for (int64_t r = r0; r < r1; ++r) vec::round_to_bf16(x + r * ld, cols, out + r * cols);
 }
 
-// The products of one kernel call: as they are, or (bf16) with both operands rounded to bfloat16
-// and the products summed in float32.
-template <typename T>
-struct Products {
-  bool bf16 = false;
-  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-                  int64_t ldb, T beta, T* C, int64_t ldc) const {
-    if constexpr (std::is_same_v<T, float>) {
-      if (bf16) {
-        thread_local std::vector<bfloat16> a, b;
-        const int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
-        round_to_bf16(A, ar, ac, lda, a);
-        round_to_bf16(B, br, bc, ldb, b);
-        cpu::blas::gemm(ta, tb, M, N, K, alpha, a.data(), std::max<int64_t>(ac, 1), b.data(), std::max<int64_t>(bc, 1),
-                        beta, C, ldc, /*parallel=*/false);
-        return;
-      }
-    }
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  }
-};
+// bf16 products: C (M, N) = alpha op(A) op(B) + beta C with dense bfloat16 operands (leading
+// dimensions their row lengths), float32 sums, on this thread.
+void product_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
+                  const bfloat16* B, float beta, float* C, int64_t ldc) {
+  cpu::blas::gemm(ta, tb, M, N, K, alpha, A, std::max<int64_t>(ta ? M : K, 1), B, std::max<int64_t>(tb ? K : N, 1),
+                  beta, C, ldc, /*parallel=*/false);
+}
 
 // OpenBLAS runs its own threads; inside a TBB task that would oversubscribe the cores.
 class SingleThreadedBlas {
@@ -180,9 +173,8 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
 }
 
 template <typename T>
-void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal, bool bf16,
-                    const Tensor& out, const Tensor& lse) {
-  const Products<T> product{bf16};
+void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal, const Tensor& out,
+                    const Tensor& lse) {
   const Dims4 d = dims_of(q, k);
   const T scale = T(scale_d);
   const Heads<T> Q(q), K(k), V(v);
@@ -212,19 +204,43 @@ void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double sc
       }
       T* s = scratch.data();
       // S (rows, width) = scale Q_blk K^T.
-      product(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), s, width);
+      gemm(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), s, width);
       softmax_rows(s, rows, width, width, d, causal, i0, l);
       // O (rows, D) = P V.
-      product(false, false, rows, d.D, width, T(1), s, width, V.at(b, hk), V.st, T(0), o, d.D);
+      gemm(false, false, rows, d.D, width, T(1), s, width, V.at(b, hk), V.st, T(0), o, d.D);
+    }
+  });
+}
+
+// With grouped kv heads: dK/dV of kv head hk = the sum of its query heads' parts, in head order.
+template <typename T>
+void sum_group_gradients(const Dims4& d, const std::vector<T>& dk_part, const std::vector<T>& dv_part,
+                         const Tensor& dk, const Tensor& dv) {
+  T* dkp = dk.data<T>();
+  T* dvp = dv.data<T>();
+  const int64_t per_head = d.Tk * d.D;
+  parallel_for(d.B * d.Hkv, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t b = task / d.Hkv, hk = task % d.Hkv;
+      T* dko = dkp + task * per_head;
+      T* dvo = dvp + task * per_head;
+      std::fill(dko, dko + per_head, T(0));
+      std::fill(dvo, dvo + per_head, T(0));
+      for (int64_t g = 0; g < d.group; ++g) {
+        const int64_t h = hk * d.group + g;
+        const T* kp = dk_part.data() + (b * d.H + h) * per_head;
+        const T* vp = dv_part.data() + (b * d.H + h) * per_head;
+        for (int64_t e = 0; e < per_head; ++e) dko[e] += kp[e];
+        for (int64_t e = 0; e < per_head; ++e) dvo[e] += vp[e];
+      }
     }
   });
 }
 
 template <typename T>
 void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& out, const Tensor& lse, double scale_d, bool causal, bool bf16,
-                             const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const Products<T> product{bf16};
+                             const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
   const Dims4 d = dims_of(q, k);
   const T scale = T(scale_d);
   const Heads<T> Q(q), K(k), V(v), dO(dout), O(out);
@@ -255,7 +271,7 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
         }
         const T* lb = lp + (b * d.H + h) * d.Tq + i0;
         // P (rows, width) = exp(scale Q K^T - lse), zero where masked.
-        product(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), P.data(), width);
+        gemm(false, true, rows, width, d.D, scale, Q.at(b, h, i0), Q.st, K.at(b, hk), K.st, T(0), P.data(), width);
         for (int64_t r = 0; r < rows; ++r) {
           T* pr = P.data() + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
@@ -271,9 +287,9 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
           Di[size_t(r)] = vec::row_dot(dor, orow, d.D);
         }
         // dV (width, D) += P^T dO.
-        product(true, false, width, d.D, rows, T(1), P.data(), width, dO.at(b, h, i0), dO.st, T(1), dvh, d.D);
+        gemm(true, false, width, d.D, rows, T(1), P.data(), width, dO.at(b, h, i0), dO.st, T(1), dvh, d.D);
         // dP (rows, width) = dO V^T.
-        product(false, true, rows, width, d.D, T(1), dO.at(b, h, i0), dO.st, V.at(b, hk), V.st, T(0), dP.data(), width);
+        gemm(false, true, rows, width, d.D, T(1), dO.at(b, h, i0), dO.st, V.at(b, hk), V.st, T(0), dP.data(), width);
         // dS = P * (dP - Di), in place in dP.
         for (int64_t r = 0; r < rows; ++r) {
           T* dpr = dP.data() + r * width;
@@ -282,32 +298,149 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
           for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
         }
         // dQ (rows, D) = scale dS K;  dK (width, D) += scale dS^T Q.
-        product(false, false, rows, d.D, width, scale, dP.data(), width, K.at(b, hk), K.st, T(0), dqb, d.D);
-        product(true, false, width, d.D, rows, scale, dP.data(), width, Q.at(b, h, i0), Q.st, T(1), dkh, d.D);
+        gemm(false, false, rows, d.D, width, scale, dP.data(), width, K.at(b, hk), K.st, T(0), dqb, d.D);
+        gemm(true, false, width, d.D, rows, scale, dP.data(), width, Q.at(b, h, i0), Q.st, T(1), dkh, d.D);
       }
     }
   });
-  if (!grouped) return;
-  // dK/dV of kv head hk = sum over its query heads, in head order.
-  T* dkp = dk.data<T>();
-  T* dvp = dv.data<T>();
-  const int64_t per_head = d.Tk * d.D;
-  parallel_for(d.B * d.Hkv, 1, [&](int64_t t0, int64_t t1) {
+  if (grouped) sum_group_gradients(d, dk_part, dv_part, dk, dv);
+}
+
+// bf16 products, forward: as attention_rows<float>, with each product's operands in bfloat16 and its
+// sums in float32. Rounding is folded into the passes that exist anyway (NOTE [ bf16 attention ]).
+void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
+                         const Tensor& out, const Tensor& lse) {
+  const Dims4 d = dims_of(q, k);
+  const float scale = float(scale_d);
+  const Heads<float> Q(q), K(k), V(v);
+  float* op = out.data<float>();
+  SingleThreadedBlas single;  // the float32 fallback's products (CPUs without bf16 kernels)
+  float* lp = lse.data<float>();
+  const int64_t nblocks = (d.Tq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
+  parallel_for(d.B * d.H * nblocks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> scratch(size_t(blk_rows * width_max));
+    std::vector<bfloat16> qb(size_t(blk_rows * d.D)), pb(size_t(blk_rows * width_max));
+    std::vector<bfloat16> kb(size_t(width_max * d.D)), vb(size_t(width_max * d.D));
     for (int64_t task = t0; task < t1; ++task) {
-      const int64_t b = task / d.Hkv, hk = task % d.Hkv;
-      T* dko = dkp + task * per_head;
-      T* dvo = dvp + task * per_head;
-      std::fill(dko, dko + per_head, T(0));
-      std::fill(dvo, dvo + per_head, T(0));
-      for (int64_t g = 0; g < d.group; ++g) {
-        const int64_t h = hk * d.group + g;
-        const T* kp = dk_part.data() + (b * d.H + h) * per_head;
-        const T* vp = dv_part.data() + (b * d.H + h) * per_head;
-        for (int64_t e = 0; e < per_head; ++e) dko[e] += kp[e];
-        for (int64_t e = 0; e < per_head; ++e) dvo[e] += vp[e];
+      const int64_t blk = task % nblocks, h = (task / nblocks) % d.H, b = task / (nblocks * d.H);
+      const int64_t hk = h / d.group;
+      const int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, d.Tq - i0);
+      float* o = op + ((b * d.H + h) * d.Tq + i0) * d.D;
+      float* l = lp + (b * d.H + h) * d.Tq + i0;
+      if (rows == 1) {  // decoding: float32 loops (a one-row product costs more in dispatch than the work)
+        attend_row(Q.at(b, h, i0), K, V, b, hk, visible_keys(d, causal, i0), d.D, scale, scratch.data(), o, l);
+        continue;
+      }
+      const int64_t width = visible_keys(d, causal, i0 + rows - 1);
+      if (width == 0) {
+        std::fill(o, o + rows * d.D, 0.0f);
+        std::fill(l, l + rows, -INFINITY);
+        continue;
+      }
+      float* s = scratch.data();
+      round_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb.data());
+      round_rows(K.at(b, hk), K.st, d.D, 0, width, kb.data());
+      round_rows(V.at(b, hk), V.st, d.D, 0, width, vb.data());
+      // S (rows, width) = scale Q_blk K^T.
+      product_bf16(false, true, rows, width, d.D, scale, qb.data(), kb.data(), 0, s, width);
+      // P = softmax(S) in bfloat16, its normalization and rounding one pass.
+      for (int64_t r = 0; r < rows; ++r) {
+        float* sr = s + r * width;
+        bfloat16* pr = pb.data() + r * width;
+        const int64_t n = visible_keys(d, causal, i0 + r);
+        const float m = vec::row_max(sr, n);
+        if (n == 0 || m == -INFINITY) {
+          std::fill(pr, pr + width, bfloat16());
+          l[r] = -INFINITY;
+          continue;
+        }
+        const float sum = vec::exp_shifted(sr, n, m, 1.0f, sr);
+        vec::round_to_bf16(sr, n, 1.0f / sum, pr);
+        std::fill(pr + n, pr + width, bfloat16());
+        l[r] = m + std::log(sum);
+      }
+      // O (rows, D) = P V.
+      product_bf16(false, false, rows, d.D, width, 1.0f, pb.data(), vb.data(), 0, o, d.D);
+    }
+  });
+}
+
+// bf16 products, backward: as attention_rows_backward<float>. A task rounds its head's q, k, v and
+// dout once; the probabilities and dS are rounded in the passes that compute them, dS once for both
+// of its products.
+void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
+                                  const Tensor& dk, const Tensor& dv) {
+  const Dims4 d = dims_of(q, k);
+  const float scale = float(scale_d);
+  const Heads<float> Q(q), K(k), V(v), dO(dout), O(out);
+  const float* lp = lse.data<float>();
+  float* dqp = dq.data<float>();
+  const bool grouped = d.group > 1;
+  std::vector<float> dk_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
+  std::vector<float> dv_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
+  SingleThreadedBlas single;
+  parallel_for(d.B * d.H, 1, [&](int64_t t0, int64_t t1) {
+    const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
+    const size_t block_elems = size_t(blk_rows * width_max);
+    std::vector<float> P(block_elems), dP(block_elems), Di(static_cast<size_t>(blk_rows));
+    std::vector<bfloat16> pb(block_elems), dsb(block_elems);
+    std::vector<bfloat16> qh(size_t(d.Tq * d.D)), doh(size_t(d.Tq * d.D)), kh(size_t(d.Tk * d.D)),
+        vh(size_t(d.Tk * d.D));
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t h = task % d.H, b = task / d.H, hk = h / d.group;
+      float* dkh = grouped ? dk_part.data() + task * d.Tk * d.D : dk.data<float>() + (b * d.Hkv + hk) * d.Tk * d.D;
+      float* dvh = grouped ? dv_part.data() + task * d.Tk * d.D : dv.data<float>() + (b * d.Hkv + hk) * d.Tk * d.D;
+      std::fill(dkh, dkh + d.Tk * d.D, 0.0f);
+      std::fill(dvh, dvh + d.Tk * d.D, 0.0f);
+      round_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh.data());
+      round_rows(dO.at(b, h), dO.st, d.D, 0, d.Tq, doh.data());
+      round_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh.data());
+      round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh.data());
+      for (int64_t i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
+        const int64_t rows = std::min(kQueryBlock, d.Tq - i0);
+        const int64_t width = visible_keys(d, causal, i0 + rows - 1);
+        float* dqb = dqp + ((b * d.H + h) * d.Tq + i0) * d.D;
+        if (width == 0) {
+          std::fill(dqb, dqb + rows * d.D, 0.0f);
+          continue;
+        }
+        const float* lb = lp + (b * d.H + h) * d.Tq + i0;
+        const bfloat16* qblk = qh.data() + i0 * d.D;
+        const bfloat16* doblk = doh.data() + i0 * d.D;
+        // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS.
+        product_bf16(false, true, rows, width, d.D, scale, qblk, kh.data(), 0, P.data(), width);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* pr = P.data() + r * width;
+          const int64_t n = visible_keys(d, causal, i0 + r);
+          if (lb[r] == -INFINITY)
+            std::fill(pr, pr + n, 0.0f);
+          else
+            vec::exp_shifted(pr, n, lb[r], 1.0f, pr);
+          std::fill(pr + n, pr + width, 0.0f);
+          vec::round_to_bf16(pr, width, pb.data() + r * width);
+          Di[size_t(r)] = vec::row_dot(dO.at(b, h, i0 + r), O.at(b, h, i0 + r), d.D);  // rowsum(dO * O)
+        }
+        // dV (width, D) += P^T dO.
+        product_bf16(true, false, width, d.D, rows, 1.0f, pb.data(), doblk, 1.0f, dvh, d.D);
+        // dP (rows, width) = dO V^T.
+        product_bf16(false, true, rows, width, d.D, 1.0f, doblk, vh.data(), 0, dP.data(), width);
+        // dS = P * (dP - Di), rounded.
+        for (int64_t r = 0; r < rows; ++r) {
+          float* dpr = dP.data() + r * width;
+          const float* pr = P.data() + r * width;
+          const float di = Di[size_t(r)];
+          for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
+          vec::round_to_bf16(dpr, width, dsb.data() + r * width);
+        }
+        // dQ (rows, D) = scale dS K;  dK (width, D) += scale dS^T Q.
+        product_bf16(false, false, rows, d.D, width, scale, dsb.data(), kh.data(), 0, dqb, d.D);
+        product_bf16(true, false, width, d.D, rows, scale, dsb.data(), qblk, 1.0f, dkh, d.D);
       }
     }
   });
+  if (grouped) sum_group_gradients(d, dk_part, dv_part, dk, dv);
 }
 
 void check_attention_layout(const char* op, std::initializer_list<const Tensor*> views,
@@ -331,8 +464,9 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
     return;
   }
   if (lse.numel() == 0) return;
-  if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, false, out, lse);
-  else attention_rows<float>(q, k, v, scale, causal, bf16_products, out, lse);
+  if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, out, lse);
+  else if (bf16_products) attention_rows_bf16(q, k, v, scale, causal, out, lse);
+  else attention_rows<float>(q, k, v, scale, causal, out, lse);
 }
 
 void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -340,10 +474,9 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
               const Tensor& dv) {
   check_attention_layout("attention_backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});
   if (q.size(3) == 0) return;  // dq, dk, dv are empty
-  if (q.dtype() == DType::f64)
-    attention_rows_backward<double>(dout, q, k, v, out, lse, scale, causal, false, dq, dk, dv);
-  else
-    attention_rows_backward<float>(dout, q, k, v, out, lse, scale, causal, bf16_products, dq, dk, dv);
+  if (q.dtype() == DType::f64) attention_rows_backward<double>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+  else if (bf16_products) attention_rows_backward_bf16(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+  else attention_rows_backward<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
 }
 
 }  // namespace

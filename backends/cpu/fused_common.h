@@ -214,22 +214,42 @@ inline double exp_shifted(const double* x, int64_t n, double shift, double scale
   return s;
 }
 
-// out[i] = bfloat16(x[i]) for n contiguous floats (round to nearest even, a NaN stays a quiet NaN:
-// bfloat16::from_float, bit for bit), eight at a time. A loop of bfloat16(x) does not vectorize.
+// Eight floats (as their bits) rounded to bfloat16 bits: round to nearest even, a NaN stays a quiet
+// NaN (bfloat16::from_float, bit for bit).
+using bf16_u32x8 = uint32_t __attribute__((vector_size(32)));
+using bf16_u16x8 = uint16_t __attribute__((vector_size(16)));
+inline bf16_u16x8 round8_to_bf16(bf16_u32x8 u) {
+  const bf16_u32x8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const auto nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0u);
+  return __builtin_convertvector(nan ? (u >> 16) | 0x40u : rounded, bf16_u16x8);
+}
+
+// out[i] = bfloat16(x[i]) for n contiguous floats, eight at a time. A loop of bfloat16(x) does not
+// vectorize.
 inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
-  using u32x8 = uint32_t __attribute__((vector_size(32)));
-  using u16x8 = uint16_t __attribute__((vector_size(16)));
   static_assert(sizeof(bfloat16) == sizeof(uint16_t));
   int64_t i = 0;
   for (; i + kVec <= n; i += kVec) {
-    u32x8 u;
+    bf16_u32x8 u;
     std::memcpy(&u, x + i, sizeof u);
-    const u32x8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const auto nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0u);
-    const u16x8 h = __builtin_convertvector(nan ? (u >> 16) | 0x40u : rounded, u16x8);
+    const bf16_u16x8 h = round8_to_bf16(u);
     std::memcpy(static_cast<void*>(out + i), &h, sizeof h);
   }
   for (; i < n; ++i) out[i] = bfloat16(x[i]);
+}
+
+// out[i] = bfloat16(x[i] * scale): the float32 product, then rounded as above (one pass where a
+// scaling and a rounding would take two).
+inline void round_to_bf16(const float* x, int64_t n, float scale, bfloat16* out) {
+  int64_t i = 0;
+  for (; i + kVec <= n; i += kVec) {
+    const f32x8 y = load8(x + i) * scale;
+    bf16_u32x8 u;
+    std::memcpy(&u, &y, sizeof u);
+    const bf16_u16x8 h = round8_to_bf16(u);
+    std::memcpy(static_cast<void*>(out + i), &h, sizeof h);
+  }
+  for (; i < n; ++i) out[i] = bfloat16(x[i] * scale);
 }
 
 }  // namespace mvgpt::cpu::fused

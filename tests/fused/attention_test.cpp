@@ -28,11 +28,22 @@ struct Naive {
   Vec out, lse, dq, dk, dv;
 };
 
-// Full-matrix attention in double; query head h reads kv head h / (H / Hkv).
+double round_bf16(double x) { return double(float(bfloat16(float(x)))); }
+Vec rounded_bf16(Vec v) {
+  for (double& x : v) x = round_bf16(x);
+  return v;
+}
+
+// Full-matrix attention in double; query head h reads kv head h / (H / Hkv). bf16: every product's
+// operands rounded to bfloat16 as the bf16 kernels round them (q, k, v, dout, the probabilities, dS;
+// NOTE [ bf16 attention ]), the sums exact.
 Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* dout, double scale,
-                      bool causal) {
+                      bool causal, bool bf16 = false) {
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
-  const Vec qv = values(q), kv = values(k), vv = values(v), dov = dout ? values(*dout) : Vec(qv.size());
+  auto operand = [bf16](Vec x) { return bf16 ? rounded_bf16(std::move(x)) : x; };
+  auto r16 = [bf16](double x) { return bf16 ? round_bf16(x) : x; };
+  const Vec qv = operand(values(q)), kv = operand(values(k)), vv = operand(values(v)),
+            dout_raw = dout ? values(*dout) : Vec(qv.size()), dov = operand(dout_raw);
   Naive r{Vec(qv.size()), Vec(size_t(B * H * Tq)), Vec(qv.size()), Vec(kv.size(), 0), Vec(vv.size(), 0)};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -57,7 +68,7 @@ Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
         Vec p(static_cast<size_t>(n)), o(static_cast<size_t>(D), 0.0);
         for (int64_t j = 0; j < n; ++j) {
           p[j] = std::exp(s[j] - lse);
-          for (int64_t c = 0; c < D; ++c) o[c] += p[j] * V(j, c);
+          for (int64_t c = 0; c < D; ++c) o[c] += r16(p[j]) * V(j, c);
         }
         for (int64_t c = 0; c < D; ++c) r.out[((b * H + h) * Tq + i) * D + c] = o[c];
         // Backward of this row: dp_j = dO . v_j, ds_j = p_j (dp_j - sum_j' p_j' dp_j').
@@ -67,12 +78,16 @@ Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
           for (int64_t c = 0; c < D; ++c) dp[j] += dO(i, c) * V(j, c);
           pdp += p[j] * dp[j];
         }
+        if (bf16) {  // the kernels' rowsum(dO * O): the unrounded dO and the output of bf16 products
+          pdp = 0;
+          for (int64_t c = 0; c < D; ++c) pdp += dout_raw[size_t(((b * H + h) * Tq + i) * D + c)] * o[c];
+        }
         for (int64_t j = 0; j < n; ++j) {
-          const double ds = p[j] * (dp[j] - pdp);
+          const double ds = r16(p[j] * (dp[j] - pdp));
           for (int64_t c = 0; c < D; ++c) {
             r.dq[((b * H + h) * Tq + i) * D + c] += ds * K(j, c) * scale;
             r.dk[((b * Hkv + hk) * Tk + j) * D + c] += ds * Q(i, c) * scale;
-            r.dv[((b * Hkv + hk) * Tk + j) * D + c] += p[j] * dO(i, c);
+            r.dv[((b * Hkv + hk) * Tk + j) * D + c] += r16(p[j]) * dO(i, c);
           }
         }
       }
@@ -187,6 +202,56 @@ TEST(AttentionKernel, Bf16ProductsRoundTheOperandsOfEveryProduct) {
     for (double x : *want[i]) top = std::max(top, std::abs(x));
     EXPECT_TRUE(all_close(g16[size_t(i)], *want[i], 2e-2 * top, 0)) << "gradient " << i;  // bf16: 8 bits of mantissa
     EXPECT_FALSE(all_close(g16[size_t(i)], values(g32[size_t(i)]), 1e-4 * top, 0)) << "gradient " << i;
+  }
+}
+
+// The bf16 kernels against the double loops over the operands they round (NOTE [ bf16 attention ]):
+// q, k, v, dout, the probabilities and dS in bfloat16, exact sums. What is left is the float32 sums
+// and a probability or a dS on a rounding boundary that one side rounds the other way (one term moves
+// by 2^-8 of itself): 1e-3 of the largest value, where bf16 is 2e-2 from exact operands. Causal with
+// a cache offset and grouped heads, not causal, and heads read through strided views of a packed qkv.
+TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
+  struct Case {
+    int64_t B, H, Hkv, Tq, Tk, D;
+    bool causal, packed;
+  };
+  const Case cases[] = {{1, 4, 2, 130, 140, 16, true, false}, {2, 2, 2, 70, 70, 8, false, false},
+                        {2, 3, 3, 100, 100, 16, true, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("T " + std::to_string(c.Tq) + "/" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
+                 (c.packed ? " packed" : ""));
+    const double scale = 0.3;
+    Tensor q, k, v;
+    if (c.packed) {  // (B, T, 3, H, D) as a linear layer writes it
+      Tensor qkv = random_tensor({c.B, c.Tq, 3, c.H, c.D}, DType::f32, 21, -2, 2);
+      auto head = [&](int64_t which) {
+        return qkv.as_strided({c.B, c.H, c.Tq, c.D}, {c.Tq * 3 * c.H * c.D, c.D, 3 * c.H * c.D, 1},
+                              qkv.offset() + which * c.H * c.D);
+      };
+      q = head(0), k = head(1), v = head(2);
+    } else {
+      q = random_tensor({c.B, c.H, c.Tq, c.D}, DType::f32, 22, -2, 2);
+      k = random_tensor({c.B, c.Hkv, c.Tk, c.D}, DType::f32, 23, -2, 2);
+      v = random_tensor({c.B, c.Hkv, c.Tk, c.D}, DType::f32, 24);
+    }
+    Tensor dout = random_tensor({c.B, c.H, c.Tq, c.D}, DType::f32, 25);
+    const Naive want = naive_attention(q, k, v, &dout, scale, c.causal, /*bf16=*/true);
+    Result got;
+    got.out = Tensor::empty({c.B, c.H, c.Tq, c.D}, DType::f32);
+    got.lse = Tensor::empty({c.B, c.H, c.Tq}, DType::f32);
+    cpu().forward(q, k, v, scale, c.causal, true, got.out, got.lse);
+    got.dq = Tensor::empty(q.shape(), DType::f32);
+    got.dk = Tensor::empty(k.shape(), DType::f32);
+    got.dv = Tensor::empty(v.shape(), DType::f32);
+    cpu().backward(dout, q, k, v, got.out, got.lse, scale, c.causal, true, got.dq, got.dk, got.dv);
+    const std::pair<const Tensor*, const Vec*> pairs[] = {
+        {&got.out, &want.out}, {&got.lse, &want.lse}, {&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}};
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; ++i) {
+      double top = 0;
+      for (double x : *pairs[i].second) top = std::max(top, std::abs(x));
+      EXPECT_TRUE(all_close(*pairs[i].first, *pairs[i].second, 1e-3 * top, 0)) << names[i];  // seen: 2e-4
+    }
   }
 }
 
