@@ -257,7 +257,8 @@ TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
 
 // The bf16 products' operands are rounded eight at a time (fused_common.h): bit for bit the scalar
 // bfloat16(x), for ties to even either way, NaNs (signalling ones made quiet), infinities, values
-// that round up to infinity, subnormals and signed zeros, in every lane and in the tail.
+// that round up to infinity, subnormals and signed zeros, in every lane and in the tail; and so is
+// the scaled rounding (the probabilities' normalization pass).
 TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
   std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0x3f80c000u, 0x3f807fffu, 0x7f800001u,
                                 0xff812345u, 0x7fc00000u, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0xff7fffffu,
@@ -274,6 +275,14 @@ TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
       for (size_t i = 0; i < n; ++i)
         ASSERT_EQ(out[i].bits, bfloat16(x[start + i]).bits) << std::hex << bits[start + i] << " at " << i << " of " << n;
       ASSERT_EQ(out[n].bits, 0xabcd);
+      // With a scale: the float32 product, rounded.
+      for (float scale : {1.0f, 0.37f, -3.0f}) {
+        cpu::fused::round_to_bf16(x.data() + start, int64_t(n), scale, out.data());
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(out[i].bits, bfloat16(x[start + i] * scale).bits)
+              << std::hex << bits[start + i] << " times " << scale << " at " << i << " of " << n;
+        ASSERT_EQ(out[n].bits, 0xabcd);
+      }
     }
 }
 
