@@ -318,10 +318,13 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
   float* lp = lse.data<float>();
   const int64_t nblocks = (d.Tq + kQueryBlock - 1) / kQueryBlock;
   const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
+  // Decoding (one query row) takes the float32 loops and never reads the bf16 buffers: none are made
+  // (kb and vb, 64 KB of zeros per task at Tk 256, cost as much as the row's attention).
+  const bool products = blk_rows > 1;
   parallel_for(d.B * d.H * nblocks, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> scratch(size_t(blk_rows * width_max));
-    std::vector<bfloat16> qb(size_t(blk_rows * d.D)), pb(size_t(blk_rows * width_max));
-    std::vector<bfloat16> kb(size_t(width_max * d.D)), vb(size_t(width_max * d.D));
+    std::vector<bfloat16> qb(products ? size_t(blk_rows * d.D) : 0), pb(products ? size_t(blk_rows * width_max) : 0);
+    std::vector<bfloat16> kb(products ? size_t(width_max * d.D) : 0), vb(products ? size_t(width_max * d.D) : 0);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t blk = task % nblocks, h = (task / nblocks) % d.H, b = task / (nblocks * d.H);
       const int64_t hk = h / d.group;
