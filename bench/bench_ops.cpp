@@ -2,6 +2,8 @@
 // GEMMs report GFLOP/s; memory-bound ops report GB/s of tensor bytes read and written.
 #include <benchmark/benchmark.h>
 
+#include <vector>
+
 #include <mvgpt/backends/ops.h>
 
 namespace mvgpt {
@@ -58,6 +60,28 @@ BENCHMARK(BM_Bf16Gemm)
     ->ArgNames({"M", "K", "N", "bT"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A decoded token's products alone, in the series' model's order: per block x W^T for the fused
+// qkv (1152 x 384), the attention's output (384 x 384), the MLP's two (1536 x 384, 384 x 1536), then
+// the head (10000 x 384); every weight matrix a different allocation, as in the model (28.9 MB in
+// bf16). Against BM_DecodeCache/1, what the rest of a token costs; against BM_ReadBandwidth at
+// 28 MiB, how far the products are from streaming their weights.
+void BM_DecodeProducts(benchmark::State& state) {
+  const DType operands = state.range(0) ? DType::bf16 : DType::f32;
+  std::vector<Tensor> weights;
+  for (int layer = 0; layer < 6; ++layer)
+    for (Shape s : {Shape{1152, 384}, Shape{384, 384}, Shape{1536, 384}, Shape{384, 1536}})
+      weights.push_back(ops::to(input(s), operands));
+  weights.push_back(ops::to(input({10000, 384}), operands));
+  Tensor x384 = ops::to(input({1, 384}), operands), x1536 = ops::to(input({1, 1536}), operands);
+  double bytes = 0;
+  for (const Tensor& w : weights) bytes += double(w.numel()) * double(dtype_size(operands));
+  for (auto _ : state)
+    for (const Tensor& w : weights)
+      benchmark::DoNotOptimize(ops::matmul(w.size(1) == 384 ? x384 : x1536, ops::transpose(w, 0, 1), DType::f32));
+  set_bytes(state, bytes);
+}
+BENCHMARK(BM_DecodeProducts)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
 
 // The machine's 2-thread sgemm rate on a large square product: the denominator of model FLOPs
 // utilisation (bench/compare).

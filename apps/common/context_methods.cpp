@@ -74,7 +74,7 @@ ContextResult context_losses(const gpt::GPT& model, const std::vector<int32_t>& 
       break;
     }
     case ContextMethod::cache: {
-      gpt::KVCache cache(config, 1, 0, DType::f32, device);
+      gpt::KVCache cache(config, 1, 0, gpt::cache_dtype(DType::f32, device), device);
       for (size_t i = 0; i + 1 < L; ++i) {
         const bool timed = i + 1 >= W;  // this token's logits predict a token past the first window
         if (timed) synchronize(device);

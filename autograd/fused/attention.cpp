@@ -30,10 +30,13 @@ AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k
     require_floating(*t, op, what);
     if (t->dim() != 4) fail(op, std::string(what) + " must be (B, heads, T, D), found shape " + to_string(t->shape()));
     require_device(*t, q, op, what);
-    if (t->dtype() != q.dtype())
-      fail(op, std::string(what) + " is " + std::string(dtype_name(t->dtype())) + " but q is " +
-                   std::string(dtype_name(q.dtype())));
   }
+  // k and v in q's dtype, or both bfloat16 with a float32 q (a bf16 KV cache).
+  const bool kv_bf16 = q.dtype() == DType::f32 && k.dtype() == DType::bf16 && v.dtype() == DType::bf16;
+  for (auto [t, what] : {std::pair{&k, "k"}, {&v, "v"}})
+    if (t->dtype() != q.dtype() && !kv_bf16)
+      fail(op, std::string(what) + " is " + std::string(dtype_name(t->dtype())) + " but q is " +
+                   std::string(dtype_name(q.dtype())) + " (k and v take q's dtype, or both bfloat16 with a float32 q)");
   AttentionShapes s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
   if (k.size(0) != s.B || k.size(3) != s.D)
     fail(op, "k must be [" + std::to_string(s.B) + ", Hkv, Tk, " + std::to_string(s.D) + "] to match q " +
@@ -66,10 +69,13 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
   const DType cd = compute_dtype(q.dtype());
   Tensor out = Tensor::empty(q.shape(), cd, q.device());
   Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, cd, q.device());
+  // Decoding from a bf16 KV cache on the CPU: the kernel reads k and v in place; elsewhere they are
+  // widened to q's dtype first.
+  const DType kvd = q.device().is_cpu() && s.Tq == 1 && k.dtype() == DType::bf16 && q.dtype() == DType::f32 ? DType::bf16 : cd;
   {
     const profile::Span span("attention");
     kernels(q.device())
-        .forward(prepared_heads(q, cd), prepared_heads(k, cd), prepared_heads(v, cd), scale, causal,
+        .forward(prepared_heads(q, cd), prepared_heads(k, kvd), prepared_heads(v, kvd), scale, causal,
                  bf16_products && cd == DType::f32, out, lse);
   }
   return {cast_back(out, q.dtype()), lse};
@@ -112,12 +118,14 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
     return bf16_products ? ops::to(ops::to(t, DType::bf16), t.dtype()) : t;
   };
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
+  // bfloat16 k and v with a float32 q (a bf16 KV cache): their widened values.
+  const Tensor kq = cast_back(k, q.dtype()), vq = cast_back(v, q.dtype());
   // Grouped kv heads: repeat each kv head for its H / Hkv query heads.
   auto repeat_heads = [&](const Tensor& t) {
     Tensor e = ops::expand(ops::unsqueeze(t, 2), {B, Hkv, H / Hkv, Tk, D});
     return ops::reshape(e, {B, H, Tk, D});
   };
-  Tensor kr = repeat_heads(k), vr = repeat_heads(v);
+  Tensor kr = repeat_heads(kq), vr = repeat_heads(vq);
   Tensor scores = ops::mul(ops::matmul(operand(q), ops::transpose(operand(kr), -1, -2)), scale);  // (B, H, Tq, Tk)
   if (causal) {
     // Query i sits at key position (Tk - Tq) + i and must not see later keys.
@@ -137,7 +145,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal) {
   const autograd::InternalOps internal;
-  const bool bf16 = autograd::detail::bf16_products(q, k);  // the policy of linear and matmul (precision.h)
+  // The policy of linear and matmul (precision.h); a bf16 KV cache multiplies as its widened values would.
+  const bool bf16 = autograd::detail::bf16_products(q, k.dtype() == DType::bf16 ? q : k);
   fused::AttentionResult r = fused::attention_forward(q, k, v, scale, causal, bf16);
   if (!needs_grad(q, k, v)) return r.out;
   Tensor out = r.out;

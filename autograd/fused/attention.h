@@ -11,6 +11,9 @@ namespace mvgpt {
 
 // Differentiable. q (B, H, Tq, D), k and v (B, Hkv, Tk, D) with H a multiple of Hkv -> (B, H, Tq, D).
 // Query i sits at key position (Tk - Tq) + i and, when causal, sees keys 0..(Tk - Tq) + i.
+// k and v have q's dtype, or are both bfloat16 with a float32 q (a bf16 KV cache): then the result
+// is that of k and v widened to float32 (their gradients come back in bfloat16), and the CPU reads
+// them in place when Tq is 1 (decoding), where a float32 cache is twice the bytes a token reads.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 
 namespace fused {
@@ -40,7 +43,8 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 }  // namespace reference
 
 // The kernels of one device: float32 or float64 inputs (B, H, T, D) with a unit stride on D and
-// rows that do not overlap; outputs contiguous, allocated by the caller.
+// rows that do not overlap; outputs contiguous, allocated by the caller. The CPU forward also takes
+// bfloat16 k and v with a float32 q of one query row (attention_forward passes no other).
 struct AttentionKernels {
   void (*forward)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
                   const Tensor& out, const Tensor& lse);

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
@@ -147,12 +148,14 @@ void softmax_rows(T* s, int64_t rows, int64_t ld, int64_t width, const Dims4& d,
 }
 
 // One query row by loops: scores by dot products over D, then out = sum_j p_j v_j. Used for
-// single-row blocks (decode), where a GEMM call costs more than the work.
-template <typename T>
-void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, int64_t hk, int64_t n, int64_t D, T scale,
-                T* s, T* o, T* lse) {
+// single-row blocks (decode), where a GEMM call costs more than the work. KV: T, or bfloat16 with a
+// float32 T (a bf16 KV cache, each element widened as it is read: the values of T's loops over the
+// widened cache).
+template <typename T, typename KV>
+void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, int64_t hk, int64_t n, int64_t D,
+                T scale, T* s, T* o, T* lse) {
   for (int64_t j = 0; j < n; ++j) {
-    const T* kr = K.at(b, hk, j);
+    const KV* kr = K.at(b, hk, j);
     s[j] = scale * vec::row_dot(qr, kr, D);
   }
   for (int64_t c = 0; c < D; ++c) o[c] = 0;
@@ -163,9 +166,16 @@ void attend_row(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, in
   }
   const T l = vec::exp_shifted(s, n, m, T(1), s);
   for (int64_t j = 0; j < n; ++j) {
-    const T* vr = V.at(b, hk, j);
+    const KV* vr = V.at(b, hk, j);
     const T p = s[j];
-    for (int64_t c = 0; c < D; ++c) o[c] += p * vr[c];
+    int64_t c = 0;
+    if constexpr (std::is_same_v<T, float>) {  // eight at a time (the widening of a bf16 row stops the vectorizer)
+      for (; c + vec::kVec <= D; c += vec::kVec) {
+        if constexpr (std::is_same_v<KV, float>) vec::store8(o + c, vec::load8(o + c) + p * vec::load8(vr + c));
+        else vec::store8(o + c, vec::load8(o + c) + p * vec::load8_widened(vr + c));
+      }
+    }
+    for (; c < D; ++c) o[c] += p * T(vr[c]);
   }
   const T inv = T(1) / l;
   for (int64_t c = 0; c < D; ++c) o[c] *= inv;
@@ -304,6 +314,29 @@ void attention_rows_backward(const Tensor& dout, const Tensor& q, const Tensor& 
     }
   });
   if (grouped) sum_group_gradients(d, dk_part, dv_part, dk, dv);
+}
+
+// Decoding from a bfloat16 KV cache: one float32 query row per head, k and v read in place (half
+// the bytes of a float32 cache, which is what a decoded token's attention waits for).
+void attention_row_kv_bf16(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
+                           const Tensor& out, const Tensor& lse) {
+  const Dims4 d = dims_of(q, k);
+  if (d.Tq != 1)
+    throw std::logic_error("attention (cpu): bfloat16 keys and values reach the kernel only for one query row, found " +
+                           std::to_string(d.Tq) + " (the ops layer widens them)");
+  const float scale = float(scale_d);
+  const Heads<float> Q(q);
+  const Heads<bfloat16> K(k), V(v);
+  float* op = out.data<float>();
+  float* lp = lse.data<float>();
+  parallel_for(d.B * d.H, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> scratch(size_t(std::max<int64_t>(d.Tk, 1)));
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t h = task % d.H, b = task / d.H;
+      attend_row(Q.at(b, h), K, V, b, h / d.group, visible_keys(d, causal, 0), d.D, scale, scratch.data(),
+                 op + task * d.D, lp + task);
+    }
+  });
 }
 
 // bf16 products, forward: as attention_rows<float>, with each product's operands in bfloat16 and its
@@ -459,7 +492,13 @@ void check_attention_layout(const char* op, std::initializer_list<const Tensor*>
 // qkv); outputs are contiguous.
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
              const Tensor& out, const Tensor& lse) {
-  check_attention_layout("attention (cpu)", {&q, &k, &v}, {&out, &lse});
+  const bool kv_bf16 = k.dtype() == DType::bf16 && q.dtype() == DType::f32;  // a bf16 KV cache, decoding (attention.h)
+  if (kv_bf16) {
+    check_attention_layout("attention (cpu)", {&q}, {&out, &lse});
+    for (const Tensor* t : {&k, &v}) vec::require_unit_last_stride(*t, "attention (cpu)", "k and v");
+  } else {
+    check_attention_layout("attention (cpu)", {&q, &k, &v}, {&out, &lse});
+  }
   if (q.size(3) == 0) {  // no channels: every visible score is 0, so lse = log(#visible)
     const Dims4 d = dims_of(q, k);
     for (int64_t r = 0; r < lse.numel(); ++r)
@@ -467,7 +506,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
     return;
   }
   if (lse.numel() == 0) return;
-  if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, out, lse);
+  if (kv_bf16) attention_row_kv_bf16(q, k, v, scale, causal, out, lse);
+  else if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, out, lse);
   else if (bf16_products) attention_rows_bf16(q, k, v, scale, causal, out, lse);
   else attention_rows<float>(q, k, v, scale, causal, out, lse);
 }

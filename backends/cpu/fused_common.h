@@ -224,6 +224,18 @@ inline bf16_u16x8 round8_to_bf16(bf16_u32x8 u) {
   return __builtin_convertvector(nan ? (u >> 16) | 0x40u : rounded, bf16_u16x8);
 }
 
+// Eight bfloat16 values widened to float32 (exact: a bfloat16 is the top half of a float32).
+inline f32x8 load8_widened(const bfloat16* p) {
+  bf16_u16x8 h;
+  std::memcpy(&h, p, sizeof h);
+  return (f32x8)(__builtin_convertvector(h, bf16_u32x8) << 16);
+}
+// sum_i a[i] float(b[i]): row_dot over b widened, in the same order (the same float32 sums).
+inline float row_dot(const float* a, const bfloat16* b, int64_t n) {
+  return vsum(n, [&](int64_t i) { return load8(a + i) * load8_widened(b + i); },
+              [&](int64_t i) { return a[i] * float(b[i]); });
+}
+
 // out[i] = bfloat16(x[i]) for n contiguous floats, eight at a time. A loop of bfloat16(x) does not
 // vectorize.
 inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {

@@ -143,7 +143,7 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
 int run_decode(const Options& o, const gpt::GPT& model) {
   const int64_t T = model.config().block_size, V = model.config().vocab_size;
   NoGradGuard no_grad;
-  gpt::KVCache cache(model.config());
+  gpt::KVCache cache(model.config(), 1, 0, gpt::cache_dtype(DType::f32, Device::cpu()));  // bf16: a bf16 cache
   model.forward(token_ids(1, T, V, 1), &cache, true);
   const Tensor one = token_ids(1, 1, V, 2);
   auto token = [&] {

@@ -83,7 +83,7 @@ std::vector<int32_t> generate(const GPT& model, const std::vector<int32_t>& prom
   // The cache and the ids live where the model's weights do.
   const Tensor& weight = model.wte->weight;
   const Device device = weight.device();
-  KVCache cache(config, 1, 0, weight.dtype(), device);
+  KVCache cache(config, 1, 0, cache_dtype(weight.dtype(), device), device);
   auto last_window = [&] {
     return ids_tensor(story.end() - std::min<int64_t>(window, int64_t(story.size())), story.end(), device);
   };

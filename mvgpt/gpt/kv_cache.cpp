@@ -3,7 +3,14 @@
 #include <stdexcept>
 #include <string>
 
+#include <mvgpt/autograd/precision.h>
+
 namespace mvgpt::gpt {
+
+DType cache_dtype(DType weights, Device device) {
+  const bool bf16 = autograd::product_precision() == autograd::Precision::bf16 && weights == DType::f32;
+  return bf16 && device.is_cpu() ? DType::bf16 : weights;
+}
 
 KVCache::KVCache(const GPTConfig& config, int64_t batch, int64_t capacity, DType dtype, Device device) {
   config.validate();

@@ -15,6 +15,11 @@
 
 namespace mvgpt::gpt {
 
+// The dtype of a decoding cache for weights of dtype `weights` on `device`: bfloat16 on the CPU under
+// the bf16 precision policy (the keys and values autocast's products give; the CPU's attention reads
+// them in place, half the bytes of float32: mvgpt/fused/attention.h), the weights' dtype otherwise.
+DType cache_dtype(DType weights, Device device);
+
 class KVCache {
  public:
   // capacity 0: twice the window, so sliding moves memory once every block_size tokens.

@@ -374,6 +374,57 @@ TEST(AttentionOp, Bfloat16IsWidenedAndCastBack) {
                                                         packed(q, DType::f32), 0.5, true).out, 2e-2, 1e-2));
 }
 
+// A bf16 KV cache (float32 q, bfloat16 k and v): the values of k and v widened to float32, bit for
+// bit, whether the CPU reads them in place (one query row: decoding, its own kernel) or the op
+// widens them first (more rows); the gradients of k and v come back in bfloat16; a cache view
+// (rows spaced by its capacity) is read as it is; mixed dtypes other than this one are refused.
+TEST(AttentionOp, Bf16KvCacheIsReadAsItsWidenedValues) {
+  struct Case {
+    int64_t B, H, Hkv, Tq, Tk, D;
+    bool causal;
+  };
+  for (const Case& c : {Case{2, 4, 2, 1, 37, 64, true}, Case{1, 6, 6, 1, 256, 64, true}, Case{2, 3, 1, 1, 9, 5, false},
+                        Case{1, 2, 2, 1, 1, 8, true}, Case{2, 4, 2, 3, 11, 16, true}, Case{1, 2, 1, 4, 4, 7, false}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " Hkv " + std::to_string(c.Hkv) + " Tq " +
+                 std::to_string(c.Tq) + " Tk " + std::to_string(c.Tk) + " D " + std::to_string(c.D) +
+                 (c.causal ? " causal" : ""));
+    const double scale = 1.0 / std::sqrt(double(c.D));
+    Tensor q = random_tensor({c.B, c.H, c.Tq, c.D}, DType::f32, 21);
+    // The cache's layout: (B, Hkv, capacity, D) buffers, the filled rows a narrow view of them.
+    const int64_t capacity = c.Tk + 5;
+    Tensor kbuf = packed(random_tensor({c.B, c.Hkv, capacity, c.D}, DType::f32, 22, -2, 2), DType::bf16);
+    Tensor vbuf = packed(random_tensor({c.B, c.Hkv, capacity, c.D}, DType::f32, 23, -2, 2), DType::bf16);
+    Tensor kb = ops::narrow(kbuf, 2, 3, c.Tk), vb = ops::narrow(vbuf, 2, 3, c.Tk);
+    Tensor kw = packed(kb, DType::f32), vw = packed(vb, DType::f32);
+    for (bool bf16_products : {false, true}) {
+      SCOPED_TRACE(bf16_products ? "bf16 products" : "float32 products");
+      fused::AttentionResult got = fused::attention_forward(q, kb, vb, scale, c.causal, bf16_products);
+      fused::AttentionResult want = fused::attention_forward(q, kw, vw, scale, c.causal, bf16_products);
+      ASSERT_EQ(got.out.dtype(), DType::f32);
+      for (int64_t i = 0; i < want.out.numel(); ++i) ASSERT_EQ(read_element(got.out, i), read_element(want.out, i)) << i;
+      for (int64_t i = 0; i < want.lse.numel(); ++i) ASSERT_EQ(read_element(got.lse, i), read_element(want.lse, i)) << i;
+      Tensor dout = random_tensor(q.shape(), DType::f32, 24);
+      std::vector<Tensor> g = fused::attention_backward(dout, q, kb, vb, got, scale, c.causal, bf16_products);
+      std::vector<Tensor> gw = fused::attention_backward(dout, q, kw, vw, want, scale, c.causal, bf16_products);
+      ASSERT_EQ(g[1].dtype(), DType::bf16);
+      ASSERT_EQ(g[2].dtype(), DType::bf16);
+      for (int64_t i = 0; i < q.numel(); ++i) ASSERT_EQ(read_element(g[0], i), read_element(gw[0], i)) << "dq " << i;
+      for (int64_t i = 0; i < kb.numel(); ++i) {
+        ASSERT_EQ(read_element(g[1], i), double(float(bfloat16(float(read_element(gw[1], i)))))) << "dk " << i;
+        ASSERT_EQ(read_element(g[2], i), double(float(bfloat16(float(read_element(gw[2], i)))))) << "dv " << i;
+      }
+    }
+    // The slow reference widens them too.
+    fused::AttentionResult ref = fused::reference::attention(q, kb, vb, scale, c.causal);
+    EXPECT_TRUE(all_close(ref.out, fused::attention_forward(q, kb, vb, scale, c.causal).out, 1e-5));
+  }
+  Tensor q = random_tensor({1, 2, 1, 8}, DType::f32, 25), kf = random_tensor({1, 2, 4, 8}, DType::f32, 26);
+  Tensor kb = packed(kf, DType::bf16);
+  expect_error([&] { fused::attention_forward(q, kb, kf, 1, true); }, "k is bfloat16 but q is float32");
+  expect_error([&] { fused::attention_forward(packed(q, DType::bf16), kf, kf, 1, true); }, "k is float32 but q is bfloat16");
+  expect_error([&] { fused::attention_forward(packed(q, DType::f64), kb, kb, 1, true); }, "k is bfloat16 but q is float64");
+}
+
 struct AttnShape {
   int64_t B, H, Hkv, Tq, Tk, D;
   bool causal;

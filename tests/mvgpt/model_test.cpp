@@ -4,6 +4,7 @@
 
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/gpt/hf.h>
 #include <mvgpt/gpt/model.h>
@@ -445,6 +446,33 @@ TEST_P(CacheMatchesFull, TokenByTokenWithinTheWindow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LearnedAndRope, CacheMatchesFull, ::testing::Values(false, true));
+
+// Under the bf16 policy a CPU cache holds bfloat16 keys and values (cache_dtype), which the one-row
+// attention reads in place: decoding token by token stays within bf16's rounding of the full
+// forward under the same policy (whose products round k and v to bfloat16 as well), and as close to
+// it as a float32 cache is.
+TEST(GPT, Bf16CacheDecodesLikeTheFullForward) {
+  using autograd::Precision;
+  Generator g(3);
+  GPT model(tiny(true), &g);
+  NoGradGuard no_grad;
+  const autograd::PrecisionGuard bf16(Precision::bf16);
+  EXPECT_EQ(cache_dtype(DType::f32, Device::cpu()), DType::bf16);
+  EXPECT_EQ(cache_dtype(DType::f64, Device::cpu()), DType::f64);
+  Tensor ids = random_ids(2, 16, 37, 11);
+  Tensor full = model.forward(ids);  // (2, 16, V)
+  auto decode = [&](DType dtype) {
+    KVCache cache(model.config(), 2, 0, dtype);
+    model.forward(ops::narrow(ids, 1, 0, 5), &cache);  // the prompt at once (its k and v widened)
+    std::vector<Tensor> parts;  // then token by token: the one-row kernel
+    for (int64_t t = 5; t < 16; ++t) parts.push_back(model.forward(ops::narrow(ids, 1, t, 1), &cache));
+    EXPECT_EQ(cache.layer(0).dtype(), dtype);
+    return max_abs_diff(ops::cat(parts, 1), ops::narrow(full, 1, 5, 11));
+  };
+  const double with_bf16 = decode(cache_dtype(DType::f32, Device::cpu())), with_f32 = decode(DType::f32);
+  EXPECT_LT(with_bf16, 2e-2);
+  EXPECT_LT(with_bf16, 2 * with_f32 + 1e-3) << "float32 cache: " << with_f32;
+}
 
 TEST(GPT, LearnedPositionsCannotPassTheWindow) {
   Generator g(3);
