@@ -147,6 +147,60 @@ void softmax_rows(T* s, int64_t rows, int64_t ld, int64_t width, const Dims4& d,
   }
 }
 
+template <typename KV>
+inline vec::f32x8 load8_kv(const KV* p) {
+  if constexpr (std::is_same_v<KV, float>) return vec::load8(p);
+  else return vec::load8_widened(p);
+}
+
+// attend_row for float32 rows of D = 8 NV (the common head sizes), the same sums in the same order
+// with the row in registers: the scores four keys at a time (independent sums, so the FMA latency
+// overlaps) and out's sums held in registers across the keys (not stored and reloaded per key).
+// BM_AttentionForward/Tq:1 (16 x 6 heads, 256 keys, float32) 87-91 us against 127-129 on the 2-core
+// Zen 4; in the series' model's decoding, where a token's keys and values come from memory after
+// the weights have streamed through the cache, the attention takes 0.10-0.12 ms a token either way.
+template <int NV, typename KV>
+void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, int64_t hk, int64_t n,
+                          float scale, float* s, float* o, float* lse) {
+  using vec::f32x8;
+  constexpr int64_t D = NV * vec::kVec;
+  f32x8 q[NV];
+  for (int i = 0; i < NV; ++i) q[i] = vec::load8(qr + i * vec::kVec);
+  // q . k as vec::row_dot adds it: sums A over chunks 0, 2, 4..., B over 1, 3, 5..., a last odd chunk into A.
+  auto dot = [&](const KV* kr) {
+    f32x8 a = {}, c = {};
+    for (int i = 0; i + 1 < NV; i += 2) {
+      a += q[i] * load8_kv(kr + i * vec::kVec);
+      c += q[i + 1] * load8_kv(kr + (i + 1) * vec::kVec);
+    }
+    if constexpr (NV % 2 == 1) a += q[NV - 1] * load8_kv(kr + (NV - 1) * vec::kVec);
+    return vec::hsum8(a + c) + 0.0f;  // + the empty tail, as row_dot (a -0 sum becomes +0)
+  };
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float s0 = dot(K.at(b, hk, j)), s1 = dot(K.at(b, hk, j + 1)), s2 = dot(K.at(b, hk, j + 2)),
+                s3 = dot(K.at(b, hk, j + 3));
+    s[j] = scale * s0, s[j + 1] = scale * s1, s[j + 2] = scale * s2, s[j + 3] = scale * s3;
+  }
+  for (; j < n; ++j) s[j] = scale * dot(K.at(b, hk, j));
+  const float m = vec::row_max(s, n);
+  if (n == 0 || m == -INFINITY) {
+    for (int64_t c = 0; c < D; ++c) o[c] = 0;
+    *lse = -INFINITY;
+    return;
+  }
+  const float l = vec::exp_shifted(s, n, m, 1.0f, s);
+  f32x8 acc[NV] = {};
+  for (j = 0; j < n; ++j) {
+    const KV* vr = V.at(b, hk, j);
+    const float p = s[j];
+    for (int i = 0; i < NV; ++i) acc[i] = acc[i] + p * load8_kv(vr + i * vec::kVec);
+  }
+  const float inv = 1.0f / l;
+  for (int i = 0; i < NV; ++i) vec::store8(o + i * vec::kVec, acc[i] * inv);
+  *lse = m + std::log(l);
+}
+
 // One query row by loops: scores by dot products over D, then out = sum_j p_j v_j. Used for
 // single-row blocks (decode), where a GEMM call costs more than the work. KV: T, or bfloat16 with a
 // float32 T (a bf16 KV cache, each element widened as it is read: the values of T's loops over the
@@ -154,6 +208,11 @@ void softmax_rows(T* s, int64_t rows, int64_t ld, int64_t width, const Dims4& d,
 template <typename T, typename KV>
 void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, int64_t hk, int64_t n, int64_t D,
                 T scale, T* s, T* o, T* lse) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (D == 32) return attend_row_registers<4>(qr, K, V, b, hk, n, scale, s, o, lse);
+    if (D == 64) return attend_row_registers<8>(qr, K, V, b, hk, n, scale, s, o, lse);
+    if (D == 128) return attend_row_registers<16>(qr, K, V, b, hk, n, scale, s, o, lse);
+  }
   for (int64_t j = 0; j < n; ++j) {
     const KV* kr = K.at(b, hk, j);
     s[j] = scale * vec::row_dot(qr, kr, D);

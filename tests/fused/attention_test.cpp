@@ -147,7 +147,11 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{1, 2, 1, 1, 13, 8, false},     // decode, non-causal, grouped
                       AttnCase{1, 2, 2, 70, 70, 16, true},    // several query blocks, a 1-row tail
                       AttnCase{1, 2, 1, 130, 150, 8, true},   // several blocks with a cache offset, grouped
-                      AttnCase{1, 1, 1, 129, 129, 4, false}));
+                      AttnCase{1, 1, 1, 129, 129, 4, false},
+                      // decode at the head sizes whose row stays in registers (attend_row_registers):
+                      // keys a multiple of 4 and not, grouped, a 1-row tail after a block
+                      AttnCase{1, 6, 6, 1, 256, 64, true}, AttnCase{2, 4, 2, 1, 7, 32, true},
+                      AttnCase{1, 2, 1, 1, 10, 128, false}, AttnCase{1, 2, 2, 65, 65, 64, true}));
 
 TEST(AttentionKernel, BackwardMatchesFiniteDifferences) {
   // loss = sum(out * R): dq, dk, dv by central differences of the kernel's own forward, in f64.
