@@ -22,6 +22,7 @@ const AttentionKernels& kernels(Device d) {
 
 struct AttentionShapes {
   int64_t B, H, Hkv, Tq, Tk, D;
+  bool kv_bf16;  // bfloat16 k and v with a float32 q (a bf16 KV cache)
 };
 
 AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, double scale,
@@ -37,7 +38,7 @@ AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k
     if (t->dtype() != q.dtype() && !kv_bf16)
       fail(op, std::string(what) + " is " + std::string(dtype_name(t->dtype())) + " but q is " +
                    std::string(dtype_name(q.dtype())) + " (k and v take q's dtype, or both bfloat16 with a float32 q)");
-  AttentionShapes s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+  AttentionShapes s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3), kv_bf16};
   if (k.size(0) != s.B || k.size(3) != s.D)
     fail(op, "k must be [" + std::to_string(s.B) + ", Hkv, Tk, " + std::to_string(s.D) + "] to match q " +
                  to_string(q.shape()) + ", found " + to_string(k.shape()));
@@ -71,7 +72,7 @@ AttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor
   Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, cd, q.device());
   // Decoding from a bf16 KV cache on the CPU: the kernel reads k and v in place; elsewhere they are
   // widened to q's dtype first.
-  const DType kvd = q.device().is_cpu() && s.Tq == 1 && k.dtype() == DType::bf16 && q.dtype() == DType::f32 ? DType::bf16 : cd;
+  const DType kvd = s.kv_bf16 && q.device().is_cpu() && s.Tq == 1 ? DType::bf16 : cd;
   {
     const profile::Span span("attention");
     kernels(q.device())

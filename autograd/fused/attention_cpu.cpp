@@ -228,12 +228,8 @@ void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, 
     const KV* vr = V.at(b, hk, j);
     const T p = s[j];
     int64_t c = 0;
-    if constexpr (std::is_same_v<T, float>) {  // eight at a time (the widening of a bf16 row stops the vectorizer)
-      for (; c + vec::kVec <= D; c += vec::kVec) {
-        if constexpr (std::is_same_v<KV, float>) vec::store8(o + c, vec::load8(o + c) + p * vec::load8(vr + c));
-        else vec::store8(o + c, vec::load8(o + c) + p * vec::load8_widened(vr + c));
-      }
-    }
+    if constexpr (std::is_same_v<T, float>)  // eight at a time (the widening of a bf16 row stops the vectorizer)
+      for (; c + vec::kVec <= D; c += vec::kVec) vec::store8(o + c, vec::load8(o + c) + p * load8_kv(vr + c));
     for (; c < D; ++c) o[c] += p * T(vr[c]);
   }
   const T inv = T(1) / l;
