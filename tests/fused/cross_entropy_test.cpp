@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include <mvgpt/backends/deferred_checks.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
 #include <mvgpt/backends/cpu/fused_common.h>
+
 #include "backends/fused_test_util.h"
 
 namespace mvgpt {
@@ -93,6 +96,38 @@ TEST(CrossEntropyKernel, ExpApproxHelper) {
   EXPECT_EQ(cpu::fused::exp_approx(INFINITY), INFINITY);
   EXPECT_EQ(cpu::fused::exp_approx(0.0f), 1.0f);
   EXPECT_TRUE(std::isnan(cpu::fused::exp_approx(NAN)));
+}
+
+// exp_shifted runs sixteen lanes at a time where the build targets AVX-512 (NOTE [ Sixteen lanes
+// where the CPU has AVX-512 ] in fused_common.h): its values and its sum are those of the eight-lane
+// loop, bit for bit, for every length and tail, specials included. Elsewhere both are that loop.
+TEST(CrossEntropyKernel, ExpShiftedIsTheEightLaneLoopBitForBit) {
+  namespace vec = cpu::fused;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-95.0f, 95.0f);
+  std::vector<float> x(203);
+  for (float& v : x) v = u(rng);
+  x[3] = -INFINITY, x[17] = INFINITY, x[40] = NAN, x[41] = -0.0f, x[100] = 88.5f, x[101] = -87.5f;
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 64, 203}) {
+    const float* xs = x.data() + (n == 203 ? 0 : 42);  // the row with the specials, and one without
+    std::vector<float> got(size_t(n) + 1, -1.0f), want(size_t(n) + 1, -1.0f);
+    const float sum = vec::exp_shifted(xs, n, 1.5f, 0.25f, got.data());
+    vec::f32x8 acc = {};  // the eight-lane loop, written out
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const vec::f32x8 e = vec::exp8(vec::load8(xs + j) - 1.5f);
+      acc += e;
+      vec::store8(want.data() + j, e * 0.25f);
+    }
+    float buf[8];
+    for (int l = 0; l < 8; ++l) buf[l] = j + l < n ? xs[j + l] - 1.5f : -INFINITY;
+    const vec::f32x8 e = vec::exp8(vec::load8(buf));
+    acc += e;
+    for (int l = 0; j + l < n; ++l) want[size_t(j + l)] = e[l] * 0.25f;
+    const float want_sum = vec::hsum8(acc);
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n " << n;
+    EXPECT_TRUE(std::memcmp(&sum, &want_sum, sizeof sum) == 0) << "n " << n << ": " << sum << " vs " << want_sum;
+  }
 }
 
 TEST(CrossEntropyOp, NamesBadTargets) {
