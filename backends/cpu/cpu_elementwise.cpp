@@ -89,6 +89,9 @@ void map_binary_f32x8(const Tensor& a, const Tensor& b, const Tensor& out, F8 f8
     const float* y = bp + off[2];
     if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
       int64_t i = 0;
+#ifdef __AVX512F__
+      for (; i + 2 * kVec <= n; i += 2 * kVec) store16(o + i, f8(load16(x + i), load16(y + i)));  // NOTE [ Sixteen lanes ]
+#endif
       for (; i + kVec <= n; i += kVec) store8(o + i, f8(load8(x + i), load8(y + i)));
       if (i < n) store_partial(o + i, f8(load_partial(x + i, n - i), load_partial(y + i, n - i)), n - i);
     } else {
@@ -102,11 +105,11 @@ void unary_typed(UnaryOp op, const Tensor& x, const Tensor& out, double scalar) 
   const T s = static_cast<T>(scalar);
   if constexpr (std::is_same_v<T, float>) {
     switch (op) {
-      case UnaryOp::exp: return map_unary_f32x8(x, out, [](f32x8 v) { return exp8(v); });
-      case UnaryOp::tanh: return map_unary_f32x8(x, out, [](f32x8 v) { return tanh8(v); });
-      case UnaryOp::sigmoid: return map_unary_f32x8(x, out, [](f32x8 v) { return sigmoid8(v); });
-      case UnaryOp::gelu: return map_unary_f32x8(x, out, [](f32x8 v) { return gelu8(v); });
-      case UnaryOp::silu: return map_unary_f32x8(x, out, [](f32x8 v) { return silu8(v); });
+      case UnaryOp::exp: return map_unary_f32x8(x, out, [](auto v) { return exp_v(v); });
+      case UnaryOp::tanh: return map_unary_f32x8(x, out, [](auto v) { return tanh_v(v); });
+      case UnaryOp::sigmoid: return map_unary_f32x8(x, out, [](auto v) { return sigmoid_v(v); });
+      case UnaryOp::gelu: return map_unary_f32x8(x, out, [](auto v) { return gelu_v(v); });
+      case UnaryOp::silu: return map_unary_f32x8(x, out, [](auto v) { return silu_v(v); });
       default: break;
     }
   }
@@ -144,8 +147,8 @@ void compare_typed(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
 template <typename T>
 void unary_backward_typed(UnaryOp op, const Tensor& x, const Tensor& g, const Tensor& out, double scalar) {
   if constexpr (std::is_same_v<T, float>) {
-    if (op == UnaryOp::gelu) return map_binary_f32x8(x, g, out, [](f32x8 v, f32x8 d) { return d * gelu_grad8(v); });
-    if (op == UnaryOp::silu) return map_binary_f32x8(x, g, out, [](f32x8 v, f32x8 d) { return d * silu_grad8(v); });
+    if (op == UnaryOp::gelu) return map_binary_f32x8(x, g, out, [](auto v, auto d) { return d * gelu_grad_v(v); });
+    if (op == UnaryOp::silu) return map_binary_f32x8(x, g, out, [](auto v, auto d) { return d * silu_grad_v(v); });
   }
   if constexpr (is_math_type<T>) {
     const T s = static_cast<T>(scalar);

@@ -29,19 +29,56 @@ inline f32x8 load_partial(const float* p, int64_t n) {
 }
 inline void store_partial(float* p, f32x8 v, int64_t n) { std::memcpy(p, &v, size_t(n) * sizeof(float)); }
 
+// NOTE [ Sixteen lanes ]
+// The functions below are written once for any lane count: V is f32x8, or f32x16 where the build
+// targets AVX-512 (one zmm register; Zen 5 and the Xeons execute it at full width, Zen 4 in two
+// halves). Every lane runs the same operations whatever the width, so an element's value never
+// depends on whether a pass ran sixteen lanes or eight (the tests compare the two bit for bit):
+// the elementwise maps run sixteen at a time and finish with eight.
+template <typename V>
+struct IntLanes;
+template <>
+struct IntLanes<f32x8> {
+  using type = i32x8;
+};
+template <typename V>
+using int_lanes_t = typename IntLanes<V>::type;
+template <typename V>
+inline V splat_as(float v) {
+  V r;
+  for (size_t l = 0; l < sizeof(V) / sizeof(float); ++l) r[l] = v;
+  return r;
+}
+#ifdef __AVX512F__
+inline constexpr bool kHasWideLanes = true;
+using f32x16 = float __attribute__((vector_size(64)));
+using i32x16 = int32_t __attribute__((vector_size(64)));
+using f32x16_unaligned = float __attribute__((vector_size(64), aligned(4), may_alias));
+template <>
+struct IntLanes<f32x16> {
+  using type = i32x16;
+};
+inline f32x16 load16(const float* p) { return *reinterpret_cast<const f32x16_unaligned*>(p); }
+inline void store16(float* p, f32x16 v) { *reinterpret_cast<f32x16_unaligned*>(p) = v; }
+#else
+inline constexpr bool kHasWideLanes = false;
+#endif
+
 // e^x = 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2) / 2; e^r by its Taylor series to degree 7
 // (truncation error below 6e-9). 2^n is applied in two halves so that n = 128 and subnormal results work.
 // The clamps keep NaN (comparisons with NaN are false), and a NaN then flows through to the result.
-inline f32x8 exp8(f32x8 x) {
-  const f32x8 lo = splat(-104.0f), hi = splat(89.0f);
-  const f32x8 magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  f32x8 xc = x < lo ? lo : x;
+template <typename V>
+inline V exp_v(V x) {
+  using I = int_lanes_t<V>;
+  const V lo = splat_as<V>(-104.0f), hi = splat_as<V>(89.0f);
+  const V magic = splat_as<V>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  V xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
-  f32x8 t = xc * 1.44269504088896341f + magic;
-  f32x8 n = t - magic;
-  f32x8 r = xc - n * 0.693359375f;  // ln 2 split in a part with few bits (exact product) and the rest
+  V t = xc * 1.44269504088896341f + magic;
+  V n = t - magic;
+  V r = xc - n * 0.693359375f;  // ln 2 split in a part with few bits (exact product) and the rest
   r = r - n * -2.12194440e-4f;
-  f32x8 p = splat(1.0f / 5040.0f);
+  V p = splat_as<V>(1.0f / 5040.0f);
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -49,40 +86,45 @@ inline f32x8 exp8(f32x8 x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  i32x8 ni = (i32x8)t - (i32x8)magic;
-  i32x8 half = ni >> 1;
-  f32x8 s1 = (f32x8)((half + 127) << 23);
-  f32x8 s2 = (f32x8)((ni - half + 127) << 23);
+  I ni = (I)t - (I)magic;
+  I half = ni >> 1;
+  V s1 = (V)((half + 127) << 23);
+  V s2 = (V)((ni - half + 127) << 23);
   return p * s1 * s2;
 }
 
 // Small |x|: the Taylor series of tanh to x^13 (error below 5e-9 relative at |x| = 0.4);
 // otherwise 1 - 2 / (e^{2|x|} + 1), which has no cancellation there.
-inline f32x8 tanh8(f32x8 x) {
-  const i32x8 sign = (i32x8)x & int32_t(0x80000000u);
-  const f32x8 ax = (f32x8)((i32x8)x & 0x7fffffff);
-  f32x8 z = x * x;
-  f32x8 p = splat(21844.0f / 6081075.0f);
+template <typename V>
+inline V tanh_v(V x) {
+  using I = int_lanes_t<V>;
+  const I sign = (I)x & int32_t(0x80000000u);
+  const V ax = (V)((I)x & 0x7fffffff);
+  V z = x * x;
+  V p = splat_as<V>(21844.0f / 6081075.0f);
   p = p * z - 1382.0f / 155925.0f;
   p = p * z + 62.0f / 2835.0f;
   p = p * z - 17.0f / 315.0f;
   p = p * z + 2.0f / 15.0f;
   p = p * z - 1.0f / 3.0f;
-  f32x8 small = x + x * z * p;
-  f32x8 big = 1.0f - 2.0f / (exp8(2.0f * ax) + 1.0f);
-  big = (f32x8)((i32x8)big | sign);
-  return ax < splat(0.4f) ? small : big;
+  V small = x + x * z * p;
+  V big = 1.0f - 2.0f / (exp_v(2.0f * ax) + 1.0f);
+  big = (V)((I)big | sign);
+  return ax < splat_as<V>(0.4f) ? small : big;
 }
 
-inline f32x8 sigmoid8(f32x8 x) { return 1.0f / (1.0f + exp8(-x)); }
-inline f32x8 silu8(f32x8 x) { return x * sigmoid8(x); }
+template <typename V>
+inline V sigmoid_v(V x) { return 1.0f / (1.0f + exp_v(-x)); }
+template <typename V>
+inline V silu_v(V x) { return x * sigmoid_v(x); }
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed
 // as x sigmoid(2u) = x / (1 + e^{-2u}), the same function: one exp and one division where tanh8
 // takes an exp, a division and a series (GELU and its backward were 2.3% of a training step). It
 // also keeps its relative accuracy for negative x, where 1 + tanh(u) cancels.
-inline f32x8 gelu8(f32x8 x) {
-  const f32x8 u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + exp8(-2.0f * u));
+template <typename V>
+inline V gelu_v(V x) {
+  const V u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + exp_v(-2.0f * u));
 }
 
 // Their derivatives, for the fused backward ops. GELU' = s + x s (1 - s) 2 k (1 + 3 a x^2) with
@@ -90,18 +132,30 @@ inline f32x8 gelu8(f32x8 x) {
 // and (1 - t^2)/4 = s (1 - s)), and s (1 - s) = e s^2 with e = e^{-2u}, which does not cancel where s
 // is near 1; e stops at e^88, short of float's overflow, so that e s^2 is 0 rather than inf * 0 far
 // left (the comparison keeps a NaN). SiLU' = s (1 + x (1 - s)) with s = sigmoid(x).
-inline f32x8 gelu_grad8(f32x8 x) {
+template <typename V>
+inline V gelu_grad_v(V x) {
   const float k = 0.7978845608028654f, a = 0.044715f;
-  const f32x8 x2 = x * x;
-  f32x8 m = -2.0f * k * (x + a * x2 * x);
-  m = m > 88.0f ? splat(88.0f) : m;
-  const f32x8 e = exp8(m), s = 1.0f / (1.0f + e);
+  const V x2 = x * x;
+  V m = -2.0f * k * (x + a * x2 * x);
+  m = m > 88.0f ? splat_as<V>(88.0f) : m;
+  const V e = exp_v(m), s = 1.0f / (1.0f + e);
   return s + x * (e * s * s) * (2.0f * k) * (1.0f + (3.0f * a) * x2);
 }
-inline f32x8 silu_grad8(f32x8 x) {
-  const f32x8 s = sigmoid8(x);
+template <typename V>
+inline V silu_grad_v(V x) {
+  const V s = sigmoid_v(x);
   return s * (1.0f + x * (1.0f - s));
 }
+
+
+// The eight-lane forms, and with AVX-512 the sixteen-lane ones (NOTE [ Sixteen lanes ]).
+inline f32x8 exp8(f32x8 x) { return exp_v(x); }
+inline f32x8 tanh8(f32x8 x) { return tanh_v(x); }
+inline f32x8 sigmoid8(f32x8 x) { return sigmoid_v(x); }
+inline f32x8 silu8(f32x8 x) { return silu_v(x); }
+inline f32x8 gelu8(f32x8 x) { return gelu_v(x); }
+inline f32x8 gelu_grad8(f32x8 x) { return gelu_grad_v(x); }
+inline f32x8 silu_grad8(f32x8 x) { return silu_grad_v(x); }
 
 // Scalar entry points with the same results as the vector ones.
 inline float exp_fast(float x) { return exp8(splat(x))[0]; }
@@ -118,10 +172,14 @@ template <typename T> inline T gelu_tanh(T x) {
 }
 template <> inline float gelu_tanh(float x) { return gelu8(splat(x))[0]; }
 
-// y[i] = f8(x[i]) over contiguous floats, eight at a time; the tail is zero-padded.
-template <typename F8>
-inline void map8(const float* x, float* y, int64_t n, F8 f8) {
+// y[i] = f(x[i]) over contiguous floats, sixteen at a time where the CPU has AVX-512 (f takes any
+// lane count: NOTE [ Sixteen lanes ]), then eight; the tail is zero-padded.
+template <typename F>
+inline void map8(const float* x, float* y, int64_t n, F f8) {
   int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 2 * kVec <= n; i += 2 * kVec) store16(y + i, f8(load16(x + i)));
+#endif
   for (; i + kVec <= n; i += kVec) store8(y + i, f8(load8(x + i)));
   if (i < n) store_partial(y + i, f8(load_partial(x + i, n - i)), n - i);
 }
