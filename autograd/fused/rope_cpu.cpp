@@ -46,11 +46,20 @@ void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout
   const T* xp = x.data<T>();
   T* op = out.data<T>();
   const int64_t rows = B * H * T_;
+  // Rows in x's memory order. q and k split out of the packed qkv projection (B, T, (H + 2 Hkv) D)
+  // have a token's heads side by side and tokens 3C apart: there the heads go fastest, so one walk
+  // forwards over the projection reads them; head by head, each head was a pass of its own over the
+  // whole projection, 256 bytes of each token's row at a time. In the bf16 training step on a 2-core
+  // AMD EPYC Zen 5 (alternated, three runs each) rope forward took 11.0-13.3 ms against 13.9-14.1;
+  // on a projection that stays in the cache (BM_RopeFromQkv/3) it is slower, 0.34 against 0.21 ms.
+  // Contiguous (B, H, T, D) inputs (the backward's gradients) keep tokens fastest.
+  const bool heads_inner = H > 1 && T_ > 1 && sh < st;
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(D, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t t = r % T_, h = (r / T_) % H, b = r / (T_ * H);
+      const int64_t h = heads_inner ? r % H : (r / T_) % H, t = heads_inner ? (r / H) % T_ : r % T_,
+                    b = r / (T_ * H);
       const T* xr = xp + b * sb + h * sh + t * st;
-      T* o = op + r * D;
+      T* o = op + ((b * H + h) * T_ + t) * D;
       const int64_t tr = (pos_rows == 1 ? 0 : b) * T_ + t;
       const T* c = cos_t.data() + tr * half;
       const T* s = sin_t.data() + tr * half;
