@@ -249,11 +249,25 @@ inline double exp_shifted(const double* x, int64_t n, double shift, double scale
 // NaN (bfloat16::from_float, bit for bit).
 using bf16_u32x8 = uint32_t __attribute__((vector_size(32)));
 using bf16_u16x8 = uint16_t __attribute__((vector_size(16)));
-inline bf16_u16x8 round8_to_bf16(bf16_u32x8 u) {
-  const bf16_u32x8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+// Written once for any lane count (U the uint32 lanes, H the uint16 lanes of the same count).
+template <typename H, typename U>
+inline H round_lanes_to_bf16(U u) {
+  const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const auto nan = ((u & 0x7f800000u) == 0x7f800000u) & ((u & 0x007fffffu) != 0u);
-  return __builtin_convertvector(nan ? (u >> 16) | 0x40u : rounded, bf16_u16x8);
+  return __builtin_convertvector(nan ? (u >> 16) | 0x40u : rounded, H);
 }
+inline bf16_u16x8 round8_to_bf16(bf16_u32x8 u) { return round_lanes_to_bf16<bf16_u16x8>(u); }
+#ifdef __AVX512F__
+// Sixteen at a time (NOTE [ Sixteen lanes where the CPU has AVX-512 ]): the same bits per lane.
+using bf16_u32x16 = uint32_t __attribute__((vector_size(64)));
+using bf16_u16x16 = uint16_t __attribute__((vector_size(32)));
+inline void store16_rounded(bfloat16* out, f32x16 v) {
+  bf16_u32x16 u;
+  std::memcpy(&u, &v, sizeof u);
+  const bf16_u16x16 h = round_lanes_to_bf16<bf16_u16x16>(u);
+  std::memcpy(static_cast<void*>(out), &h, sizeof h);
+}
+#endif
 
 // Eight bfloat16 values widened to float32 (exact: a bfloat16 is the top half of a float32).
 inline f32x8 load8_widened(const bfloat16* p) {
@@ -267,11 +281,14 @@ inline float row_dot(const float* a, const bfloat16* b, int64_t n) {
               [&](int64_t i) { return a[i] * float(b[i]); });
 }
 
-// out[i] = bfloat16(x[i]) for n contiguous floats, eight at a time. A loop of bfloat16(x) does not
+// out[i] = bfloat16(x[i]) for n contiguous floats, sixteen (AVX-512) or eight at a time. A loop of bfloat16(x) does not
 // vectorize.
 inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
   static_assert(sizeof(bfloat16) == sizeof(uint16_t));
   int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 2 * kVec <= n; i += 2 * kVec) store16_rounded(out + i, load16(x + i));
+#endif
   for (; i + kVec <= n; i += kVec) {
     bf16_u32x8 u;
     std::memcpy(&u, x + i, sizeof u);
@@ -285,6 +302,9 @@ inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
 // scaling and a rounding would take two).
 inline void round_to_bf16(const float* x, int64_t n, float scale, bfloat16* out) {
   int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 2 * kVec <= n; i += 2 * kVec) store16_rounded(out + i, load16(x + i) * scale);
+#endif
   for (; i + kVec <= n; i += kVec) {
     const f32x8 y = load8(x + i) * scale;
     bf16_u32x8 u;

@@ -259,7 +259,7 @@ TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
   }
 }
 
-// The bf16 products' operands are rounded eight at a time (fused_common.h): bit for bit the scalar
+// The bf16 products' operands are rounded sixteen (AVX-512) or eight at a time (fused_common.h): bit for bit the scalar
 // bfloat16(x), for ties to even either way, NaNs (signalling ones made quiet), infinities, values
 // that round up to infinity, subnormals and signed zeros, in every lane and in the tail; and so is
 // the scaled rounding (the probabilities' normalization pass).
