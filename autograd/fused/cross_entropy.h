@@ -13,6 +13,13 @@ enum class Reduction : uint8_t { mean, sum, none };
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::mean);
 
+// Differentiable: cross_entropy(linear(x, weight), targets, ignore_index, mean) without the (N, V)
+// logits. x (..., C), weight (V, C), targets (...) int. NOTE [ Linear cross-entropy ]: the logits
+// are made a block of rows at a time, and each block's gradient (softmax - onehot) / count is
+// written at once in the dtype the backward's products take (bfloat16 under the bf16 policy), so a
+// training step reads and writes no float32 logits. Products as linear's under the precision policy.
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100);
+
 namespace fused {
 
 // The raw kernels (no gradient history): logits (N, V) any layout and floating dtype, targets (N)
@@ -25,6 +32,10 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
 // dlogits (N, V) in logits' dtype; 0 rows where ignored.
 Tensor cross_entropy_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                               const CrossEntropyResult& saved, int64_t ignore_index = -100);
+// The same, written into out (N, V): contiguous, in the compute dtype or, for float32 logits, in
+// bfloat16 (the float32 values rounded as ops::to rounds them; on the CPU in the kernel's own pass).
+void cross_entropy_backward_into(const Tensor& out, const Tensor& dlosses, const Tensor& logits,
+                                 const Tensor& targets, const CrossEntropyResult& saved, int64_t ignore_index = -100);
 
 namespace reference {
 // logits (N, V), targets (N): {losses (N), lse (N)} from log_softmax, gather and logsumexp.
@@ -32,7 +43,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 }  // namespace reference
 
 // The kernels of one device, on contiguous float tensors of one dtype and contiguous targets whose
-// entries are classes or ignore_index (out-of-range ones never reach a kernel).
+// entries are classes or ignore_index (out-of-range ones never reach a kernel). The CPU's backward
+// also writes bfloat16 dlogits for float32 logits (cross_entropy_backward_into).
 struct CrossEntropyKernels {
   void (*forward)(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
                   const Tensor& lse);

@@ -1,7 +1,9 @@
 // The CPU kernels of cross-entropy (autograd/fused/cross_entropy.h) over the rows of contiguous logits (N, V): losses and the log-sum-exp forward, and
 // dlogits = (softmax - onehot(target)) * dloss backward. One row per task; the exp is the
 // vectorizable approximation (relative error < 2e-7), which keeps the (N, 10000)-sized loops fast.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
@@ -66,6 +68,34 @@ void cross_entropy_rows_backward(const Tensor& dlosses, const Tensor& logits, co
   });
 }
 
+// The same, into bfloat16 dlogits: each row's float32 values made as above in a row buffer that the
+// cache keeps, then rounded as ops::to rounds them. One pass over memory where the float32 kernel and
+// a conversion take three (NOTE [ Linear cross-entropy ] in cross_entropy.cpp).
+void cross_entropy_rows_backward_bf16(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
+                                      const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const float* xp = logits.data<float>();
+  const float* gp = dlosses.data<float>();
+  const float* sp = lse.data<float>();
+  bfloat16* dp = dlogits.data<bfloat16>();
+  parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(V));
+    for (int64_t n = r0; n < r1; ++n) {
+      bfloat16* d = dp + n * V;
+      const int64_t t = target_at(targets, n);
+      if (t == ignore_index) {
+        std::fill(d, d + V, bfloat16());
+        continue;
+      }
+      const float g = gp[n];
+      vec::exp_shifted(xp + n * V, V, sp[n], g, row.data());  // softmax * g
+      row[size_t(t)] -= g;
+      vec::round_to_bf16(row.data(), V, d);
+    }
+  });
+}
+
 }  // namespace
 
 // Every tensor contiguous; targets already range-checked by the op.
@@ -84,7 +114,9 @@ CrossEntropyKernels cross_entropy_cpu_kernels() {
     const char* op = "cross_entropy_backward (cpu)";
     vec::require_float(logits, op, "logits");
     for (const Tensor* t : {&dlosses, &logits, &targets, &lse, &dlogits}) vec::require_contiguous(*t, op, "every tensor");
-    if (logits.dtype() == DType::f64)
+    if (dlogits.dtype() == DType::bf16 && logits.dtype() == DType::f32)
+      cross_entropy_rows_backward_bf16(dlosses, logits, targets, lse, ignore_index, dlogits);
+    else if (logits.dtype() == DType::f64)
       cross_entropy_rows_backward<double>(dlosses, logits, targets, lse, ignore_index, dlogits);
     else
       cross_entropy_rows_backward<float>(dlosses, logits, targets, lse, ignore_index, dlogits);

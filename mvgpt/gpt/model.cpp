@@ -145,6 +145,13 @@ Tensor GPT::forward(const Tensor& idx, KVCache* cache, bool last_only) const {
   return head(x);
 }
 
+Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
+  if (lm_head && lm_head->lora_A) return nn::CausalLM::loss(idx, targets);  // the adapter's path is Linear's
+  const Tensor x = hidden(idx, nullptr);  // (B, T, C)
+  if (lm_head) lm_head->check_input(x);
+  return linear_cross_entropy(x, lm_head ? lm_head->weight : wte->weight, targets);
+}
+
 Tensor GPT::token_losses(const Tensor& idx, const Tensor& targets, KVCache* cache) const {
   Tensor logits = forward(idx, cache);
   Tensor losses = cross_entropy(reshape(logits, {-1, config_.vocab_size}), reshape(targets, {-1}), -100,

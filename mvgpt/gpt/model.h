@@ -57,7 +57,9 @@ class GPT : public nn::CausalLM {
   Tensor forward(const Tensor& idx, KVCache* cache, bool last_only = false) const;
   // No cache, every position (nn::CausalLM's forward).
   Tensor forward(const Tensor& idx) const override { return forward(idx, nullptr, false); }
-  // loss(idx, targets): nn::CausalLM's, the mean cross-entropy of the logits.
+  // The mean cross-entropy of the logits (nn::CausalLM's), through linear_cross_entropy: the (B, T, V)
+  // logits are never made whole (NOTE [ Linear cross-entropy ]).
+  Tensor loss(const Tensor& idx, const Tensor& targets) const override;
   int64_t block_size() const override { return config_.block_size; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   std::string config_json() const override { return config_.to_json(); }

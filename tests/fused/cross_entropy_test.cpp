@@ -2,11 +2,16 @@
 // target checks (immediate and deferred), and the kernels against the slow reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/deferred_checks.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/cross_entropy.h>
@@ -175,6 +180,117 @@ TEST(CrossEntropyOp, DeferredTargetChecksKeepIgnoreIndexAndReportTheBadOne) {
   EXPECT_NO_THROW(ops::check_deferred_errors());
   fused::cross_entropy_forward(logits, bad_targets, -100);
   EXPECT_EQ(message_of([] { ops::check_deferred_errors(); }), immediate);
+}
+
+TEST(CrossEntropyKernel, Bf16GradientIsTheFloat32OneRoundedBitForBit) {
+  // Rows of a width that leaves a tail after the sixteen- and eight-lane loops, an ignored row.
+  const int64_t N = 5, V = 1003;
+  Tensor logits = random_tensor({N, V}, DType::f32, 41, -9, 9);
+  Tensor targets = Tensor::from_vector(std::vector<int64_t>{0, 1002, -100, 77, 500});
+  const fused::CrossEntropyResult r = fused::cross_entropy_forward(logits, targets);
+  Tensor dl = random_tensor({N}, DType::f32, 42, -3, 3);
+  Tensor got = Tensor::empty({N, V}, DType::bf16);
+  fused::cross_entropy_backward_into(got, dl, logits, targets, r);
+  const Tensor want = ops::to(fused::cross_entropy_backward(dl, logits, targets, r), DType::bf16);
+  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  expect_error([&] { fused::cross_entropy_backward_into(Tensor::empty({N, V}, DType::f64), dl, logits, targets, r); },
+               "out must be contiguous float32 or bfloat16, found float64");
+  expect_error([&] { fused::cross_entropy_backward_into(ops::transpose(Tensor::empty({V, N}, DType::bf16), 0, 1), dl, logits, targets, r); },
+               "out must be contiguous");
+}
+
+// linear_cross_entropy against cross_entropy(linear(x, w), t): the loss and both gradients, for an
+// upstream gradient g. Under the bf16 policy, V = 65,536 makes its blocks at most 32 rows (8 MB of
+// float32 logits: NOTE [ Linear cross-entropy ]), so 37 rows are two blocks, of 19 and 18.
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : values(t)) m = std::max(m, std::abs(v));
+  return m;
+}
+
+struct LossAndGrads {
+  Tensor loss, dx, dw;
+};
+LossAndGrads run_loss(bool fused_path, const Tensor& x, const Tensor& w, const Tensor& t, double g) {
+  Tensor xi = ops::clone(x), wi = ops::clone(w);
+  xi.requires_grad_(true);
+  wi.requires_grad_(true);
+  Tensor loss = fused_path ? linear_cross_entropy(xi, wi, t) : cross_entropy(linear(xi, wi, Tensor()), t);
+  backward(mul(loss, g));
+  return {loss.detach(), xi.grad(), wi.grad()};
+}
+
+std::vector<int64_t> some_targets(int64_t n, int64_t V) {
+  std::vector<int64_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[size_t(i)] = i % 7 == 3 ? -100 : (i * 7919) % V;
+  return t;
+}
+
+TEST(LinearCrossEntropy, IsTheComposition) {
+  const int64_t B = 1, T = 37, C = 8, V = 65536;
+  Tensor x = random_tensor({B, T, C}, DType::f32, 31, -2, 2), w = random_tensor({V, C}, DType::f32, 32);
+  Tensor t = ops::reshape(Tensor::from_vector(some_targets(T, V)), {B, T});
+  for (double g : {1.0, -2.5}) {
+    const LossAndGrads got = run_loss(true, x, w, t, g), want = run_loss(false, x, w, t, g);
+    EXPECT_TRUE(all_close(got.loss, want.loss, 1e-6, 1e-6)) << "g " << g;
+    EXPECT_TRUE(all_close(got.dx, want.dx, 1e-7, 1e-5)) << "g " << g;
+    EXPECT_TRUE(all_close(got.dw, want.dw, 1e-7, 1e-5)) << "g " << g;
+  }
+  // Without a graph: the same loss, and nothing recorded.
+  const Tensor want = run_loss(false, x, w, t, 1).loss;
+  NoGradGuard no_grad;
+  const Tensor got = linear_cross_entropy(x, w, t);
+  EXPECT_FALSE(got.requires_grad());
+  EXPECT_TRUE(all_close(got, want, 1e-6, 1e-6));
+}
+
+TEST(LinearCrossEntropy, UnderTheBf16PolicyIsTheCompositionUnderIt) {
+  // Both round the same float32 gradient of the logits to bfloat16 for the backward's products.
+  const int64_t T = 37, C = 16, V = 65536;
+  Tensor x = random_tensor({T, C}, DType::f32, 33, -2, 2), w = random_tensor({V, C}, DType::f32, 34);
+  Tensor t = Tensor::from_vector(some_targets(T, V));
+  PrecisionGuard bf16(Precision::bf16);
+  for (double g : {1.0, -2.5}) {
+    // For g = 1 the same rounded gradient; otherwise the composition rounds it times g, and
+    // linear_cross_entropy multiplies by g after the products: the same within bf16's precision.
+    // (Within 2e-3 of the largest gradient then: sums of rounded terms cancel.)
+    const LossAndGrads got = run_loss(true, x, w, t, g), want = run_loss(false, x, w, t, g);
+    EXPECT_TRUE(all_close(got.loss, want.loss, 1e-6, 1e-6)) << "g " << g;
+    for (auto [a, b] : {std::pair{got.dx, want.dx}, std::pair{got.dw, want.dw}}) {
+      const double largest = max_abs(b);
+      EXPECT_TRUE(g == 1.0 ? all_close(a, b, 1e-7, 1e-5) : all_close(a, b, 2e-3 * largest, 0)) << "g " << g;
+    }
+  }
+  // And it is bf16: near the float32 loss's gradient at bf16's precision only.
+  const LossAndGrads got = run_loss(true, x, w, t, 1);
+  PrecisionGuard fp32(Precision::fp32);
+  const LossAndGrads exact = run_loss(false, x, w, t, 1);
+  EXPECT_TRUE(all_close(got.dw, exact.dw, 1e-4, 2e-2));
+  EXPECT_FALSE(all_close(got.dw, exact.dw, 1e-7, 1e-5));
+}
+
+TEST(LinearCrossEntropy, AllIgnoredIsNaNLikeTheComposition) {
+  Tensor x = random_tensor({4, 3}, DType::f32, 35), w = random_tensor({5, 3}, DType::f32, 36);
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{-100, -100, -100, -100});
+  const LossAndGrads got = run_loss(true, x, w, t, 1), want = run_loss(false, x, w, t, 1);
+  EXPECT_TRUE(std::isnan(read_element(got.loss, 0)));
+  EXPECT_TRUE(std::isnan(read_element(want.loss, 0)));
+  EXPECT_EQ(values(got.dx), values(want.dx));
+  EXPECT_EQ(values(got.dw), values(want.dw));
+}
+
+TEST(LinearCrossEntropy, Checks) {
+  Tensor x = random_tensor({2, 3, 4}, DType::f32, 37), w = random_tensor({10, 4}, DType::f32, 38);
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+  expect_error([&] { linear_cross_entropy(x, random_tensor({10, 5}, DType::f32, 39), ops::reshape(t, {2, 3})); },
+               "linear_cross_entropy: expected x (..., C) and weight (V, C)");
+  expect_error([&] { linear_cross_entropy(x, w, t); }, "expected targets shaped as x without its last axis");
+  // The row named is the row among all of them, not within a block.
+  Tensor bad = Tensor::from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 12});
+  expect_error([&] { linear_cross_entropy(x, w, ops::reshape(bad, {2, 3})); },
+               "linear_cross_entropy: target 12 at row 5 is out of range for 10 classes");
+  expect_error([&] { linear_cross_entropy(x, w, ops::reshape(ops::to(t, DType::f32), {2, 3})); },
+               "targets must be int32 or int64");
 }
 
 }  // namespace
