@@ -3,6 +3,7 @@
 // vectorizable approximation (relative error < 2e-7), which keeps the (N, 10000)-sized loops fast.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/cpu/fused_common.h>
@@ -44,54 +45,36 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ign
   });
 }
 
-template <typename T>
+// Out: T, or bfloat16 for float32 T: then each row's float32 values are made in a row buffer that
+// the cache keeps and rounded as ops::to rounds them, one pass over memory where the float32 kernel
+// and a conversion take three (NOTE [ Linear cross-entropy ] in cross_entropy.cpp).
+template <typename T, typename Out = T>
 void cross_entropy_rows_backward(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
                                  const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
+  constexpr bool rounded = !std::is_same_v<Out, T>;
+  static_assert(!rounded || (std::is_same_v<T, float> && std::is_same_v<Out, bfloat16>));
   const int64_t N = logits.size(0), V = logits.size(1);
   const T* xp = logits.data<T>();
   const T* gp = dlosses.data<T>();
   const T* sp = lse.data<T>();
-  T* dp = dlogits.data<T>();
+  Out* dp = dlogits.data<Out>();
   parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<T> row;
+    if (rounded) row.resize(size_t(V));
     for (int64_t n = r0; n < r1; ++n) {
-      T* d = dp + n * V;
+      Out* d = dp + n * V;
       const int64_t t = target_at(targets, n);
       if (t == ignore_index) {
-        for (int64_t j = 0; j < V; ++j) d[j] = 0;
+        std::fill(d, d + V, Out());
         continue;
       }
-      const T* x = xp + n * V;
-      const T g = gp[n], l = sp[n];
-      vec::exp_shifted(x, V, l, g, d);  // softmax * g
-      d[t] -= g;
-    }
-  });
-}
-
-// The same, into bfloat16 dlogits: each row's float32 values made as above in a row buffer that the
-// cache keeps, then rounded as ops::to rounds them. One pass over memory where the float32 kernel and
-// a conversion take three (NOTE [ Linear cross-entropy ] in cross_entropy.cpp).
-void cross_entropy_rows_backward_bf16(const Tensor& dlosses, const Tensor& logits, const Tensor& targets,
-                                      const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
-  const int64_t N = logits.size(0), V = logits.size(1);
-  const float* xp = logits.data<float>();
-  const float* gp = dlosses.data<float>();
-  const float* sp = lse.data<float>();
-  bfloat16* dp = dlogits.data<bfloat16>();
-  parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> row;
-    row.resize(size_t(V));
-    for (int64_t n = r0; n < r1; ++n) {
-      bfloat16* d = dp + n * V;
-      const int64_t t = target_at(targets, n);
-      if (t == ignore_index) {
-        std::fill(d, d + V, bfloat16());
-        continue;
-      }
-      const float g = gp[n];
-      vec::exp_shifted(xp + n * V, V, sp[n], g, row.data());  // softmax * g
-      row[size_t(t)] -= g;
-      vec::round_to_bf16(row.data(), V, d);
+      T* out = nullptr;
+      if constexpr (rounded) out = row.data();
+      else out = d;
+      const T g = gp[n];
+      vec::exp_shifted(xp + n * V, V, sp[n], g, out);  // softmax * g
+      out[t] -= g;
+      if constexpr (rounded) vec::round_to_bf16(out, V, d);
     }
   });
 }
@@ -115,7 +98,7 @@ CrossEntropyKernels cross_entropy_cpu_kernels() {
     vec::require_float(logits, op, "logits");
     for (const Tensor* t : {&dlosses, &logits, &targets, &lse, &dlogits}) vec::require_contiguous(*t, op, "every tensor");
     if (dlogits.dtype() == DType::bf16 && logits.dtype() == DType::f32)
-      cross_entropy_rows_backward_bf16(dlosses, logits, targets, lse, ignore_index, dlogits);
+      cross_entropy_rows_backward<float, bfloat16>(dlosses, logits, targets, lse, ignore_index, dlogits);
     else if (logits.dtype() == DType::f64)
       cross_entropy_rows_backward<double>(dlosses, logits, targets, lse, ignore_index, dlogits);
     else
