@@ -8,6 +8,8 @@
 #include <random>
 
 #include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/blas.h>
+#include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/adamw.h>
 #include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/cross_entropy.h>
@@ -140,6 +142,35 @@ void BM_AttentionBackward(benchmark::State& state) {
   set_flops(state, 2.5 * a.forward_flops());  // five products of the forward's size (S, dV, dP, dQ, dK)
 }
 BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The bf16 products of one query block of the attention kernels (NOTE [ bf16 attention ]), on one
+// thread as the kernels run them: 64 query rows against `width` keys, head size 64, dense operands.
+// product: 0 S = Q K^T, 1 O = P V, 2 dV += P^T dO, 3 dP = dO V^T, 4 dQ = dS K, 5 dK += dS^T Q.
+void BM_AttentionBlockProduct(benchmark::State& state) {
+  const int64_t kind = state.range(0), w = state.range(1), R = 64, D = 64;
+  struct Shape6 {
+    bool ta, tb;
+    int64_t M, N, K;
+    float beta;
+  };
+  const Shape6 shapes[] = {{false, true, R, w, D, 0}, {false, false, R, D, w, 0}, {true, false, w, D, R, 1},
+                           {false, true, R, w, D, 0}, {false, false, R, D, w, 0}, {true, false, w, D, R, 1}};
+  const Shape6 s = shapes[kind];
+  Tensor a = ops::to(filled({s.ta ? s.K : s.M, s.ta ? s.M : s.K}), DType::bf16);
+  Tensor b = ops::to(filled({s.tb ? s.N : s.K, s.tb ? s.K : s.N}), DType::bf16);
+  Tensor c = filled({s.M, s.N});
+  const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+  for (auto _ : state)
+    cpu::blas::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data<bfloat16>(), lda, b.data<bfloat16>(), ldb, s.beta,
+                    c.data<float>(), s.N, /*parallel=*/false);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.M * s.N * s.K) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionBlockProduct)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {64, 256}})
+    ->ArgNames({"product", "width"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_CrossEntropyForwardBackward(benchmark::State& state) {
   const int64_t N = 4096, V = 10000;
