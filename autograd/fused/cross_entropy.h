@@ -13,11 +13,12 @@ enum class Reduction : uint8_t { mean, sum, none };
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      Reduction reduction = Reduction::mean);
 
-// Differentiable: cross_entropy(linear(x, weight), targets, ignore_index, mean) without the (N, V)
-// logits. x (..., C), weight (V, C), targets (...) int. NOTE [ Linear cross-entropy ]: the logits
-// are made a block of rows at a time, and each block's gradient (softmax - onehot) / count is
-// written at once in the dtype the backward's products take (bfloat16 under the bf16 policy), so a
-// training step reads and writes no float32 logits. Products as linear's under the precision policy.
+// Differentiable: cross_entropy(linear(x, weight), targets, ignore_index, mean), the logits' gradient
+// (softmax - onehot) / count made with the loss and kept in the dtype the backward's products take
+// (bfloat16 under the bf16 policy) instead of the logits. x (..., C), weight (V, C), targets (...)
+// int. Under the bf16 policy the logits are made a block of rows at a time, so that neither the
+// whole float32 logits nor their float32 gradient are ever held (NOTE [ Linear cross-entropy ]).
+// Products as linear's under the precision policy.
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index = -100);
 
 namespace fused {

@@ -149,7 +149,9 @@ Tensor GPT::loss(const Tensor& idx, const Tensor& targets) const {
   if (lm_head && lm_head->lora_A) return nn::CausalLM::loss(idx, targets);  // the adapter's path is Linear's
   const Tensor x = hidden(idx, nullptr);  // (B, T, C)
   if (lm_head) lm_head->check_input(x);
-  return linear_cross_entropy(x, lm_head ? lm_head->weight : wte->weight, targets);
+  // Rows against targets as the composition pairs them: any targets of B T ids.
+  return linear_cross_entropy(reshape(x, {-1, x.size(-1)}), lm_head ? lm_head->weight : wte->weight,
+                              reshape(targets, {-1}));
 }
 
 Tensor GPT::token_losses(const Tensor& idx, const Tensor& targets, KVCache* cache) const {

@@ -199,15 +199,15 @@ TEST(CrossEntropyKernel, Bf16GradientIsTheFloat32OneRoundedBitForBit) {
                "out must be contiguous");
 }
 
-// linear_cross_entropy against cross_entropy(linear(x, w), t): the loss and both gradients, for an
-// upstream gradient g. Under the bf16 policy, V = 131,072 makes its blocks at most 80 rows (40 MB of
-// float32 logits: NOTE [ Linear cross-entropy ]), so 170 rows are three blocks, of 57, 57 and 56.
 double max_abs(const Tensor& t) {
   double m = 0;
   for (double v : values(t)) m = std::max(m, std::abs(v));
   return m;
 }
 
+// linear_cross_entropy against cross_entropy(linear(x, w), t): the loss and both gradients, for an
+// upstream gradient g. Under the bf16 policy, V = 131,072 makes its blocks at most 80 rows (40 MB of
+// float32 logits: NOTE [ Linear cross-entropy ]), so 170 rows are three blocks, of 57, 57 and 56.
 struct LossAndGrads {
   Tensor loss, dx, dw;
 };
@@ -267,6 +267,19 @@ TEST(LinearCrossEntropy, UnderTheBf16PolicyIsTheCompositionUnderIt) {
   const LossAndGrads exact = run_loss(false, x, w, t, 1);
   EXPECT_TRUE(all_close(got.dw, exact.dw, 1e-4, 2e-2));
   EXPECT_FALSE(all_close(got.dw, exact.dw, 1e-7, 1e-5));
+}
+
+TEST(LinearCrossEntropy, AFrozenWeightGetsNoGradientAndXItsOwn) {
+  // As a frozen classifier under LoRA fine-tuning: only x requires grad.
+  Tensor x = random_tensor({5, 6}, DType::f32, 43), w = random_tensor({9, 6}, DType::f32, 44);
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{0, 8, -100, 3, 3});
+  Tensor xa = ops::clone(x), xb = ops::clone(x);
+  xa.requires_grad_(true);
+  xb.requires_grad_(true);
+  backward(linear_cross_entropy(xa, w, t));
+  backward(cross_entropy(linear(xb, w, Tensor()), t));
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_TRUE(all_close(xa.grad(), xb.grad(), 1e-7, 1e-5));
 }
 
 TEST(LinearCrossEntropy, AllIgnoredIsNaNLikeTheComposition) {

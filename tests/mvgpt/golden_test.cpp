@@ -104,6 +104,11 @@ TEST_P(GoldenPaths, LogitsLossAndEveryGradient) {
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_TRUE(close(p.grad(), g.at("grad." + name), 1e-5, 1e-4)) << name;
   }
+  // And GPT::loss's own gradients (linear_cross_entropy; tied and separate heads among the goldens),
+  // added to the composition's: twice the answer.
+  backward(g.model().loss(inputs(g), targets(g)));
+  for (auto& [name, p] : g.model().named_parameters())
+    EXPECT_TRUE(close(p.grad(), ops::mul(g.at("grad." + name), 2.0), 2e-5, 1e-4)) << "GPT::loss: " << name;
 }
 
 // The largest |a - b| over two tensors, and the relative L2 distance |a - b| / |b|.

@@ -74,6 +74,7 @@ TEST(OpProfile, ATrainingStepShowsEachLayersKernelsInTheirPhase) {
     EXPECT_TRUE(find(r, "forward", op)) << op;
   for (const char* op : {"attention backward", "layer_norm backward", "rope backward", "matmul"})
     EXPECT_TRUE(find(r, "backward", op)) << op;
+  EXPECT_FALSE(find(r, "backward", "cross_entropy backward"));
   const profile::Row* adamw = find(r, "optimizer", "adamw");
   ASSERT_TRUE(adamw);
   EXPECT_EQ(adamw->calls, 1);  // one multi-tensor step for all p.parameters (fused/multi_tensor.h)
