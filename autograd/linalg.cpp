@@ -6,17 +6,8 @@
 namespace mvgpt {
 namespace {
 
-// How a product's passes multiply: the forward's operands as multiplied (bfloat16 copies under the
-// bf16 policy), and the dtype its products (and the backward's) ask for.
-struct Product {
-  bool bf16;
-  Tensor a, b;
-  Product(const Tensor& x, const Tensor& y)
-      : bf16(autograd::detail::bf16_products(x, y)),
-        a(bf16 ? autograd::detail::product_operand(x) : x),
-        b(bf16 ? autograd::detail::product_operand(y) : y) {}
-  std::optional<DType> out() const { return bf16 ? std::optional<DType>(DType::f32) : std::nullopt; }
-};
+using autograd::detail::Product;
+
 // The incoming gradient as the backward's products take it.
 Tensor gradient_operand(const Tensor& g, bool bf16) { return bf16 ? ops::to(g, DType::bf16) : g; }
 

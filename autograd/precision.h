@@ -13,6 +13,7 @@
 // until the outermost guard ends; inputs are cast at each call. A weight is a leaf that requires
 // grad: a view of one (a transpose) is not, and is cast at every call, so models pass the weight
 // itself (linear(x, w) rather than matmul(x, w^T)). fp32 (the default) changes nothing.
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -56,6 +57,16 @@ namespace detail {
 Tensor product_operand(const Tensor& t);
 // Whether products of a and b run in bfloat16 now (bf16 policy, both float32).
 bool bf16_products(const Tensor& a, const Tensor& b);
+// How a product's passes multiply: the forward's operands as multiplied (bfloat16 copies under the
+// bf16 policy), and the dtype its products (and the backward's) ask for. linear, matmul and
+// linear_cross_entropy take their operands through it.
+struct Product {
+  bool bf16;
+  Tensor a, b;
+  Product(const Tensor& x, const Tensor& y)
+      : bf16(bf16_products(x, y)), a(bf16 ? product_operand(x) : x), b(bf16 ? product_operand(y) : y) {}
+  std::optional<DType> out() const { return bf16 ? std::optional<DType>(DType::f32) : std::nullopt; }
+};
 }  // namespace detail
 
 }  // namespace mvgpt::autograd

@@ -205,9 +205,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // upstream gradient of 1; under a no-grad guard only the losses are made.
 // Under the bf16 policy the rows go a block at a time (kLogitsBlockBytes of float32 logits) and the
 // CPU's loss backward rounds its own output (other devices round it after): the float32 gradient
-// never reaches memory, the block is
-// the only float32 logits alive, and what is kept for the backward is the bfloat16 gradient (82 MB
-// here) instead of the float32 logits (164 MB). On the 2-core AMD EPYC Zen 4 a bf16 step's peak
+// never reaches memory, the block is the only float32 logits alive, and what is kept for the
+// backward is the bfloat16 gradient (82 MB here) instead of the float32 logits (164 MB). On the 2-core AMD EPYC Zen 4 a bf16 step's peak
 // memory went from 1,390 to 1,113 MB, its time level (the passes it saves were not what the step
 // waited for). Blocks the cache would hold (8 MB: 205 rows) saved 40 MB more but were multiplied at
 // 385-415 GFLOP/s against 430-440 for 1,024 rows. In float32 it is one block: the gradient is kept in
@@ -234,10 +233,10 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   // Checked once here, so that an error names the row among all N (each block's check then passes).
   const Tensor t2 = fused::checked_targets(op, ops::reshape(targets, {N}), V, ignore_index);  // (N)
   // The operands as linear multiplies them (bfloat16 copies under the bf16 policy).
-  const bool bf16 = autograd::detail::bf16_products(x2, weight);
-  const Tensor xa = bf16 ? autograd::detail::product_operand(x2) : x2;
-  const Tensor wa = bf16 ? autograd::detail::product_operand(weight) : weight;
-  const std::optional<DType> out = bf16 ? std::optional<DType>(DType::f32) : std::nullopt;
+  const autograd::detail::Product p(x2, weight);
+  const bool bf16 = p.bf16;
+  const Tensor &xa = p.a, &wa = p.b;
+  const std::optional<DType> out = p.out();
   const bool grad = needs_grad(x, weight);
   const Tensor scale = mean_scale(t2, ignore_index);  // () float64
   Tensor losses, dlogits, dscale;                     // (N), (N, V), ()
