@@ -6,6 +6,8 @@
 
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/tensor/host_arena.h>
 
 namespace mvgpt::autograd {
 namespace {
@@ -21,6 +23,7 @@ struct PrecisionState {
   Precision precision = Precision::fp32;
   int guards = 0;
   std::vector<CachedCopy> copies;  // a model's few dozen weights: a linear search is enough
+  HostArena arena;                 // the CPU copies made for inference, in the order they are made
 };
 
 PrecisionState& state() {
@@ -47,7 +50,10 @@ PrecisionGuard::PrecisionGuard(Precision p) : previous_(state().precision) {
 PrecisionGuard::~PrecisionGuard() {
   PrecisionState& s = state();
   s.precision = previous_;
-  if (--s.guards == 0) s.copies.clear();
+  if (--s.guards == 0) {
+    s.copies.clear();
+    s.arena = HostArena();  // its chunk lives on only in copies still held elsewhere
+  }
 }
 
 PrecisionChoice choose_precision(std::string_view setting, Device device) {
@@ -64,6 +70,24 @@ PrecisionChoice choose_precision(std::string_view setting, Device device) {
   return {Precision::fp32, "auto: fp32, the device has no native bf16 products (" + where + ")"};
 }
 
+namespace {
+
+// A weight's bfloat16 copy. With grad mode off (decoding, evaluation) a CPU copy goes into the
+// guard's arena, next to the copy made before it (NOTE [ Host arena ] in tensor/host_arena.h): a
+// decoded token then streams the model's copies in the order its forward made them, on huge pages.
+// (One bf16 decoding token of the series' model on the 2-core AMD EPYC Zen 4: see
+// docs/performance.md.) Training re-makes every copy after each optimizer step and its products
+// are bound by arithmetic, not by reading the weights: its copies stay with the caching allocator.
+Tensor bf16_copy(const Tensor& weight) {
+  if (!weight.device().is_cpu() || grad_enabled()) return ops::to(weight, DType::bf16);
+  Tensor copy = Tensor::from_storage(state().arena.storage(size_t(weight.numel()) * dtype_size(DType::bf16)),
+                                     weight.shape(), contiguous_strides(weight.shape()), 0, DType::bf16);
+  ops::copy_(copy, weight);
+  return copy;
+}
+
+}  // namespace
+
 namespace detail {
 
 bool bf16_products(const Tensor& a, const Tensor& b) {
@@ -76,10 +100,10 @@ Tensor product_operand(const Tensor& t) {
   PrecisionState& s = state();
   for (CachedCopy& c : s.copies) {
     if (!same_view(c.source, t)) continue;
-    if (c.version != t.version()) c = {t, t.version(), ops::to(t, DType::bf16)};
+    if (c.version != t.version()) c = {t, t.version(), bf16_copy(t)};
     return c.copy;
   }
-  s.copies.push_back({t, t.version(), ops::to(t, DType::bf16)});
+  s.copies.push_back({t, t.version(), bf16_copy(t)});
   return s.copies.back().copy;
 }
 

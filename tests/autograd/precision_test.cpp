@@ -10,6 +10,7 @@
 #include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/backend.h>
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/tensor/host_arena.h>
 
 namespace mvgpt {
 namespace {
@@ -128,6 +129,33 @@ TEST(Precision, AWeightsCopyFollowsInPlaceUpdates) {
     for (int64_t i = 0; i < before.numel(); ++i) v.push_back(2 * read_element(before, i));
     return v;
   }(), 0, "after the update");
+}
+
+// Inference (grad mode off) makes the CPU copies one after the other in the guard's arena (NOTE
+// [ Host arena ] in tensor/host_arena.h), with the values ops::to gives; a copy held past the guard
+// keeps its memory.
+TEST(Precision, InferenceCopiesLieSideBySide) {
+  Tensor w1 = parameter(uniform({3, 8}, 12)), w2 = parameter(uniform({5, 8}, 13));
+  Tensor kept;
+  {
+    PrecisionGuard bf16(Precision::bf16);
+    NoGradGuard no_grad;
+    const Tensor c1 = autograd::detail::product_operand(w1), c2 = autograd::detail::product_operand(w2);
+    ASSERT_EQ(c1.dtype(), DType::bf16);
+    EXPECT_TRUE(same_values(c1, ops::to(w1.detach(), DType::bf16)));
+    EXPECT_TRUE(same_values(c2, ops::to(w2.detach(), DType::bf16)));
+    const auto* first = static_cast<const std::byte*>(c1.raw_data());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % HostArena::kAlignment, 0u);
+    EXPECT_EQ(static_cast<const std::byte*>(c2.raw_data()), first + HostArena::kAlignment);  // 48 bytes, rounded
+    EXPECT_EQ(autograd::detail::product_operand(w1).raw_data(), c1.raw_data());  // made once
+    kept = c2;
+  }
+  {
+    PrecisionGuard bf16(Precision::bf16);
+    NoGradGuard no_grad;
+    (void)autograd::detail::product_operand(w1);  // a new guard, a new arena
+  }
+  EXPECT_TRUE(same_values(kept, ops::to(w2.detach(), DType::bf16)));
 }
 
 TEST(Precision, ChoosePrecisionFollowsTheDevice) {
