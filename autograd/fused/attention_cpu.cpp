@@ -31,6 +31,7 @@
 // product: the backward's attention took 73-76 ms a step against 83-85; the forward's 39-40 either
 // way (its reads of q, k and v, not the rounding, are what its passes wait for).
 #include <cblas.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cmath>
@@ -409,11 +410,19 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
   // Decoding (one query row) takes the float32 loops and never reads the bf16 buffers: none are made
   // (kb and vb, 64 KB of zeros per task at Tk 256, cost as much as the row's attention).
   const bool products = blk_rows > 1;
-  parallel_for(d.B * d.H * nblocks, 1, [&](int64_t t0, int64_t t1) {
+  // Tasks are (batch, head, query block), in that order. Where there are heads enough to keep every
+  // thread busy (four a thread), a run takes all of a head's blocks: the head's keys and values are
+  // then rounded once, a block's new rows at a time, not again for every block (on the 2-core AMD
+  // EPYC Zen 4, BM_AttentionForward/Tq:256/Tk:256/bf16:1 see docs/performance.md).
+  const int64_t per_run = d.B * d.H >= 4 * int64_t(tbb::this_task_arena::max_concurrency()) ? nblocks : 1;
+  parallel_for(d.B * d.H * nblocks / per_run, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> scratch(size_t(blk_rows * width_max));
     std::vector<bfloat16> qb(products ? size_t(blk_rows * d.D) : 0), pb(products ? size_t(blk_rows * width_max) : 0);
     std::vector<bfloat16> kb(products ? size_t(width_max * d.D) : 0), vb(products ? size_t(width_max * d.D) : 0);
-    for (int64_t task = t0; task < t1; ++task) {
+    // kb and vb hold the first `rounded` rows of kv head (rounded_b, rounded_hk): a head's blocks only
+    // add keys, and the next head of a group reads the same ones.
+    int64_t rounded_b = -1, rounded_hk = -1, rounded = 0;
+    for (int64_t task = r0 * per_run; task < r1 * per_run; ++task) {
       const int64_t blk = task % nblocks, h = (task / nblocks) % d.H, b = task / (nblocks * d.H);
       const int64_t hk = h / d.group;
       const int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, d.Tq - i0);
@@ -431,8 +440,12 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
       }
       float* s = scratch.data();
       round_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb.data());
-      round_rows(K.at(b, hk), K.st, d.D, 0, width, kb.data());
-      round_rows(V.at(b, hk), V.st, d.D, 0, width, vb.data());
+      if (b != rounded_b || hk != rounded_hk) rounded_b = b, rounded_hk = hk, rounded = 0;
+      if (width > rounded) {
+        round_rows(K.at(b, hk), K.st, d.D, rounded, width, kb.data());
+        round_rows(V.at(b, hk), V.st, d.D, rounded, width, vb.data());
+        rounded = width;
+      }
       // S (rows, width) = scale Q_blk K^T.
       product_bf16(false, true, rows, width, d.D, scale, qb.data(), kb.data(), 0, s, width);
       // P = softmax(S) in bfloat16, its normalization and rounding one pass.

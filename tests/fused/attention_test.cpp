@@ -2,6 +2,7 @@
 // loops and finite differences: causal and not, KV-cache offsets (Tq < Tk), decode (Tq = 1), grouped
 // kv heads, strided inputs; the op's checks and dtypes; the kernels against the slow reference.
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <bit>
 #include <cmath>
@@ -214,16 +215,19 @@ TEST(AttentionKernel, Bf16ProductsRoundTheOperandsOfEveryProduct) {
 // and a probability or a dS on a rounding boundary that one side rounds the other way (one term moves
 // by 2^-8 of itself): 1e-3 of the largest value, where bf16 is 2e-2 from exact operands. Causal with
 // a cache offset and grouped heads, not causal, and heads read through strided views of a packed qkv.
+// Each on the pool and on one thread, where one task run spans query blocks and heads (the forward
+// keeps a kv head's rounded rows across them).
 TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
   struct Case {
     int64_t B, H, Hkv, Tq, Tk, D;
     bool causal, packed;
   };
   const Case cases[] = {{1, 4, 2, 130, 140, 16, true, false}, {2, 2, 2, 70, 70, 8, false, false},
-                        {2, 3, 3, 100, 100, 16, true, true}};
+                        {2, 3, 3, 100, 100, 16, true, true}, {4, 8, 2, 130, 140, 16, true, false}};
+  for (const bool one_thread : {false, true})
   for (const Case& c : cases) {
     SCOPED_TRACE("T " + std::to_string(c.Tq) + "/" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
-                 (c.packed ? " packed" : ""));
+                 (c.packed ? " packed" : "") + (one_thread ? " on one thread" : ""));
     const double scale = 0.3;
     Tensor q, k, v;
     if (c.packed) {  // (B, T, 3, H, D) as a linear layer writes it
@@ -243,11 +247,15 @@ TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
     Result got;
     got.out = Tensor::empty({c.B, c.H, c.Tq, c.D}, DType::f32);
     got.lse = Tensor::empty({c.B, c.H, c.Tq}, DType::f32);
-    cpu().forward(q, k, v, scale, c.causal, true, got.out, got.lse);
     got.dq = Tensor::empty(q.shape(), DType::f32);
     got.dk = Tensor::empty(k.shape(), DType::f32);
     got.dv = Tensor::empty(v.shape(), DType::f32);
-    cpu().backward(dout, q, k, v, got.out, got.lse, scale, c.causal, true, got.dq, got.dk, got.dv);
+    auto run = [&] {
+      cpu().forward(q, k, v, scale, c.causal, true, got.out, got.lse);
+      cpu().backward(dout, q, k, v, got.out, got.lse, scale, c.causal, true, got.dq, got.dk, got.dv);
+    };
+    if (one_thread) tbb::task_arena(1).execute(run);
+    else run();
     const std::pair<const Tensor*, const Vec*> pairs[] = {
         {&got.out, &want.out}, {&got.lse, &want.lse}, {&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}};
     const char* names[] = {"out", "lse", "dq", "dk", "dv"};
