@@ -1,5 +1,7 @@
 #include <mvgpt/tensor/allocator.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -94,7 +96,13 @@ void CachingAllocator::empty_cache() {
 
 CpuAllocator::~CpuAllocator() { empty_cache(); }
 
-void* CpuAllocator::allocate_block(size_t size) { return std::aligned_alloc(kAlignment, size); }
+void* CpuAllocator::allocate_block(size_t size) {
+  if (size < kHugePage) return std::aligned_alloc(kAlignment, size);
+  // Sized up to whole 2 MB for aligned_alloc's rule; the pages past `size` are never touched.
+  void* p = std::aligned_alloc(kHugePage, (size + kHugePage - 1) / kHugePage * kHugePage);
+  if (p) (void)madvise(p, size / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: without THP, 4 KB pages
+  return p;
+}
 void CpuAllocator::free_block(void* ptr) { std::free(ptr); }
 void CpuAllocator::out_of_memory(size_t) { throw std::bad_alloc(); }
 

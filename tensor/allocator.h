@@ -92,9 +92,14 @@ class CachingAllocator : public Allocator {
 
 // Host memory aligned to 64 bytes; size classes in 64-byte steps up to 4 KiB. Always caching
 // (std::aligned_alloc needs whole multiples of the alignment, which direct sizes are not).
+// A block of 2 MB or more starts on a 2 MB boundary, and its whole 2 MB pieces are advised as
+// transparent huge pages (madvise(MADV_HUGEPAGE)): the activations and gradients that elementwise
+// ops stream, read without a TLB walk every 4 KB and with prefetchers that do not stop at every
+// page edge. The tail short of 2 MB keeps 4 KB pages, so no block takes more memory than it asks.
 class CpuAllocator final : public CachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;
+  static constexpr size_t kHugePage = size_t(2) << 20;  // x86-64's transparent huge page
   CpuAllocator() : CachingAllocator(kAlignment, kSmallLimit) {}
   ~CpuAllocator() override;
 

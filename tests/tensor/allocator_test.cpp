@@ -1,5 +1,6 @@
-// The CPU allocator: live bytes return to baseline, freed blocks are reused, alignment holds; the
-// caching allocator's direct mode (what compute-sanitizer runs the CUDA allocator in).
+// The CPU allocator: live bytes return to baseline, freed blocks are reused, alignment holds (2 MB
+// for large blocks); the caching allocator's direct mode (what compute-sanitizer runs the CUDA
+// allocator in).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -40,6 +41,18 @@ TEST(Allocator, SizeClassesBoundWaste) {
     EXPECT_GE(r, n);
     EXPECT_LE(double(r), 1.125 * double(n) + 64);
   }
+}
+
+// Blocks of 2 MB or more start on a huge page's boundary (their whole 2 MB pieces advised as
+// transparent huge pages); all of the block is there.
+TEST(Allocator, LargeBlocksStartOnAHugePage) {
+  Tensor big = Tensor::empty({int64_t(3 * CpuAllocator::kHugePage / 4 + 5)}, DType::f32);  // 6 MB and 20 bytes
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.raw_data()) % CpuAllocator::kHugePage, 0u);
+  float* p = big.data<float>();
+  for (int64_t i = 0; i < big.numel(); ++i) p[i] = float(i % 1000);
+  EXPECT_EQ(p[big.numel() - 1], float((big.numel() - 1) % 1000));
+  Tensor small = Tensor::empty({1000}, DType::f32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.raw_data()) % CpuAllocator::kAlignment, 0u);
 }
 
 TEST(Allocator, PeakTracksTheHighWaterMark) {
