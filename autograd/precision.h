@@ -11,9 +11,10 @@
 // and AdamW's state stay float32. A weight's bfloat16 copy is made once per guard and version
 // of the weight (the forward pass, its backward pass and every decoded token reuse it) and kept
 // until the outermost guard ends (with grad mode off, on the CPU, in an arena of huge pages in the
-// order they are made: NOTE [ Host arena ] in tensor/host_arena.h); inputs are cast at each call. A weight is a leaf that requires
-// grad: a view of one (a transpose) is not, and is cast at every call, so models pass the weight
-// itself (linear(x, w) rather than matmul(x, w^T)). fp32 (the default) changes nothing.
+// order they are made: NOTE [ Host arena ] in tensor/host_arena.h); inputs are cast at each call.
+// A weight is a leaf that requires grad: a view of one (a transpose) is not, and is cast at every
+// call, so models pass the weight itself (linear(x, w) rather than matmul(x, w^T)). fp32 (the
+// default) changes nothing.
 #include <optional>
 #include <string>
 #include <string_view>
