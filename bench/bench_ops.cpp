@@ -97,7 +97,8 @@ BENCHMARK(BM_SgemmPeak)->Arg(3072)->ArgName("n")->Unit(benchmark::kMillisecond)-
 // Memory read bandwidth: summing a working set of the given size, again and again. Decoding one
 // token reads every weight once, so bench/compare measures it at the size of the weights (float32:
 // 55 MiB, bf16 copies: 28 MiB, which may sit in a large L3) for the floor under ms/token; 512 MB is
-// far past the caches (DRAM).
+// far past the caches (DRAM). One tensor of 2 MB or more is on huge pages (the CPU allocator), as
+// decoding's weights are (the bf16 copies' arena, tensor/host_arena.h).
 void BM_ReadBandwidth(benchmark::State& state) {
   Tensor a = ops::full({state.range(0) * (int64_t(1) << 20) / 4}, 1.0);  // MiB of float32
   for (auto _ : state) benchmark::DoNotOptimize(ops::sum(a));
