@@ -95,7 +95,8 @@ class CachingAllocator : public Allocator {
 // A block of 2 MB or more starts on a 2 MB boundary, and its whole 2 MB pieces are advised as
 // transparent huge pages (madvise(MADV_HUGEPAGE)): the activations and gradients that elementwise
 // ops stream, read without a TLB walk every 4 KB and with prefetchers that do not stop at every
-// page edge. The tail short of 2 MB keeps 4 KB pages, so no block takes more memory than it asks.
+// page edge. The tail short of 2 MB keeps 4 KB pages, so no block takes more memory than it asks
+// (where THP is in madvise mode; with THP "always" the kernel may back any block with huge pages).
 class CpuAllocator final : public CachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;

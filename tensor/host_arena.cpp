@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <new>
 
@@ -16,7 +17,10 @@ size_t round_up(size_t n, size_t step) { return (n + step - 1) / step * step; }
 
 std::shared_ptr<Storage> HostArena::storage(size_t nbytes) {
   const size_t piece = round_up(std::max<size_t>(nbytes, 1), kAlignment);
-  if (chunk_ && chunk_.use_count() == 1) used_ = 0;  // every piece is gone: start the chunk over
+  if (chunk_ && chunk_.use_count() == 1) {  // every piece is gone: start the chunk over
+    std::atomic_thread_fence(std::memory_order_acquire);  // after the last holder's reads, wherever it ran
+    used_ = 0;
+  }
   if (!chunk_ || used_ + piece > size_) {
     const size_t size = std::max(kChunk, round_up(piece, kHugePage));
     void* p = std::aligned_alloc(kHugePage, size);

@@ -9,8 +9,9 @@
 // with transparent huge pages (madvise(MADV_HUGEPAGE); where THP is off the same memory on 4 KB
 // pages, only slower): what is made in order is read as one stream. A storage keeps its chunk alive,
 // so a piece never outlives its memory; a chunk is freed with its last piece, and reused from its
-// start once only the arena holds it. Who uses it: the bf16 weight copies made for inference
-// (NOTE [ Precision policy ] in autograd/precision.h).
+// start once only the arena holds it. Its chunks are not counted in the CPU allocator's live or peak
+// bytes. Who uses it: the bf16 weight copies made for inference (NOTE [ Precision policy ] in
+// autograd/precision.h).
 #include <cstddef>
 #include <memory>
 
@@ -20,6 +21,13 @@ namespace mvgpt {
 
 class HostArena {
  public:
+  HostArena() = default;
+  // One owner of the bump offset: a copy would hand out the same bytes twice.
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+  HostArena(HostArena&&) = default;
+  HostArena& operator=(HostArena&&) = default;
+
   static constexpr size_t kChunk = size_t(32) << 20;     // a small model's weights in one chunk
   static constexpr size_t kHugePage = size_t(2) << 20;   // x86-64's transparent huge page
   static constexpr size_t kAlignment = 64;               // each piece, as CpuAllocator's blocks
