@@ -62,12 +62,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                   Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
                   Tensor gp = gradient_operand(g, bf16);
                   Tensor dx, dw, db;
+                  if (need_bias) db = ops::sum(g, {0});
                   if (saved_w.defined())  // (N, out) @ (out, in)
                     dx = ops::reshape(ops::matmul(gp, saved_w.unpack("linear"), out_dtype), sx);
                   if (saved_x.defined())  // (out, N) @ (N, in)
                     dw = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(saved_x.unpack("linear"), {rows, in}),
                                      out_dtype);
-                  if (need_bias) db = ops::sum(g, {0});
                   return {dx, dw, db};
                 });
 }
