@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/fused/bias_gelu.h>
 
 namespace mvgpt {
 namespace {
@@ -146,6 +147,15 @@ void BM_GeluBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The MLP's GELU as a bf16 product's operand (fused/bias_gelu.h): bfloat16(gelu(x)) in one pass,
+// against BM_Gelu and then a conversion.
+void BM_GeluRounded(benchmark::State& state) {
+  Tensor a = input({4096, 1536});
+  for (auto _ : state) benchmark::DoNotOptimize(fused::gelu_rounded(a));
+  set_bytes(state, 6.0 * double(a.numel()));
+}
+BENCHMARK(BM_GeluRounded)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // nn.Linear at the MLP's first layer, bias folded into the GEMM.
 void BM_Linear(benchmark::State& state) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
@@ -187,3 +197,4 @@ BENCHMARK(BM_Sum)->Arg(0)->Arg(1)->Arg(2)->ArgName("cols0_rows1_all2")->Unit(ben
 
 }  // namespace
 }  // namespace mvgpt
+

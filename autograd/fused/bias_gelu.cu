@@ -31,6 +31,10 @@ __global__ void bias_gelu_backward_kernel(int64_t n, int64_t C, const T* grad, c
   }
 }
 
+__global__ void gelu_rounded_kernel(int64_t n, const float* x, uint16_t* out) {
+  MVGPT_GRID_STRIDE(i, n) { out[i] = math::float_to_bf16_bits(math::gelu_tanh(x[i])); }
+}
+
 void check(const char* op, std::initializer_list<const Tensor*> ts, const Tensor& x) {
   check_float(x, op);
   for (const Tensor* t : ts) {
@@ -68,10 +72,24 @@ void backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Ten
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 
+void gelu_rounded(const Tensor& x, const Tensor& out) {
+  const char* op = "gelu_rounded (cuda)";
+  require_on(out, x.device(), op);
+  if (!x.is_contiguous() || !out.is_contiguous() || x.dtype() != DType::f32 || out.dtype() != DType::bf16 ||
+      x.numel() != out.numel())
+    throw std::logic_error(std::string(op) + ": a contiguous float32 x and bfloat16 out of its size expected");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  cudaStream_t stream = static_cast<CudaBackend&>(backend_for(x.device())).activate();
+  gelu_rounded_kernel<<<blocks_for(n), kThreads, 0, cuda::counted(stream)>>>(
+      n, ptr<float>(x), mut<uint16_t>(out));
+  MVGPT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 // CUDA's linear runs the GEMM and then a separate bias add (Backend::linear's default), so the bias
 // belongs in this pass.
-BiasGeluKernels bias_gelu_cuda_kernels() { return {false, forward, backward}; }
+BiasGeluKernels bias_gelu_cuda_kernels() { return {false, forward, backward, gelu_rounded}; }
 
 }  // namespace mvgpt::fused

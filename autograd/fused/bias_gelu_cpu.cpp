@@ -2,7 +2,9 @@
 // of backends/elementwise_math.h, each rounded as the separate ops round them.
 #include <stdexcept>
 
+#include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/backends/cpu/vec_math.h>
 #include <mvgpt/backends/elementwise_math.h>
 #include <mvgpt/fused/bias_gelu.h>
 
@@ -52,9 +54,26 @@ void backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Ten
   }
 }
 
+// bfloat16(gelu(x)): the unary GELU kernel's lanes (cpu::gelu_v, lane by lane the same in any
+// width), each rounded as it is stored.
+void gelu_rounded(const Tensor& x, const Tensor& out) {
+  if (!x.is_contiguous() || !out.is_contiguous() || x.dtype() != DType::f32 || out.dtype() != DType::bf16 ||
+      x.numel() != out.numel())
+    throw std::logic_error("gelu_rounded (cpu): a contiguous float32 x and bfloat16 out of its size expected");
+  const float* xp = x.data<float>();
+  bfloat16* o = out.data<bfloat16>();
+  parallel_for(x.numel(), cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+    int64_t i = i0;
+#ifdef __AVX512F__
+    for (; i + 16 <= i1; i += 16) cpu::fused::store16_rounded(o + i, cpu::gelu_v(cpu::load16(xp + i)));
+#endif
+    for (; i < i1; ++i) o[i] = bfloat16(cpu::gelu_v(cpu::splat(xp[i]))[0]);
+  });
+}
+
 }  // namespace
 
 // The CPU's linear folds the bias into its GEMM (backends/cpu/cpu_matmul.cpp).
-BiasGeluKernels bias_gelu_cpu_kernels() { return {true, forward, backward}; }
+BiasGeluKernels bias_gelu_cpu_kernels() { return {true, forward, backward, gelu_rounded}; }
 
 }  // namespace mvgpt::fused

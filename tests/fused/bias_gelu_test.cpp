@@ -7,6 +7,7 @@
 
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/cuda/cuda_backend.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/bias_gelu.h>
@@ -46,6 +47,42 @@ TEST(BiasGelu, LinearGeluIsTheCompositionBitForBitOnTheCpu) {
   }
   EXPECT_TRUE(testing::bitwise_equal(outs[0], outs[1]));
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << "gradient " << i;
+}
+
+// Under bf16 products, gelu_linear rounds the GELU in its own pass; the result and every gradient
+// are still the composition's (the same roundings of the same floats).
+TEST(BiasGelu, GeluLinearIsTheCompositionBitForBitUnderBf16Products) {
+  Tensor x = random_tensor({2, 9, 40}, DType::f32, 8, -4, 4), w = random_tensor({24, 40}, DType::f32, 9);
+  Tensor b = random_tensor({24}, DType::f32, 10), g = random_tensor({2, 9, 24}, DType::f32, 11);
+  for (Precision p : {Precision::bf16, Precision::fp32}) {
+    std::vector<std::vector<Tensor>> grads;
+    std::vector<Tensor> outs;
+    for (bool fused_path : {true, false}) {
+      PrecisionGuard guard(p);
+      Tensor xi = ops::clone(x), wi = ops::clone(w), bi = ops::clone(b);
+      for (Tensor* t : {&xi, &wi, &bi}) t->requires_grad_(true);
+      Tensor y = fused_path ? gelu_linear(xi, wi, bi) : linear(gelu(xi), wi, bi);
+      backward(sum(mul(y, g)));
+      outs.push_back(y.detach());
+      grads.push_back({xi.grad(), wi.grad(), bi.grad()});
+    }
+    EXPECT_TRUE(testing::bitwise_equal(outs[0], outs[1])) << precision_name(p);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << precision_name(p) << " gradient " << i;
+  }
+  // Without gradients (inference), and without a bias.
+  PrecisionGuard guard(Precision::bf16);
+  EXPECT_TRUE(testing::bitwise_equal(gelu_linear(x, w, Tensor()), linear(gelu(x), w, Tensor())));
+}
+
+TEST(BiasGelu, GeluRoundedRoundsTheUnaryGelu) {
+  // Every 16-lane block and a tail, and a transposed view.
+  for (Tensor x : {random_tensor({3, 7, 41}, DType::f32, 12, -9, 9), ops::transpose(random_tensor({6, 5}, DType::f32, 13), 0, 1)}) {
+    Tensor got = fused::gelu_rounded(x);
+    EXPECT_EQ(got.dtype(), DType::bf16);
+    EXPECT_TRUE(testing::bitwise_equal(got, ops::to(ops::gelu(x), DType::bf16)));
+  }
+  expect_error([] { fused::gelu_rounded(random_tensor({4}, DType::f64, 1)); }, "gelu_rounded: x must be float32");
 }
 
 TEST(BiasGelu, ZeroWidthGivesEmptyGradients) {
