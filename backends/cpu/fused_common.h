@@ -262,14 +262,12 @@ inline bf16_u16x8 round8_to_bf16(bf16_u32x8 u) { return round_lanes_to_bf16<bf16
 using bf16_u32x16 = uint32_t __attribute__((vector_size(64)));
 using bf16_u16x16 = uint16_t __attribute__((vector_size(32)));
 inline void store16_rounded(bfloat16* out, f32x16 v) {
-#ifdef __AVX512BF16__
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
   // VCVTNEPS2BF16 (AVX512-BF16) rounds as above in one instruction, NaN and infinity included, but
-  // flushes denormal inputs to zero: a block holding one (rare: |x| < 2^-126) takes the integer
-  // rounding, so every CPU gives the same bits.
+  // flushes denormal inputs to zero: a block holding one (rare: |x| < 2^-126, found by VFPCLASSPS)
+  // takes the integer rounding, so every CPU gives the same bits.
   const __m512 x = reinterpret_cast<__m512>(v);
-  const __mmask16 denormal = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(0x1p-126f), _CMP_LT_OQ) &
-                             _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_OQ);
-  if (denormal == 0) {
+  if (_mm512_fpclass_ps_mask(x, 0x20) == 0) {  // 0x20: denormal
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
     return;
   }
