@@ -156,6 +156,15 @@ void BM_GeluRounded(benchmark::State& state) {
 }
 BENCHMARK(BM_GeluRounded)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Its backward as the first layer's operand: bfloat16(grad * gelu'(x)) and the bias gradient in one
+// pass, against BM_GeluBackward and then a conversion and a column sum (BM_Sum/cols0_rows1_all2:0).
+void BM_GeluBackwardRounded(benchmark::State& state) {
+  Tensor a = input({4096, 1536}), g = input({4096, 1536});
+  for (auto _ : state) benchmark::DoNotOptimize(fused::gelu_backward_rounded(a, g));
+  set_bytes(state, 10.0 * double(a.numel()));
+}
+BENCHMARK(BM_GeluBackwardRounded)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // nn.Linear at the MLP's first layer, bias folded into the GEMM.
 void BM_Linear(benchmark::State& state) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);

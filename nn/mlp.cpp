@@ -1,7 +1,6 @@
 #include <mvgpt/nn/mlp.h>
 
 #include <mvgpt/autograd/ops.h>
-#include <mvgpt/autograd/precision.h>
 #include <mvgpt/fused/bias_gelu.h>
 
 namespace mvgpt::nn {
@@ -14,13 +13,12 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
 
 Tensor MLP::forward(const Tensor& x) const {
   // GPT-2's GELU after a plain c_fc: one fused unit (autograd/fused/bias_gelu.h), where a GPU then
-  // adds the bias inside the GELU's pass; the CPU computes exactly the composition below. Before a
-  // plain c_proj under bf16 products, the GELU's pass writes the bfloat16 operand of c_proj's product
-  // (gelu_linear), the same values.
+  // adds the bias inside the GELU's pass; the CPU computes exactly the composition below. With a
+  // plain c_proj too, the whole MLP is one op, whose passes under bf16 products write the products'
+  // bfloat16 operands (linear_gelu_linear): the same values.
   if (activation == Activation::gelu && !c_fc->lora_A) {
     c_fc->check_input(x);
-    if (!c_proj->lora_A && autograd::detail::bf16_products(x, c_proj->weight))
-      return gelu_linear(c_fc->forward(x), c_proj->weight, c_proj->bias);
+    if (!c_proj->lora_A) return linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
     return c_proj->forward(linear_gelu(x, c_fc->weight, c_fc->bias));
   }
   const Tensor h = c_fc->forward(x);

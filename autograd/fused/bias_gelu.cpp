@@ -5,8 +5,8 @@
 #include <string>
 
 #include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
-#include <mvgpt/autograd/ops.h>      // gelu, linear: linear_gelu's and gelu_linear's compositions
-#include <mvgpt/autograd/precision.h>  // gelu_linear's bf16 products
+#include <mvgpt/autograd/ops.h>        // gelu, linear: linear_gelu's and linear_gelu_linear's compositions
+#include <mvgpt/autograd/precision.h>  // linear_gelu_linear's bf16 products
 #include <mvgpt/fused/unit.h>
 
 namespace mvgpt {
@@ -67,6 +67,21 @@ Tensor gelu_rounded(const Tensor& x) {
   return out;
 }
 
+std::pair<Tensor, Tensor> gelu_backward_rounded(const Tensor& x, const Tensor& grad) {
+  const char* op = "gelu_backward_rounded";
+  require_floating(x, op, "x");
+  if (x.dtype() != DType::f32) fail(op, std::string("x must be float32, found ") + std::string(dtype_name(x.dtype())));
+  if (x.dim() != 2) fail(op, "x must be (N, C), found shape " + to_string(x.shape()));
+  check_grad_like(op, grad, x, "grad");
+  Tensor dx = Tensor::empty(x.shape(), DType::bf16, x.device());
+  Tensor sums = Tensor::empty({x.size(1)}, DType::f32, x.device());
+  if (x.size(1) > 0) {
+    const profile::Span span("gelu_backward_rounded");
+    kernels(x.device()).gelu_backward_rounded(ops::contiguous(x), ops::contiguous(grad), dx, sums);
+  }
+  return {dx, sums};
+}
+
 namespace reference {
 Tensor bias_gelu(const Tensor& x, const Tensor& bias) { return ops::gelu(ops::add(x, bias)); }
 }  // namespace reference
@@ -96,35 +111,55 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias_gelu(linear(x, weight, Tensor()), bias);
 }
 
-Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  // Shapes linear would refuse take the composition, for its message.
-  const bool fits = x.dim() >= 1 && weight.dim() == 2 && x.size(-1) == weight.size(1) && x.device() == weight.device();
-  if (!fits || !autograd::detail::bf16_products(x, weight)) return linear(gelu(x), weight, bias);
+Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
+  // Shapes the layers would refuse take the composition, for its messages.
+  const bool fits = x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.size(1) &&
+                    w2.size(1) == w1.size(0) && x.device() == w1.device() && x.device() == w2.device();
+  if (!fits || !autograd::detail::bf16_products(x, w1) || !autograd::detail::bf16_products(x, w2))
+    return linear(linear_gelu(x, w1, b1), w2, b2);
   const autograd::InternalOps internal;
-  Tensor h = fused::gelu_rounded(x);                             // (..., in) bfloat16
-  Tensor w = autograd::detail::product_operand(weight);        // (out, in) bfloat16
-  Tensor y = ops::linear(h, w, bias, DType::f32);               // (..., out)
-  if (!needs_grad(x, weight, bias)) return y;
-  // The backward of linear and then of gelu, as the composition runs them (autograd/linalg.cpp).
-  return record("gelu_linear", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
-                [sx = SavedTensor(x.requires_grad() ? x : Tensor()), sh = SavedTensor(weight.requires_grad() ? h : Tensor()),
-                 sw = SavedTensor(x.requires_grad() ? w : Tensor()), need_bias = bias.defined() && bias.requires_grad(),
-                 shape = x.shape(), out = weight.size(0), in = weight.size(1)](const Tensor& grad) -> Grads {
-                  const int64_t rows = numel(fused::rows_shape(grad));
-                  Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
-                  Tensor gp = ops::to(g, DType::bf16);
-                  Tensor dx, dw, db;
-                  if (need_bias) db = ops::sum(g, {0});
-                  if (sw.defined()) {
-                    Tensor dh = ops::matmul(gp, sw.unpack("gelu_linear"), DType::f32);  // (N, in)
-                    dx = ops::unary_backward(UnaryOp::gelu, ops::reshape(sx.unpack("gelu_linear"), {rows, in}), dh);
-                    dx = ops::reshape(dx, shape);
-                  }
-                  if (sh.defined())  // (out, N) @ (N, in)
-                    dw = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(sh.unpack("gelu_linear"), {rows, in}),
-                                     DType::f32);
-                  return {dx, dw, db};
-                });
+  const int64_t in = w1.size(1), hidden = w1.size(0), out = w2.size(0);
+  // The forward of linear, gelu and linear under bf16 products (autograd/linalg.cpp), the GELU rounded
+  // in its own pass.
+  Tensor xb = autograd::detail::product_operand(x);     // (..., in) bfloat16
+  Tensor w1b = autograd::detail::product_operand(w1);   // (hidden, in)
+  Tensor w2b = autograd::detail::product_operand(w2);   // (out, hidden)
+  Tensor pre = ops::linear(xb, w1b, b1, DType::f32);      // (..., hidden)
+  Tensor h = fused::gelu_rounded(pre);                    // (..., hidden) bfloat16
+  Tensor y = ops::linear(h, w2b, b2, DType::f32);         // (..., out)
+  if (!needs_grad(x, w1, b1, w2, b2)) return y;
+  const bool need_w1 = w1.requires_grad(), need_x = x.requires_grad();
+  const bool need_b1 = b1.defined() && b1.requires_grad(), need_b2 = b2.defined() && b2.requires_grad();
+  // Below the first layer's outputs a gradient is needed for x, w1 or b1.
+  const bool below = need_x || need_w1 || need_b1;
+  return record(
+      "linear_gelu_linear", std::move(y), {edge_to(x), edge_to(w1), edge_to(b1), edge_to(w2), edge_to(b2)},
+      [sx = SavedTensor(need_w1 ? xb : Tensor()), sw1 = SavedTensor(need_x ? w1b : Tensor()),
+       spre = SavedTensor(below ? pre : Tensor()), sh = SavedTensor(w2.requires_grad() ? h : Tensor()),
+       sw2 = SavedTensor(below ? w2b : Tensor()), need_b1, need_b2, shape = x.shape(), in, hidden,
+       out](const Tensor& grad) -> Grads {
+        const int64_t rows = numel(fused::rows_shape(grad));
+        // The second layer: as linear's backward.
+        Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
+        Tensor gp = ops::to(g, DType::bf16);
+        Tensor dx, dw1, db1, dw2, db2;
+        if (need_b2) db2 = ops::sum(g, {0});
+        if (sh.defined())  // (out, N) @ (N, hidden)
+          dw2 = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(sh.unpack("linear_gelu_linear"), {rows, hidden}),
+                            DType::f32);
+        if (!spre.defined()) return {dx, dw1, db1, dw2, db2};
+        Tensor dh = ops::matmul(gp, sw2.unpack("linear_gelu_linear"), DType::f32);  // (N, hidden)
+        // The GELU's backward, already the first layer's rounded operand, and its bias gradient.
+        auto [dpre, sums] =
+            fused::gelu_backward_rounded(ops::reshape(spre.unpack("linear_gelu_linear"), {rows, hidden}), dh);
+        if (need_b1) db1 = sums;
+        if (sw1.defined())  // (N, hidden) @ (hidden, in)
+          dx = ops::reshape(ops::matmul(dpre, sw1.unpack("linear_gelu_linear"), DType::f32), shape);
+        if (sx.defined())  // (hidden, N) @ (N, in)
+          dw1 = ops::matmul(ops::transpose(dpre, 0, 1), ops::reshape(sx.unpack("linear_gelu_linear"), {rows, in}),
+                            DType::f32);
+        return {dx, dw1, db1, dw2, db2};
+      });
 }
 
 // ---------------------------------------------------------------- the unit's cases
@@ -143,10 +178,11 @@ void add_gradchecks(autograd::OpRegistry& r) {
                          [](const Inputs& x) { return mvgpt::linear_gelu(x[0], x[1], x[2]); }},
                         {"no bias", {gc::input({2, 3}), gc::input({4, 3})},
                          [](const Inputs& x) { return mvgpt::linear_gelu(x[0], x[1], Tensor()); }}});
-  r.add("gelu_linear", {{"(B, T, C) with bias", {gc::input({2, 3, 4}), gc::input({5, 4}), gc::input({5})},
-                         [](const Inputs& x) { return mvgpt::gelu_linear(x[0], x[1], x[2]); }},
-                        {"no bias, transposed input", {gc::transposed({3, 4}), gc::input({2, 4})},
-                         [](const Inputs& x) { return mvgpt::gelu_linear(x[0], x[1], Tensor()); }}});
+  r.add("linear_gelu_linear",
+        {{"(B, T, C) with biases", {gc::input({2, 3, 4}), gc::input({5, 4}), gc::input({5}), gc::input({3, 5}), gc::input({3})},
+          [](const Inputs& x) { return mvgpt::linear_gelu_linear(x[0], x[1], x[2], x[3], x[4]); }},
+         {"no biases, transposed input", {gc::transposed({3, 4}), gc::input({6, 4}), gc::input({2, 6})},
+          [](const Inputs& x) { return mvgpt::linear_gelu_linear(x[0], x[1], Tensor(), x[2], Tensor()); }}});
 }
 
 std::vector<DeviceCase> device_cases() {
@@ -168,12 +204,20 @@ std::vector<DeviceCase> device_cases() {
     Tensor x = uniform_on(d, {37, 96}, DType::f32, 86, -6, 6);
     Tensor xv = ops::transpose(uniform_on(d, {5, 2, 12}, DType::f32, 87, -6, 6), 0, 1);
     return std::vector<Tensor>{ops::to(gelu_rounded(x), DType::f32), ops::to(gelu_rounded(xv), DType::f32)};
-  }, {"gelu_rounded"}, 8e-3}};
+  }, {"gelu_rounded"}, 8e-3},
+          // Rows over several of the CPU's sum blocks, columns with a tail; sums of up to 150 terms.
+          {"gelu_backward_rounded", [](Device d) {
+    Tensor x = uniform_on(d, {150, 37}, DType::f32, 88, -6, 6), g = uniform_on(d, {150, 37}, DType::f32, 89);
+    auto [dx, sums] = gelu_backward_rounded(x, g);
+    return std::vector<Tensor>{ops::to(dx, DType::f32), sums};
+  }, {"gelu_backward_rounded"}, 8e-3}};
 }
 
 }  // namespace
 
-Unit bias_gelu_unit() { return {"bias_gelu", {"forward", "backward", "gelu_rounded"}, add_gradchecks, device_cases}; }
+Unit bias_gelu_unit() {
+  return {"bias_gelu", {"forward", "backward", "gelu_rounded", "gelu_backward_rounded"}, add_gradchecks, device_cases};
+}
 
 }  // namespace fused
 }  // namespace mvgpt

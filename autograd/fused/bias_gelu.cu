@@ -35,6 +35,23 @@ __global__ void gelu_rounded_kernel(int64_t n, const float* x, uint16_t* out) {
   MVGPT_GRID_STRIDE(i, n) { out[i] = math::float_to_bf16_bits(math::gelu_tanh(x[i])); }
 }
 
+// One thread per column walks the rows in order: a warp reads consecutive columns of a row (coalesced)
+// and each sum has one order (deterministic). The MLP's 4C columns (1536 for the series' model) fill
+// a few blocks only; rows in chunks with a second pass would fill the GPU, should it show in a profile.
+__global__ void gelu_backward_rounded_kernel(int64_t N, int64_t C, const float* x, const float* grad, uint16_t* dx,
+                                             float* sums) {
+  MVGPT_GRID_STRIDE(j, C) {
+    double acc = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t at = r * C + j;
+      const float d = grad[at] * math::gelu_tanh_grad(x[at]);
+      dx[at] = math::float_to_bf16_bits(d);
+      acc += double(d);
+    }
+    sums[j] = float(acc);
+  }
+}
+
 void check(const char* op, std::initializer_list<const Tensor*> ts, const Tensor& x) {
   check_float(x, op);
   for (const Tensor* t : ts) {
@@ -86,10 +103,28 @@ void gelu_rounded(const Tensor& x, const Tensor& out) {
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 
+void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx, const Tensor& sums) {
+  const char* op = "gelu_backward_rounded (cuda)";
+  for (const Tensor* t : {&grad, &dx, &sums}) require_on(*t, x.device(), op);
+  const bool fits = x.dim() == 2 && x.is_contiguous() && grad.is_contiguous() && dx.is_contiguous() &&
+                    sums.is_contiguous() && x.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
+                    dx.dtype() == DType::bf16 && sums.dtype() == DType::f32 && grad.shape() == x.shape() &&
+                    dx.shape() == x.shape() && sums.numel() == x.size(1);
+  if (!fits)
+    throw std::logic_error(std::string(op) + ": contiguous float32 x and grad (N, C), bfloat16 dx (N, C) and float32 "
+                           "sums (C) expected");
+  const int64_t N = x.size(0), C = x.size(1);
+  if (C == 0) return;
+  cudaStream_t stream = static_cast<CudaBackend&>(backend_for(x.device())).activate();
+  gelu_backward_rounded_kernel<<<blocks_for(C), kThreads, 0, cuda::counted(stream)>>>(
+      N, C, ptr<float>(x), ptr<float>(grad), mut<uint16_t>(dx), mut<float>(sums));
+  MVGPT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 // CUDA's linear runs the GEMM and then a separate bias add (Backend::linear's default), so the bias
 // belongs in this pass.
-BiasGeluKernels bias_gelu_cuda_kernels() { return {false, forward, backward, gelu_rounded}; }
+BiasGeluKernels bias_gelu_cuda_kernels() { return {false, forward, backward, gelu_rounded, gelu_backward_rounded}; }
 
 }  // namespace mvgpt::fused

@@ -3,7 +3,9 @@
 // [ A fused op is one unit ] in unit.h): the MLP's first layer where the device's GEMM does not fold
 // the bias (CUDA), one pass over the (N, 4C) activations forward and one backward, where a bias add
 // and a GELU took two launches and four passes forward. linear_gelu makes the choice per device;
-// gelu_linear hands the GELU to a bf16 product already rounded.
+// linear_gelu_linear, the whole MLP, hands bf16 products their operands already rounded.
+#include <utility>
+
 #include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
@@ -15,12 +17,13 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias);
 // linear folds it (the CPU: the composition itself, bit for bit) and in bias_gelu's pass elsewhere.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
-// Differentiable: linear(gelu(x), weight, bias), the MLP's activation and second layer. Under bf16
-// products (NOTE [ Precision policy ] in autograd/precision.h) the GELU's pass writes its result
-// already rounded to bfloat16, the operand the product multiplies, and no float32 copy that only
-// the rounding would read; the values and every gradient are the composition's, bit for bit.
-// Elsewhere it is the composition.
-Tensor gelu_linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// Differentiable: the MLP, linear(gelu(linear(x, w1, b1)), w2, b2). Under bf16 products (NOTE
+// [ Precision policy ] in autograd/precision.h) its passes write what the products multiply: the
+// GELU's pass writes c_proj's bfloat16 operand (no float32 activation that only a conversion read),
+// and the GELU's backward writes the first layer's bfloat16 gradient operand with its bias gradient
+// summed in the same pass (no float32 gradient, conversion and sum). The result and every gradient
+// are the composition's, bit for bit on the CPU. Elsewhere, linear(linear_gelu(x, w1, b1), w2, b2).
+Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2);
 
 namespace fused {
 
@@ -31,6 +34,10 @@ Tensor bias_gelu_forward(const Tensor& x, const Tensor& bias);
 Tensor bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bias);
 // gelu_tanh(x) rounded to bfloat16, for x float32 (any layout): bfloat16(gelu(x)) in one pass.
 Tensor gelu_rounded(const Tensor& x);
+// For x and grad float32 (N, C): {bfloat16(grad * gelu_tanh'(x)), the float32 column sums (C) of
+// grad * gelu_tanh'(x)} in one pass: a GELU's backward as the operand of the bf16 products before it,
+// with that layer's bias gradient.
+std::pair<Tensor, Tensor> gelu_backward_rounded(const Tensor& x, const Tensor& grad);
 
 namespace reference {
 // From primitives: ops::gelu(ops::add(x, bias)).
@@ -38,7 +45,8 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias);
 }  // namespace reference
 
 // The kernels of one device: x and grad contiguous (N, C), bias (C), out and dx contiguous (N, C),
-// all float32 or all float64 (gelu_rounded: x float32, out bfloat16, both contiguous).
+// all float32 or all float64 (gelu_rounded and gelu_backward_rounded: float32 in, bfloat16 out and
+// float32 sums, all contiguous).
 // bias_in_product: this device's linear folds the bias into its GEMM, so linear_gelu keeps the bias
 // there (a separate pass would only add one).
 struct BiasGeluKernels {
@@ -46,6 +54,7 @@ struct BiasGeluKernels {
   void (*forward)(const Tensor& x, const Tensor& bias, const Tensor& out);
   void (*backward)(const Tensor& grad, const Tensor& x, const Tensor& bias, const Tensor& dx);
   void (*gelu_rounded)(const Tensor& x, const Tensor& out);
+  void (*gelu_backward_rounded)(const Tensor& x, const Tensor& grad, const Tensor& dx, const Tensor& sums);
 };
 BiasGeluKernels bias_gelu_cpu_kernels();   // bias_gelu_cpu.cpp
 BiasGeluKernels bias_gelu_cuda_kernels();  // bias_gelu.cu (only with the CUDA backend)

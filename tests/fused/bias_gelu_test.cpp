@@ -49,30 +49,65 @@ TEST(BiasGelu, LinearGeluIsTheCompositionBitForBitOnTheCpu) {
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << "gradient " << i;
 }
 
-// Under bf16 products, gelu_linear rounds the GELU in its own pass; the result and every gradient
-// are still the composition's (the same roundings of the same floats).
-TEST(BiasGelu, GeluLinearIsTheCompositionBitForBitUnderBf16Products) {
-  Tensor x = random_tensor({2, 9, 40}, DType::f32, 8, -4, 4), w = random_tensor({24, 40}, DType::f32, 9);
-  Tensor b = random_tensor({24}, DType::f32, 10), g = random_tensor({2, 9, 24}, DType::f32, 11);
+// Under bf16 products, linear_gelu_linear's passes write the products' rounded operands; the result
+// and every gradient are still the composition's (the same roundings of the same floats, the bias
+// sums in ops::sum's order). 150 rows: sums over two full blocks of 64 and a part, groups of 8 and
+// a shorter last one; a hidden width of 44: sixteen-lane, eight-lane and scalar columns.
+TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
+  Tensor x = random_tensor({2, 75, 12}, DType::f32, 8, -2, 2), w1 = random_tensor({44, 12}, DType::f32, 9);
+  Tensor b1 = random_tensor({44}, DType::f32, 10), w2 = random_tensor({20, 44}, DType::f32, 11);
+  Tensor b2 = random_tensor({20}, DType::f32, 12), g = random_tensor({2, 75, 20}, DType::f32, 13);
   for (Precision p : {Precision::bf16, Precision::fp32}) {
     std::vector<std::vector<Tensor>> grads;
     std::vector<Tensor> outs;
     for (bool fused_path : {true, false}) {
       PrecisionGuard guard(p);
-      Tensor xi = ops::clone(x), wi = ops::clone(w), bi = ops::clone(b);
-      for (Tensor* t : {&xi, &wi, &bi}) t->requires_grad_(true);
-      Tensor y = fused_path ? gelu_linear(xi, wi, bi) : linear(gelu(xi), wi, bi);
+      std::vector<Tensor> in = {ops::clone(x), ops::clone(w1), ops::clone(b1), ops::clone(w2), ops::clone(b2)};
+      for (Tensor& t : in) t.requires_grad_(true);
+      Tensor y = fused_path ? linear_gelu_linear(in[0], in[1], in[2], in[3], in[4])
+                            : linear(gelu(linear(in[0], in[1], in[2])), in[3], in[4]);
       backward(sum(mul(y, g)));
       outs.push_back(y.detach());
-      grads.push_back({xi.grad(), wi.grad(), bi.grad()});
+      grads.emplace_back();
+      for (Tensor& t : in) grads.back().push_back(t.grad());
     }
     EXPECT_TRUE(testing::bitwise_equal(outs[0], outs[1])) << precision_name(p);
-    for (size_t i = 0; i < 3; ++i)
+    for (size_t i = 0; i < 5; ++i)
       EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << precision_name(p) << " gradient " << i;
   }
-  // Without gradients (inference), and without a bias.
   PrecisionGuard guard(Precision::bf16);
-  EXPECT_TRUE(testing::bitwise_equal(gelu_linear(x, w, Tensor()), linear(gelu(x), w, Tensor())));
+  // Without gradients (inference), and without biases.
+  EXPECT_TRUE(testing::bitwise_equal(linear_gelu_linear(x, w1, Tensor(), w2, Tensor()),
+                                     linear(gelu(linear(x, w1, Tensor())), w2, Tensor())));
+  // Gradients for some inputs only: the weights (x a constant), and x alone.
+  for (int which : {0, 1}) {
+    std::vector<Tensor> got, want;
+    for (bool fused_path : {true, false}) {
+      Tensor xi = ops::clone(x), w1i = ops::clone(w1), w2i = ops::clone(w2);
+      if (which == 0) w1i.requires_grad_(true), w2i.requires_grad_(true);
+      else xi.requires_grad_(true);
+      Tensor y = fused_path ? linear_gelu_linear(xi, w1i, b1, w2i, b2) : linear(gelu(linear(xi, w1i, b1)), w2i, b2);
+      backward(sum(mul(y, g)));
+      auto& out = fused_path ? got : want;
+      if (which == 0) out = {w1i.grad(), w2i.grad()};
+      else out = {xi.grad()};
+    }
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << which << " " << i;
+  }
+}
+
+TEST(BiasGelu, GeluBackwardRoundedIsTheUnaryBackwardRoundedAndSummed) {
+  Tensor x = random_tensor({150, 44}, DType::f32, 14, -9, 9), g = random_tensor({150, 44}, DType::f32, 15);
+  auto [dx, sums] = fused::gelu_backward_rounded(x, g);
+  const Tensor want = ops::unary_backward(UnaryOp::gelu, x, g, 0);
+  EXPECT_TRUE(testing::bitwise_equal(dx, ops::to(want, DType::bf16)));
+  EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(want, {0})));
+  auto [empty_dx, empty_sums] = fused::gelu_backward_rounded(Tensor::empty({0, 5}, DType::f32), Tensor::empty({0, 5}, DType::f32));
+  EXPECT_EQ(empty_dx.shape(), (Shape{0, 5}));
+  EXPECT_TRUE(testing::bitwise_equal(empty_sums, ops::zeros({5}, DType::f32, Device::cpu())));
+  expect_error([&] { fused::gelu_backward_rounded(x, random_tensor({150, 43}, DType::f32, 1)); }, "gelu_backward_rounded");
+  expect_error([&] { fused::gelu_backward_rounded(ops::reshape(x, {3, 50, 44}), ops::reshape(g, {3, 50, 44})); },
+               "gelu_backward_rounded: x must be (N, C)");
 }
 
 TEST(BiasGelu, GeluRoundedRoundsTheUnaryGelu) {
