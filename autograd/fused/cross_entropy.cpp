@@ -206,13 +206,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // Under the bf16 policy the rows go a block at a time (kLogitsBlockBytes of float32 logits) and the
 // CPU's loss backward rounds its own output (other devices round it after): the float32 gradient
 // never reaches memory, the block is the only float32 logits alive, and what is kept for the
-// backward is the bfloat16 gradient (82 MB here) instead of the float32 logits (164 MB). On the 2-core AMD EPYC Zen 4 a bf16 step's peak
-// memory went from 1,390 to 1,113 MB, its time level (the passes it saves were not what the step
-// waited for). Blocks the cache would hold (8 MB: 205 rows) saved 40 MB more but were multiplied at
+// backward is the bfloat16 gradient (82 MB here) instead of the float32 logits (164 MB). On the
+// 2-core AMD EPYC Zen 4 a bf16 step's peak memory went from 1,390 to 1,113 MB, its time level (the
+// passes it saves were not what the step waited for). Blocks the cache would hold (8 MB: 205 rows) saved 40 MB more but were multiplied at
 // 385-415 GFLOP/s against 430-440 for 1,024 rows. In float32 it is one block: the gradient is kept in
 // float32 either way, and OpenBLAS multiplies 205-row blocks at 172 GFLOP/s against 202 for the whole.
 namespace {
 constexpr int64_t kLogitsBlockBytes = int64_t(40) << 20;  // 4 blocks of 1,024 rows for 16 x 256 tokens, 10,000 classes
+constexpr int64_t kLogitsSliceBytes = int64_t(8) << 20;   // the loss and its gradient: 209 rows of 10,000 classes
 }  // namespace
 
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t ignore_index) {
@@ -248,18 +249,25 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     const int64_t rows = std::min(block, N - r0);
     const Tensor tb = ops::narrow(t2, 0, r0, rows);
     const Tensor logits = ops::linear(ops::narrow(xa, 0, r0, rows), wa, Tensor(), out);  // (rows, V)
-    const fused::CrossEntropyResult r = fused::cross_entropy_forward(logits, tb, ignore_index);
-    if (!losses.defined()) {
-      losses = Tensor::empty({N}, r.losses.dtype(), x.device());
-      if (grad) {
-        dlogits = Tensor::empty({N, V}, bf16 ? DType::bf16 : logits.dtype(), x.device());
-        dscale = ops::to(scale, r.losses.dtype());  // as the composition rounds it: to the losses' dtype
+    // The loss and then its gradient a slice of rows at a time: the gradient's pass finds the slice's
+    // logits in cache, where the loss's pass read them from memory.
+    const int64_t slice = std::max<int64_t>(1, kLogitsSliceBytes / std::max<int64_t>(V * 4, 1));
+    for (int64_t s0 = 0; s0 < rows; s0 += slice) {
+      const int64_t n = std::min(slice, rows - s0);
+      const Tensor ls = ops::narrow(logits, 0, s0, n), ts = ops::narrow(tb, 0, s0, n);
+      const fused::CrossEntropyResult r = fused::cross_entropy_forward(ls, ts, ignore_index);
+      if (!losses.defined()) {
+        losses = Tensor::empty({N}, r.losses.dtype(), x.device());
+        if (grad) {
+          dlogits = Tensor::empty({N, V}, bf16 ? DType::bf16 : logits.dtype(), x.device());
+          dscale = ops::to(scale, r.losses.dtype());  // as the composition rounds it: to the losses' dtype
+        }
       }
+      ops::copy_(ops::narrow(losses, 0, r0 + s0, n), r.losses);
+      if (grad)
+        fused::cross_entropy_backward_into(ops::narrow(dlogits, 0, r0 + s0, n),
+                                           ops::expand(ops::reshape(dscale, {1}), {n}), ls, ts, r, ignore_index);
     }
-    ops::copy_(ops::narrow(losses, 0, r0, rows), r.losses);
-    if (grad)
-      fused::cross_entropy_backward_into(ops::narrow(dlogits, 0, r0, rows),
-                                         ops::expand(ops::reshape(dscale, {1}), {rows}), logits, tb, r, ignore_index);
   }
   Tensor y = ops::mul(ops::sum(losses), ops::to(scale, losses.dtype()));
   if (!grad) return y;
