@@ -206,4 +206,3 @@ BENCHMARK(BM_Sum)->Arg(0)->Arg(1)->Arg(2)->ArgName("cols0_rows1_all2")->Unit(ben
 
 }  // namespace
 }  // namespace mvgpt
-

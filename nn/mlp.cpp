@@ -12,10 +12,10 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-  // GPT-2's GELU after a plain c_fc: one fused unit (autograd/fused/bias_gelu.h), where a GPU then
-  // adds the bias inside the GELU's pass; the CPU computes exactly the composition below. With a
-  // plain c_proj too, the whole MLP is one op, whose passes under bf16 products write the products'
-  // bfloat16 operands (linear_gelu_linear): the same values.
+  // GPT-2's GELU after a plain c_fc: one fused unit (autograd/fused/bias_gelu.h), where a GPU adds
+  // the bias inside the GELU's pass in float32; the CPU computes exactly the composition below. With
+  // a plain c_proj too, the whole MLP is one op, whose passes under bf16 products write the
+  // products' bfloat16 operands (linear_gelu_linear): the same values.
   if (activation == Activation::gelu && !c_fc->lora_A) {
     c_fc->check_input(x);
     if (!c_proj->lora_A) return linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);

@@ -73,6 +73,8 @@ std::pair<Tensor, Tensor> gelu_backward_rounded(const Tensor& x, const Tensor& g
   if (x.dtype() != DType::f32) fail(op, std::string("x must be float32, found ") + std::string(dtype_name(x.dtype())));
   if (x.dim() != 2) fail(op, "x must be (N, C), found shape " + to_string(x.shape()));
   check_grad_like(op, grad, x, "grad");
+  if (grad.dtype() != DType::f32)
+    fail(op, std::string("grad must be float32, found ") + std::string(dtype_name(grad.dtype())));
   Tensor dx = Tensor::empty(x.shape(), DType::bf16, x.device());
   Tensor sums = Tensor::empty({x.size(1)}, DType::f32, x.device());
   if (x.size(1) > 0) {
@@ -112,9 +114,11 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
-  // Shapes the layers would refuse take the composition, for its messages.
+  // Shapes the layers would refuse take the composition, for its messages; so does a hidden width of
+  // 1, whose bias sum ops::sum adds in another order (as a row, not columns).
   const bool fits = x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.size(1) &&
-                    w2.size(1) == w1.size(0) && x.device() == w1.device() && x.device() == w2.device();
+                    w2.size(1) == w1.size(0) && w1.size(0) > 1 && x.device() == w1.device() &&
+                    x.device() == w2.device();
   if (!fits || !autograd::detail::bf16_products(x, w1) || !autograd::detail::bf16_products(x, w2))
     return linear(linear_gelu(x, w1, b1), w2, b2);
   const autograd::InternalOps internal;
@@ -141,9 +145,10 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
         const int64_t rows = numel(fused::rows_shape(grad));
         // The second layer: as linear's backward.
         Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
-        Tensor gp = ops::to(g, DType::bf16);
         Tensor dx, dw1, db1, dw2, db2;
         if (need_b2) db2 = ops::sum(g, {0});
+        if (!sh.defined() && !spre.defined()) return {dx, dw1, db1, dw2, db2};
+        Tensor gp = ops::to(g, DType::bf16);
         if (sh.defined())  // (out, N) @ (N, hidden)
           dw2 = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(sh.unpack("linear_gelu_linear"), {rows, hidden}),
                             DType::f32);
@@ -179,7 +184,8 @@ void add_gradchecks(autograd::OpRegistry& r) {
                         {"no bias", {gc::input({2, 3}), gc::input({4, 3})},
                          [](const Inputs& x) { return mvgpt::linear_gelu(x[0], x[1], Tensor()); }}});
   r.add("linear_gelu_linear",
-        {{"(B, T, C) with biases", {gc::input({2, 3, 4}), gc::input({5, 4}), gc::input({5}), gc::input({3, 5}), gc::input({3})},
+        {{"(B, T, C) with biases",
+          {gc::input({2, 3, 4}), gc::input({5, 4}), gc::input({5}), gc::input({3, 5}), gc::input({3})},
           [](const Inputs& x) { return mvgpt::linear_gelu_linear(x[0], x[1], x[2], x[3], x[4]); }},
          {"no biases, transposed input", {gc::transposed({3, 4}), gc::input({6, 4}), gc::input({2, 6})},
           [](const Inputs& x) { return mvgpt::linear_gelu_linear(x[0], x[1], Tensor(), x[2], Tensor()); }}});

@@ -1,8 +1,10 @@
 // The CUDA kernels of bias + GELU (autograd/fused/bias_gelu.h): one thread per element, the add and
 // then the GELU of backends/elementwise_math.h (the unary GELU kernel's functions), so the forward
-// gives what linear's bias add followed by the GELU kernel gave, in one pass instead of two.
+// gives what linear's bias add followed by the GELU kernel gave, in one pass instead of two; and the
+// GELU and its backward rounded to bfloat16 for bf16 products, the backward with column sums.
 #include <mvgpt/fused/bias_gelu.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -35,20 +37,34 @@ __global__ void gelu_rounded_kernel(int64_t n, const float* x, uint16_t* out) {
   MVGPT_GRID_STRIDE(i, n) { out[i] = math::float_to_bf16_bits(math::gelu_tanh(x[i])); }
 }
 
-// One thread per column walks the rows in order: a warp reads consecutive columns of a row (coalesced)
-// and each sum has one order (deterministic). The MLP's 4C columns (1536 for the series' model) fill
-// a few blocks only; rows in chunks with a second pass would fill the GPU, should it show in a profile.
-__global__ void gelu_backward_rounded_kernel(int64_t N, int64_t C, const float* x, const float* grad, uint16_t* dx,
-                                             float* sums) {
-  MVGPT_GRID_STRIDE(j, C) {
+// The GELU's backward rounded, with column sums: a thread per (column, chunk of kSumRows rows) walks
+// its rows in order (a warp reads consecutive columns of a row: coalesced) into a double partial
+// sum; a second kernel adds each column's partials in chunk order. Deterministic, and the grid
+// covers the rows as well as the columns (the MLP's 4C columns alone fill only a few blocks).
+constexpr int64_t kSumRows = 64;
+
+__global__ void gelu_backward_rounded_kernel(int64_t N, int64_t C, int64_t chunks, const float* x, const float* grad,
+                                             uint16_t* dx, double* partial) {
+  const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= C) return;
+  for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int64_t r1 = min(N, (chunk + 1) * kSumRows);
     double acc = 0;
-    for (int64_t r = 0; r < N; ++r) {
+    for (int64_t r = chunk * kSumRows; r < r1; ++r) {
       const int64_t at = r * C + j;
       const float d = grad[at] * math::gelu_tanh_grad(x[at]);
       dx[at] = math::float_to_bf16_bits(d);
       acc += double(d);
     }
-    sums[j] = float(acc);
+    partial[chunk * C + j] = acc;
+  }
+}
+
+__global__ void sum_partials_kernel(int64_t chunks, int64_t C, const double* partial, float* sums) {
+  MVGPT_GRID_STRIDE(j, C) {
+    double s = 0;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) s += partial[chunk * C + j];
+    sums[j] = float(s);
   }
 }
 
@@ -115,9 +131,17 @@ void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx
                            "sums (C) expected");
   const int64_t N = x.size(0), C = x.size(1);
   if (C == 0) return;
+  const int64_t chunks = (N + kSumRows - 1) / kSumRows;
+  const Tensor partial = Tensor::empty({std::max<int64_t>(chunks, 1), C}, DType::f64, x.device());  // (chunks, C)
   cudaStream_t stream = static_cast<CudaBackend&>(backend_for(x.device())).activate();
-  gelu_backward_rounded_kernel<<<blocks_for(C), kThreads, 0, cuda::counted(stream)>>>(
-      N, C, ptr<float>(x), ptr<float>(grad), mut<uint16_t>(dx), mut<float>(sums));
+  if (chunks > 0) {
+    const dim3 grid(unsigned((C + kThreads - 1) / kThreads), unsigned(std::min<int64_t>(chunks, 65535)));
+    gelu_backward_rounded_kernel<<<grid, kThreads, 0, cuda::counted(stream)>>>(
+        N, C, chunks, ptr<float>(x), ptr<float>(grad), mut<uint16_t>(dx), mut<double>(partial));
+    MVGPT_CUDA_CHECK_LAUNCH();
+  }
+  sum_partials_kernel<<<blocks_for(C), kThreads, 0, cuda::counted(stream)>>>(chunks, C, ptr<double>(partial),
+                                                                            mut<float>(sums));
   MVGPT_CUDA_CHECK_LAUNCH();
 }
 

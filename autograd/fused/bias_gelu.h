@@ -22,7 +22,8 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // GELU's pass writes c_proj's bfloat16 operand (no float32 activation that only a conversion read),
 // and the GELU's backward writes the first layer's bfloat16 gradient operand with its bias gradient
 // summed in the same pass (no float32 gradient, conversion and sum). The result and every gradient
-// are the composition's, bit for bit on the CPU. Elsewhere, linear(linear_gelu(x, w1, b1), w2, b2).
+// are the composition's, bit for bit on the CPU (a hidden width of 1 takes the composition).
+// Elsewhere, linear(linear_gelu(x, w1, b1), w2, b2).
 Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2);
 
 namespace fused {

@@ -56,7 +56,8 @@ using bench::token_ids;
 // The kind a kernel counts as in the summary.
 std::string kind_of(const std::string& op) {
   if (op == "matmul" || op == "linear") return "products";
-  for (const char* fused : {"attention", "layer_norm", "rms_norm", "cross_entropy", "rope", "adamw", "bias_gelu", "gelu_rounded"})
+  for (const char* fused : {"attention", "layer_norm", "rms_norm", "cross_entropy", "rope", "adamw", "bias_gelu",
+                            "gelu_rounded", "gelu_backward_rounded"})
     if (op.starts_with(fused)) return "fused units";
   if (op == "convert") return "conversions";
   if (op.starts_with("copy") || op == "concat" || op == "fill") return "copies";

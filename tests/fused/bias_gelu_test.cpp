@@ -79,21 +79,32 @@ TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
   // Without gradients (inference), and without biases.
   EXPECT_TRUE(testing::bitwise_equal(linear_gelu_linear(x, w1, Tensor(), w2, Tensor()),
                                      linear(gelu(linear(x, w1, Tensor())), w2, Tensor())));
-  // Gradients for some inputs only: the weights (x a constant), and x alone.
-  for (int which : {0, 1}) {
-    std::vector<Tensor> got, want;
-    for (bool fused_path : {true, false}) {
-      Tensor xi = ops::clone(x), w1i = ops::clone(w1), w2i = ops::clone(w2);
-      if (which == 0) w1i.requires_grad_(true), w2i.requires_grad_(true);
-      else xi.requires_grad_(true);
-      Tensor y = fused_path ? linear_gelu_linear(xi, w1i, b1, w2i, b2) : linear(gelu(linear(xi, w1i, b1)), w2i, b2);
+  // Gradients for some inputs only (each set its own node's early exits): the weights, x, b1, b2, w2.
+  for (const std::vector<int>& wanted : std::vector<std::vector<int>>{{1, 3}, {0}, {2}, {4}, {3}}) {
+    std::vector<std::vector<Tensor>> got(2);
+    for (int path = 0; path < 2; ++path) {
+      std::vector<Tensor> in = {ops::clone(x), ops::clone(w1), ops::clone(b1), ops::clone(w2), ops::clone(b2)};
+      for (int i : wanted) in[size_t(i)].requires_grad_(true);
+      Tensor y = path == 0 ? linear_gelu_linear(in[0], in[1], in[2], in[3], in[4])
+                           : linear(gelu(linear(in[0], in[1], in[2])), in[3], in[4]);
       backward(sum(mul(y, g)));
-      auto& out = fused_path ? got : want;
-      if (which == 0) out = {w1i.grad(), w2i.grad()};
-      else out = {xi.grad()};
+      for (int i : wanted) got[size_t(path)].push_back(in[size_t(i)].grad());
     }
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << which << " " << i;
+    for (size_t i = 0; i < wanted.size(); ++i)
+      EXPECT_TRUE(testing::bitwise_equal(got[0][i], got[1][i])) << "input " << wanted[i] << " of " << wanted.size();
   }
+  // A hidden width of 1 takes the composition (ops::sum adds one column as a row, in another order).
+  const Tensor w1n = random_tensor({1, 12}, DType::f32, 16), b1n = random_tensor({1}, DType::f32, 17);
+  const Tensor w2n = random_tensor({20, 1}, DType::f32, 18);
+  std::vector<std::vector<Tensor>> narrow(2);
+  for (int path = 0; path < 2; ++path) {
+    Tensor w = ops::clone(w1n), b = ops::clone(b1n);
+    w.requires_grad_(true), b.requires_grad_(true);
+    Tensor y = path == 0 ? linear_gelu_linear(x, w, b, w2n, b2) : linear(gelu(linear(x, w, b)), w2n, b2);
+    backward(sum(mul(y, g)));
+    narrow[size_t(path)] = {w.grad(), b.grad()};
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(testing::bitwise_equal(narrow[0][i], narrow[1][i])) << i;
 }
 
 TEST(BiasGelu, GeluBackwardRoundedIsTheUnaryBackwardRoundedAndSummed) {
@@ -102,17 +113,22 @@ TEST(BiasGelu, GeluBackwardRoundedIsTheUnaryBackwardRoundedAndSummed) {
   const Tensor want = ops::unary_backward(UnaryOp::gelu, x, g, 0);
   EXPECT_TRUE(testing::bitwise_equal(dx, ops::to(want, DType::bf16)));
   EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(want, {0})));
-  auto [empty_dx, empty_sums] = fused::gelu_backward_rounded(Tensor::empty({0, 5}, DType::f32), Tensor::empty({0, 5}, DType::f32));
+  const Tensor none = Tensor::empty({0, 5}, DType::f32);
+  auto [empty_dx, empty_sums] = fused::gelu_backward_rounded(none, none);
   EXPECT_EQ(empty_dx.shape(), (Shape{0, 5}));
   EXPECT_TRUE(testing::bitwise_equal(empty_sums, ops::zeros({5}, DType::f32, Device::cpu())));
-  expect_error([&] { fused::gelu_backward_rounded(x, random_tensor({150, 43}, DType::f32, 1)); }, "gelu_backward_rounded");
+  expect_error([&] { fused::gelu_backward_rounded(x, random_tensor({150, 43}, DType::f32, 1)); },
+               "gelu_backward_rounded");
+  expect_error([&] { fused::gelu_backward_rounded(x, ops::to(g, DType::bf16)); },
+               "gelu_backward_rounded: grad must be float32");
   expect_error([&] { fused::gelu_backward_rounded(ops::reshape(x, {3, 50, 44}), ops::reshape(g, {3, 50, 44})); },
                "gelu_backward_rounded: x must be (N, C)");
 }
 
 TEST(BiasGelu, GeluRoundedRoundsTheUnaryGelu) {
   // Every 16-lane block and a tail, and a transposed view.
-  for (Tensor x : {random_tensor({3, 7, 41}, DType::f32, 12, -9, 9), ops::transpose(random_tensor({6, 5}, DType::f32, 13), 0, 1)}) {
+  for (Tensor x : {random_tensor({3, 7, 41}, DType::f32, 12, -9, 9),
+                   ops::transpose(random_tensor({6, 5}, DType::f32, 13), 0, 1)}) {
     Tensor got = fused::gelu_rounded(x);
     EXPECT_EQ(got.dtype(), DType::bf16);
     EXPECT_TRUE(testing::bitwise_equal(got, ops::to(ops::gelu(x), DType::bf16)));
