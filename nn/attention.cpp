@@ -94,24 +94,32 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
     k = k_norm->forward(k);
   }
 
-  if (config.rope) {
-    Tensor pos = positions;
-    if (!pos.defined()) {
-      const double first = cache ? double(cache->length()) : 0.0;
-      pos = arange(first, first + double(T), 1, DType::i64, x.device());
-    }
-    q = rope(q, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
-    k = rope(k, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
-  }
-  if (cache) {
-    cache->append(k, v);
-    k = cache->keys();  // (B, Hkv, L, D)
-    v = cache->values();
-  }
   // The fused kernel has no dropout mask: training with dropout takes the reference path.
   const double p = is_training() ? config.dropout : 0.0;
-  Tensor y = use_fused && p == 0 ? attend_fused(q, k, v, config.causal)
-                                 : attend_reference(q, k, v, p, config.causal);  // (B, H, T, D)
+  Tensor pos = positions;
+  if (config.rope && !pos.defined()) {
+    const double first = cache ? double(cache->length()) : 0.0;
+    pos = arange(first, first + double(T), 1, DType::i64, x.device());
+  }
+  Tensor y;  // (B, H, T, D)
+  if (config.rope && !cache && use_fused && p == 0) {
+    // Without a cache the rotation goes inside the attention (rotary_attention: the CPU's bf16
+    // kernels rotate q and k as they round them).
+    check_heads(q, k, v, "CausalSelfAttention::forward");
+    y = rotary_attention(q, k, v, pos, config.rope_base, config.rope_layout, config.rope_position_scale,
+                         1.0 / std::sqrt(double(D)), config.causal);
+  } else {
+    if (config.rope) {
+      q = rope(q, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
+      k = rope(k, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
+    }
+    if (cache) {
+      cache->append(k, v);
+      k = cache->keys();  // (B, Hkv, L, D)
+      v = cache->values();
+    }
+    y = use_fused && p == 0 ? attend_fused(q, k, v, config.causal) : attend_reference(q, k, v, p, config.causal);
+  }
   y = reshape(transpose(y, 1, 2), {B, T, C});
   return dropout(c_proj->forward(y), p);
 }

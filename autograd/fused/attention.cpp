@@ -5,10 +5,13 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 
+#include <mvgpt/autograd/engine.h>   // backward: the bf16 device case
 #include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
 #include <mvgpt/autograd/precision.h>
+#include <mvgpt/fused/rope.h>  // rotary_attention's composition and table
 #include <mvgpt/fused/unit.h>
 
 namespace mvgpt {
@@ -161,6 +164,59 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
                 });
 }
 
+Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
+                        RopeLayout layout, double position_scale, double scale, bool causal) {
+  const char* op = "rotary_attention";
+  const auto compose = [&] {
+    return attention(rope(q, positions, base, layout, position_scale), rope(k, positions, base, layout, position_scale),
+                     v, scale, causal);
+  };
+  // The kernels' case: float32 q, k, v of one length T under bf16 products, T shared positions.
+  const bool kernel_case = q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.dtype() == DType::f32 &&
+                           k.dtype() == DType::f32 && v.dtype() == DType::f32 && q.size(2) == k.size(2) &&
+                           q.size(3) > 0 && q.size(3) % 2 == 0 && positions.dim() == 1 &&
+                           positions.size(0) == q.size(2) && positions.device() == q.device() &&
+                           (positions.dtype() == DType::i32 || positions.dtype() == DType::i64) && base > 0 &&
+                           position_scale > 0 && std::isfinite(position_scale) &&
+                           autograd::detail::bf16_products(q, k);
+  const fused::AttentionKernels& kernels = fused::kernels(q.device());
+  if (!kernel_case || !kernels.forward_rotary) return compose();
+  const fused::AttentionShapes s = fused::check_attention(op, q, k, v, scale, causal);
+  const autograd::InternalOps internal;
+  const Tensor pos = ops::contiguous(positions);
+  auto table = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, false, position_scale));
+  Tensor out = Tensor::empty(q.shape(), DType::f32, q.device());
+  Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
+  {
+    const profile::Span span("attention");
+    kernels.forward_rotary(fused::prepared_heads(q, DType::f32), fused::prepared_heads(k, DType::f32),
+                           fused::prepared_heads(v, DType::f32), scale, causal, *table, layout, out, lse);
+  }
+  if (!needs_grad(q, k, v)) return out;
+  auto inverse = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, true, position_scale));
+  Tensor saved_out = out;
+  return record(op, std::move(out), {edge_to(q), edge_to(k), edge_to(v)},
+                [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(saved_out),
+                 sl = SavedTensor(lse), table, inverse, layout, scale, causal](const Tensor& g) -> Grads {
+                  const char* op = "rotary_attention";
+                  const Tensor q = sq.unpack(op), k = sk.unpack(op), v = sv.unpack(op);
+                  fused::check_grad_like(op, g, q, "grad");
+                  Tensor dq = Tensor::empty(q.shape(), DType::f32, q.device());
+                  Tensor dk = Tensor::empty(k.shape(), DType::f32, q.device());
+                  Tensor dv = Tensor::empty(v.shape(), DType::f32, q.device());
+                  {
+                    const profile::Span span("attention backward");
+                    fused::kernels(q.device())
+                        .backward_rotary(fused::prepared_heads(g, DType::f32), fused::prepared_heads(q, DType::f32),
+                                         fused::prepared_heads(k, DType::f32), fused::prepared_heads(v, DType::f32),
+                                         fused::prepared_heads(so.unpack(op), DType::f32),
+                                         ops::contiguous(sl.unpack(op)), scale, causal, *table, *inverse, layout, dq,
+                                         dk, dv);
+                  }
+                  return {dq, dk, dv};
+                });
+}
+
 // ---------------------------------------------------------------- the unit's cases
 
 namespace fused {
@@ -176,6 +232,13 @@ void add_gradchecks(autograd::OpRegistry& r) {
                       {"causal, fewer queries, transposed v", {gc::input({1, 1, 2, 2}), gc::input({1, 1, 3, 2}),
                                                                 gc::transposed({1, 1, 3, 2})},
                        [](const Inputs& x) { return mvgpt::attention(x[0], x[1], x[2], 1.0, true); }}});
+  // In float64 the composition (the kernels' case is bf16 products); its cases are in attention_test.cpp.
+  r.add("rotary_attention",
+        {{"causal, grouped heads, interleaved",
+          {gc::input({1, 2, 3, 4}), gc::input({1, 1, 3, 4}), gc::input({1, 1, 3, 4})}, [](const Inputs& x) {
+            const Tensor positions = Tensor::from_vector(std::vector<int64_t>{2, 3, 4}, Shape{3});
+            return mvgpt::rotary_attention(x[0], x[1], x[2], positions, 100, RopeLayout::interleaved, 0.5, 0.5, true);
+          }}});
 }
 
 std::vector<DeviceCase> device_cases() {
@@ -219,12 +282,27 @@ std::vector<DeviceCase> device_cases() {
     }
     return r;
   }, {"forward", "backward"}, 1e-4});
+  // Under bf16 products: the CPU's rotary kernels, and where a device has none, rope then attention.
+  // The bf16 roundings of two routes may differ by a bfloat16 ulp, hence the tolerance.
+  cases.push_back({"rotary_attention_bf16", [](Device d) {
+    const autograd::PrecisionGuard bf16(autograd::Precision::bf16);
+    Tensor q = uniform_on(d, {2, 4, 70, 16}, DType::f32, 97, -1, 1);
+    Tensor k = uniform_on(d, {2, 2, 70, 16}, DType::f32, 98, -1, 1);
+    Tensor v = uniform_on(d, {2, 2, 70, 16}, DType::f32, 99);
+    Tensor pos = arange(3, 73, 1, DType::i64, d);
+    for (Tensor* t : {&q, &k, &v}) t->requires_grad_(true);
+    Tensor y = rotary_attention(q, k, v, pos, 10000, RopeLayout::split_half, 1.0, 0.25, true);
+    backward(sum(mul(y, uniform_on(d, {2, 4, 70, 16}, DType::f32, 100))));
+    return std::vector<Tensor>{y.detach(), q.grad(), k.grad(), v.grad()};
+  }, {"forward_rotary", "backward_rotary"}, 2e-2});
   return cases;
 }
 
 }  // namespace
 
-Unit attention_unit() { return {"attention", {"forward", "backward"}, add_gradchecks, device_cases}; }
+Unit attention_unit() {
+  return {"attention", {"forward", "backward", "forward_rotary", "backward_rotary"}, add_gradchecks, device_cases};
+}
 
 }  // namespace fused
 }  // namespace mvgpt

@@ -5,6 +5,7 @@
 // the CUDA batched route holds them a slice at a time (NOTE [ Attention through batched products ]).
 #include <vector>
 
+#include <mvgpt/fused/rope.h>  // RopeTable, RopeLayout
 #include <mvgpt/tensor/tensor.h>
 
 namespace mvgpt {
@@ -15,6 +16,15 @@ namespace mvgpt {
 // is that of k and v widened to float32 (their gradients come back in bfloat16), and the CPU reads
 // them in place when Tq is 1 (decoding), where a float32 cache is twice the bytes a token reads.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
+
+// Differentiable: attention(rope(q, positions, ...), rope(k, positions, ...), v, scale, causal), the
+// rotary embedding of q and k (fused/rope.h) inside the attention. Where the CPU's kernels multiply
+// bf16 products (NOTE [ Precision policy ]) and q and k are the same T positions, the kernels
+// rotate q and k as they round them and rotate the gradients back where they make them: no rotated
+// copies of q and k, and no passes of rope's own. Elsewhere (float32 or float64 products, another
+// device, a cache's offset, per-sequence positions) the composition.
+Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
+                        RopeLayout layout, double position_scale, double scale, bool causal);
 
 namespace fused {
 
@@ -51,6 +61,15 @@ struct AttentionKernels {
   void (*backward)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, double scale, bool causal, bool bf16_products, const Tensor& dq,
                    const Tensor& dk, const Tensor& dv);
+  // Where a device has them (the CPU): the bf16 products' kernels with q and k of one length T
+  // rotated by a rope table (row t at position t) as they are rounded, and dq and dk rotated back by
+  // the inverse table; float32 tensors as above.
+  void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                         const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse) = nullptr;
+  void (*backward_rotary)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, double scale, bool causal, const RopeTable& table,
+                          const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv) = nullptr;
 };
 AttentionKernels attention_cpu_kernels();   // attention_cpu.cpp
 AttentionKernels attention_cuda_kernels();  // attention.cu (only with the CUDA backend)

@@ -2,6 +2,7 @@
 // Rotary position embedding, as one fused unit (NOTE [ A fused op is one unit ] in unit.h): each
 // pair of channels rotated by position * position_scale * base^(-2i/D), angles in float64.
 #include <cstdint>
+#include <vector>
 
 #include <mvgpt/fused/rope_layout.h>
 #include <mvgpt/tensor/tensor.h>
@@ -33,6 +34,16 @@ struct RopeKernels {
                  double position_scale, const Tensor& out);
 };
 RopeKernels rope_cpu_kernels();   // rope_cpu.cpp
+
+// The CPU kernel's angles as a table: cos and sin (positions.numel() rows of D/2, in positions'
+// order) of position * position_scale * base^(-2i/D), negated when inverse, computed in float64 and
+// rounded to float32, the values rope's CPU kernel multiplies by. For kernels that rotate rows as
+// they read them (rotary_attention in attention.h).
+struct RopeTable {
+  int64_t half = 0;
+  std::vector<float> cos, sin;
+};
+RopeTable rope_table(const Tensor& positions, int64_t D, double base, bool inverse, double position_scale);
 RopeKernels rope_cuda_kernels();  // rope.cu (only with the CUDA backend)
 
 }  // namespace fused

@@ -14,17 +14,13 @@ namespace {
 using cpu::parallel_for;
 namespace vec = cpu::fused;
 
+// (positions.numel(), D/2) cos and sin of every (position, pair), in positions' order.
 template <typename T>
-void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
-               double position_scale, const Tensor& out) {
-  const bool batched = x.dim() == 4;  // (B, H, T, D), else (H, T, D)
-  const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), T_ = x.size(-2), D = x.size(-1), half = D / 2;
-  const int64_t sb = batched ? x.strides()[0] : 0, sh = x.strides()[x.dim() - 3], st = x.strides()[x.dim() - 2];
-  const int64_t pos_rows = positions.dim() == 2 ? B : 1;  // per-sequence positions or one shared row
-  const int64_t table_rows = pos_rows * T_;
-
-  // (pos_rows * T, D/2) cos and sin.
-  std::vector<T> cos_t(size_t(table_rows * half)), sin_t(size_t(table_rows * half));
+void fill_table(const Tensor& positions, int64_t D, double base, bool inverse, double position_scale,
+                std::vector<T>& cos_t, std::vector<T>& sin_t) {
+  const int64_t table_rows = positions.numel(), half = D / 2;
+  cos_t.resize(size_t(table_rows * half));
+  sin_t.resize(size_t(table_rows * half));
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(base, -2.0 * double(i) / double(D));
   const double sign = inverse ? -1.0 : 1.0;
@@ -42,6 +38,19 @@ void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout
       }
     }
   });
+}
+
+template <typename T>
+void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout layout, bool inverse,
+               double position_scale, const Tensor& out) {
+  const bool batched = x.dim() == 4;  // (B, H, T, D), else (H, T, D)
+  const int64_t B = batched ? x.size(0) : 1, H = x.size(-3), T_ = x.size(-2), D = x.size(-1), half = D / 2;
+  const int64_t sb = batched ? x.strides()[0] : 0, sh = x.strides()[x.dim() - 3], st = x.strides()[x.dim() - 2];
+  const int64_t pos_rows = positions.dim() == 2 ? B : 1;  // per-sequence positions or one shared row
+
+  // (pos_rows * T, D/2) cos and sin.
+  std::vector<T> cos_t, sin_t;
+  fill_table(positions, D, base, inverse, position_scale, cos_t, sin_t);
 
   const T* xp = x.data<T>();
   T* op = out.data<T>();
@@ -95,6 +104,16 @@ void rotate(const Tensor& x, const Tensor& positions, double base, RopeLayout la
 }
 
 }  // namespace
+
+RopeTable rope_table(const Tensor& positions, int64_t D, double base, bool inverse, double position_scale) {
+  if (!positions.device().is_cpu() || !positions.is_contiguous() ||
+      (positions.dtype() != DType::i32 && positions.dtype() != DType::i64))
+    throw std::logic_error("rope_table: contiguous int32 or int64 positions on the CPU expected");
+  RopeTable t;
+  t.half = D / 2;
+  fill_table(positions, D, base, inverse, position_scale, t.cos, t.sin);
+  return t;
+}
 
 RopeKernels rope_cpu_kernels() { return {rotate}; }
 

@@ -10,9 +10,15 @@
 #include <vector>
 
 #include <mvgpt/backends/cpu/fused_common.h>  // round_to_bf16
+#include <mvgpt/autograd/engine.h>
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/attention.h>
+#include <mvgpt/fused/rope.h>
 #include <mvgpt/fused/unit.h>  // uniform_on
+#include <mvgpt/util/profile.h>
+#include "backends/device_compare.h"  // bitwise_equal
 #include "backends/fused_test_util.h"
 #include "cuda_required.h"
 
@@ -296,6 +302,82 @@ TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
         ASSERT_EQ(out[n].bits, 0xabcd);
       }
     }
+}
+
+// rotary_attention under bf16 products: the CPU kernels rotate q and k as they round them and rotate
+// dq and dk back; rope's own kernels then do not run. Against rope then attention (the same
+// rotation, rounded in another pass): within a bfloat16 ulp of the products' operands. Cases: grouped
+// heads over two query blocks, packed qkv views with a one-row last block and interleaved pairs at
+// shifted, scaled positions, and a non-causal one.
+TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
+  struct Case {
+    int64_t B, H, Hkv, T, D;
+    bool causal, packed;
+    RopeLayout layout;
+    int64_t first;
+    double position_scale;
+  };
+  const Case cases[] = {{2, 4, 2, 70, 16, true, false, RopeLayout::split_half, 0, 1.0},
+                        {1, 3, 3, 65, 8, true, true, RopeLayout::interleaved, 5, 0.5},
+                        {2, 2, 1, 40, 16, false, false, RopeLayout::split_half, 3, 1.0}};
+  const PrecisionGuard bf16(Precision::bf16);
+  for (const Case& c : cases) {
+    SCOPED_TRACE("T " + std::to_string(c.T) + (c.packed ? " packed" : "") + (c.causal ? " causal" : ""));
+    Tensor q, k, v;
+    if (c.packed) {  // (B, T, 3, H, D) as the projection writes it
+      Tensor qkv = random_tensor({c.B, c.T, 3, c.H, c.D}, DType::f32, 31, -2, 2);
+      auto head = [&](int64_t which) {
+        return qkv.as_strided({c.B, c.H, c.T, c.D}, {c.T * 3 * c.H * c.D, c.D, 3 * c.H * c.D, 1},
+                              qkv.offset() + which * c.H * c.D);
+      };
+      q = head(0), k = head(1), v = head(2);
+    } else {
+      q = random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 32, -2, 2);
+      k = random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 33, -2, 2);
+      v = random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 34);
+    }
+    const Tensor pos = arange(double(c.first), double(c.first + c.T), 1, DType::i64, Device::cpu());
+    const Tensor g = random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 35);
+    std::vector<std::vector<Tensor>> got(2);
+    for (int path = 0; path < 2; ++path) {
+      Tensor qi = ops::clone(q), ki = ops::clone(k), vi = ops::clone(v);
+      for (Tensor* t : {&qi, &ki, &vi}) t->requires_grad_(true);
+      profile::Recording rec;
+      Tensor y = path == 0 ? rotary_attention(qi, ki, vi, pos, 500, c.layout, c.position_scale, 0.3, c.causal)
+                           : attention(rope(qi, pos, 500, c.layout, c.position_scale),
+                                       rope(ki, pos, 500, c.layout, c.position_scale), vi, 0.3, c.causal);
+      backward(sum(mul(y, g)));
+      const profile::Report report = rec.stop();
+      int64_t rope_calls = 0;
+      for (const profile::Row& row : report.rows) rope_calls += row.op.starts_with("rope") ? row.calls : 0;
+      EXPECT_EQ(rope_calls, path == 0 ? 0 : 4) << "path " << path;  // forward and backward, q and k
+      got[size_t(path)] = {y.detach(), qi.grad(), ki.grad(), vi.grad()};
+    }
+    const char* names[] = {"out", "dq", "dk", "dv"};
+    for (size_t i = 0; i < 4; ++i) {
+      const double top = ops::max(ops::abs(got[1][i])).item<double>();
+      EXPECT_TRUE(all_close(got[0][i], got[1][i], 4e-3 * top, 0)) << names[i];
+    }
+  }
+}
+
+// Elsewhere rotary_attention is rope then attention, bit for bit: float32 products, float64, a
+// per-sequence positions table.
+TEST(RotaryAttention, ElsewhereIsTheCompositionBitForBit) {
+  Tensor q = random_tensor({2, 2, 9, 8}, DType::f32, 36, -2, 2), k = random_tensor({2, 1, 9, 8}, DType::f32, 37, -2, 2);
+  Tensor v = random_tensor({2, 1, 9, 8}, DType::f32, 38);
+  const Tensor pos = arange(0, 9, 1, DType::i64, Device::cpu());
+  const Tensor pos2 = ops::reshape(arange(0, 18, 1, DType::i64, Device::cpu()), {2, 9});
+  auto both = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const Tensor& p) {
+    const Tensor a = rotary_attention(qq, kk, vv, p, 10000, RopeLayout::split_half, 1.0, 0.35, true);
+    const Tensor b = attention(rope(qq, p, 10000, RopeLayout::split_half, 1.0),
+                               rope(kk, p, 10000, RopeLayout::split_half, 1.0), vv, 0.35, true);
+    EXPECT_TRUE(testing::bitwise_equal(a, b));
+  };
+  both(q, k, v, pos);
+  both(ops::to(q, DType::f64), ops::to(k, DType::f64), ops::to(v, DType::f64), pos);
+  const PrecisionGuard bf16(Precision::bf16);
+  both(q, k, v, pos2);
 }
 
 TEST(AttentionKernel, StridedHeadsFromPackedQkv) {
