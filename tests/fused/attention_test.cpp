@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include <mvgpt/backends/cpu/fused_common.h>  // round_to_bf16
@@ -223,6 +224,16 @@ TEST(AttentionKernel, Bf16ProductsRoundTheOperandsOfEveryProduct) {
 // a cache offset and grouped heads, not causal, and heads read through strided views of a packed qkv.
 // Each on the pool and on one thread, where one task run spans query blocks and heads (the forward
 // keeps a kv head's rounded rows across them).
+// q, k and v (B, H, T, D) as views of one (B, T, 3, H, D) tensor, as the attention's projection
+// writes them.
+std::tuple<Tensor, Tensor, Tensor> packed_qkv_heads(int64_t B, int64_t H, int64_t T, int64_t D, uint32_t seed) {
+  Tensor qkv = random_tensor({B, T, 3, H, D}, DType::f32, seed, -2, 2);
+  auto head = [&](int64_t which) {
+    return qkv.as_strided({B, H, T, D}, {T * 3 * H * D, D, 3 * H * D, 1}, qkv.offset() + which * H * D);
+  };
+  return {head(0), head(1), head(2)};
+}
+
 TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
   struct Case {
     int64_t B, H, Hkv, Tq, Tk, D;
@@ -236,13 +247,8 @@ TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
                  (c.packed ? " packed" : "") + (one_thread ? " on one thread" : ""));
     const double scale = 0.3;
     Tensor q, k, v;
-    if (c.packed) {  // (B, T, 3, H, D) as a linear layer writes it
-      Tensor qkv = random_tensor({c.B, c.Tq, 3, c.H, c.D}, DType::f32, 21, -2, 2);
-      auto head = [&](int64_t which) {
-        return qkv.as_strided({c.B, c.H, c.Tq, c.D}, {c.Tq * 3 * c.H * c.D, c.D, 3 * c.H * c.D, 1},
-                              qkv.offset() + which * c.H * c.D);
-      };
-      q = head(0), k = head(1), v = head(2);
+    if (c.packed) {
+      std::tie(q, k, v) = packed_qkv_heads(c.B, c.H, c.Tq, c.D, 21);
     } else {
       q = random_tensor({c.B, c.H, c.Tq, c.D}, DType::f32, 22, -2, 2);
       k = random_tensor({c.B, c.Hkv, c.Tk, c.D}, DType::f32, 23, -2, 2);
@@ -324,13 +330,8 @@ TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
   for (const Case& c : cases) {
     SCOPED_TRACE("T " + std::to_string(c.T) + (c.packed ? " packed" : "") + (c.causal ? " causal" : ""));
     Tensor q, k, v;
-    if (c.packed) {  // (B, T, 3, H, D) as the projection writes it
-      Tensor qkv = random_tensor({c.B, c.T, 3, c.H, c.D}, DType::f32, 31, -2, 2);
-      auto head = [&](int64_t which) {
-        return qkv.as_strided({c.B, c.H, c.T, c.D}, {c.T * 3 * c.H * c.D, c.D, 3 * c.H * c.D, 1},
-                              qkv.offset() + which * c.H * c.D);
-      };
-      q = head(0), k = head(1), v = head(2);
+    if (c.packed) {
+      std::tie(q, k, v) = packed_qkv_heads(c.B, c.H, c.T, c.D, 31);
     } else {
       q = random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 32, -2, 2);
       k = random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 33, -2, 2);
