@@ -22,7 +22,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
 // bf16 products (NOTE [ Precision policy ]) and q and k are the same T positions, the kernels
 // rotate q and k as they round them and rotate the gradients back where they make them: no rotated
 // copies of q and k, and no passes of rope's own. Elsewhere (float32 or float64 products, another
-// device, a cache's offset, per-sequence positions) the composition.
+// device, fewer queries than keys, per-sequence positions) the composition.
 Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
                         RopeLayout layout, double position_scale, double scale, bool causal);
 
@@ -62,8 +62,8 @@ struct AttentionKernels {
                    const Tensor& lse, double scale, bool causal, bool bf16_products, const Tensor& dq,
                    const Tensor& dk, const Tensor& dv);
   // Where a device has them (the CPU): the bf16 products' kernels with q and k of one length T
-  // rotated by a rope table (row t at position t) as they are rounded, and dq and dk rotated back by
-  // the inverse table; float32 tensors as above.
+  // rotated by a rope table (row t by table row t, the angles of positions[t]) as they are rounded,
+  // and dq and dk rotated back by the inverse table; float32 tensors as above.
   void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                          const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse) = nullptr;
   void (*backward_rotary)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

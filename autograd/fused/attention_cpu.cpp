@@ -78,8 +78,10 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
 // bf16 step on the 2-core AMD EPYC Zen 4, attention's forward took 32-33 ms against 39-40 without
 // (q and k rotated as they are read from the projection; see rotary_attention).
 inline void prefetch_row_ahead(const float* x, int64_t ld, int64_t cols, int64_t r, int64_t r1) {
-  if (r + 8 < r1)
-    for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(x + (r + 8) * ld + c);  // 16 floats a line
+  if (r + 8 >= r1) return;
+  const float* row = x + (r + 8) * ld;
+  for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(row + c);  // 16 floats a line
+  __builtin_prefetch(row + cols - 1);  // a row that starts inside a line ends in one more
 }
 
 // Rows [r0, r1) of X (leading dimension ld, cols wide) rounded to bfloat16 into out (dense, cols wide).
@@ -91,8 +93,8 @@ void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1
 }
 
 // A rotary embedding the bf16 kernels apply to q and k as they round them (rotary_attention in
-// attention.h): row t of q and of k sits at position t (Tq == Tk), its angles in row t of a
-// rope_table. The arithmetic is rope's CPU kernel's (rope_cpu.cpp) on the same table.
+// attention.h): row t of q and of k (Tq == Tk) is rotated by row t of a rope_table, the angles of
+// positions[t]. The arithmetic is rope's CPU kernel's (rope_cpu.cpp) on the same table.
 struct Rotation {
   const float* cos;
   const float* sin;

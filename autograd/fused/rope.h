@@ -34,6 +34,7 @@ struct RopeKernels {
                  double position_scale, const Tensor& out);
 };
 RopeKernels rope_cpu_kernels();   // rope_cpu.cpp
+RopeKernels rope_cuda_kernels();  // rope.cu (only with the CUDA backend)
 
 // The CPU kernel's angles as a table: cos and sin (positions.numel() rows of D/2, in positions'
 // order) of position * position_scale * base^(-2i/D), negated when inverse, computed in float64 and
@@ -44,7 +45,6 @@ struct RopeTable {
   std::vector<float> cos, sin;
 };
 RopeTable rope_table(const Tensor& positions, int64_t D, double base, bool inverse, double position_scale);
-RopeKernels rope_cuda_kernels();  // rope.cu (only with the CUDA backend)
 
 }  // namespace fused
 }  // namespace mvgpt

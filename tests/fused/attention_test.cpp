@@ -217,13 +217,6 @@ TEST(AttentionKernel, Bf16ProductsRoundTheOperandsOfEveryProduct) {
   }
 }
 
-// The bf16 kernels against the double loops over the operands they round (NOTE [ bf16 attention ]):
-// q, k, v, dout, the probabilities and dS in bfloat16, exact sums. What is left is the float32 sums
-// and a probability or a dS on a rounding boundary that one side rounds the other way (one term moves
-// by 2^-8 of itself): 1e-3 of the largest value, where bf16 is 2e-2 from exact operands. Causal with
-// a cache offset and grouped heads, not causal, and heads read through strided views of a packed qkv.
-// Each on the pool and on one thread, where one task run spans query blocks and heads (the forward
-// keeps a kv head's rounded rows across them).
 // q, k and v (B, H, T, D) as views of one (B, T, 3, H, D) tensor, as the attention's projection
 // writes them.
 std::tuple<Tensor, Tensor, Tensor> packed_qkv_heads(int64_t B, int64_t H, int64_t T, int64_t D, uint32_t seed) {
@@ -234,6 +227,13 @@ std::tuple<Tensor, Tensor, Tensor> packed_qkv_heads(int64_t B, int64_t H, int64_
   return {head(0), head(1), head(2)};
 }
 
+// The bf16 kernels against the double loops over the operands they round (NOTE [ bf16 attention ]):
+// q, k, v, dout, the probabilities and dS in bfloat16, exact sums. What is left is the float32 sums
+// and a probability or a dS on a rounding boundary that one side rounds the other way (one term moves
+// by 2^-8 of itself): 1e-3 of the largest value, where bf16 is 2e-2 from exact operands. Causal with
+// a cache offset and grouped heads, not causal, and heads read through strided views of a packed qkv.
+// Each on the pool and on one thread, where one task run spans query blocks and heads (the forward
+// keeps a kv head's rounded rows across them).
 TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
   struct Case {
     int64_t B, H, Hkv, Tq, Tk, D;
@@ -311,10 +311,13 @@ TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
 }
 
 // rotary_attention under bf16 products: the CPU kernels rotate q and k as they round them and rotate
-// dq and dk back; rope's own kernels then do not run. Against rope then attention (the same
-// rotation, rounded in another pass): within a bfloat16 ulp of the products' operands. Cases: grouped
-// heads over two query blocks, packed qkv views with a one-row last block and interleaved pairs at
-// shifted, scaled positions, and a non-causal one.
+// dq and dk back; rope's own kernels then do not run. Against rope then attention (the same rotation
+// on the same table, rounded in another pass; a one-row block, which the composition computes in
+// float32 loops, differs by more than a rounding): 4e-3 of the largest value, where a missing or
+// misplaced rotation is off by the values themselves. Cases: grouped heads over two query blocks;
+// q, k and v split out of one packed projection as the model splits them (strided rows), with a
+// one-row last block and interleaved pairs at shifted, scaled positions; a non-causal one. Each on
+// the pool and on one thread (one task run then spans a head's blocks).
 TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
   struct Case {
     int64_t B, H, Hkv, T, D;
@@ -327,37 +330,49 @@ TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
                         {1, 3, 3, 65, 8, true, true, RopeLayout::interleaved, 5, 0.5},
                         {2, 2, 1, 40, 16, false, false, RopeLayout::split_half, 3, 1.0}};
   const PrecisionGuard bf16(Precision::bf16);
+  for (const bool one_thread : {false, true})
   for (const Case& c : cases) {
-    SCOPED_TRACE("T " + std::to_string(c.T) + (c.packed ? " packed" : "") + (c.causal ? " causal" : ""));
-    Tensor q, k, v;
-    if (c.packed) {
-      std::tie(q, k, v) = packed_qkv_heads(c.B, c.H, c.T, c.D, 31);
-    } else {
-      q = random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 32, -2, 2);
-      k = random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 33, -2, 2);
-      v = random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 34);
-    }
+    SCOPED_TRACE("T " + std::to_string(c.T) + (c.packed ? " packed" : "") + (c.causal ? " causal" : "") +
+                 (one_thread ? " on one thread" : ""));
+    // The leaves: q, k and v, or one (B, T, 3H, D) projection.
+    const std::vector<Tensor> inputs =
+        c.packed ? std::vector<Tensor>{random_tensor({c.B, c.T, 3 * c.H, c.D}, DType::f32, 31, -2, 2)}
+                 : std::vector<Tensor>{random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 32, -2, 2),
+                                       random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 33, -2, 2),
+                                       random_tensor({c.B, c.Hkv, c.T, c.D}, DType::f32, 34)};
     const Tensor pos = arange(double(c.first), double(c.first + c.T), 1, DType::i64, Device::cpu());
     const Tensor g = random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 35);
     std::vector<std::vector<Tensor>> got(2);
     for (int path = 0; path < 2; ++path) {
-      Tensor qi = ops::clone(q), ki = ops::clone(k), vi = ops::clone(v);
-      for (Tensor* t : {&qi, &ki, &vi}) t->requires_grad_(true);
+      std::vector<Tensor> leaves;
+      for (const Tensor& t : inputs) leaves.push_back(ops::clone(t).requires_grad_(true));
+      Tensor q, k, v;
+      if (c.packed) {  // heads split out and transposed to (B, H, T, D) views, as CausalSelfAttention does
+        const std::vector<Tensor> parts = split(leaves[0], {c.H, c.H, c.H}, 2);
+        q = transpose(parts[0], 1, 2), k = transpose(parts[1], 1, 2), v = transpose(parts[2], 1, 2);
+      } else {
+        q = leaves[0], k = leaves[1], v = leaves[2];
+      }
       profile::Recording rec;
-      Tensor y = path == 0 ? rotary_attention(qi, ki, vi, pos, 500, c.layout, c.position_scale, 0.3, c.causal)
-                           : attention(rope(qi, pos, 500, c.layout, c.position_scale),
-                                       rope(ki, pos, 500, c.layout, c.position_scale), vi, 0.3, c.causal);
-      backward(sum(mul(y, g)));
+      Tensor y;
+      auto run = [&] {
+        y = path == 0 ? rotary_attention(q, k, v, pos, 500, c.layout, c.position_scale, 0.3, c.causal)
+                      : attention(rope(q, pos, 500, c.layout, c.position_scale),
+                                  rope(k, pos, 500, c.layout, c.position_scale), v, 0.3, c.causal);
+        backward(sum(mul(y, g)));
+      };
+      if (one_thread) tbb::task_arena(1).execute(run);
+      else run();
       const profile::Report report = rec.stop();
       int64_t rope_calls = 0;
       for (const profile::Row& row : report.rows) rope_calls += row.op.starts_with("rope") ? row.calls : 0;
       EXPECT_EQ(rope_calls, path == 0 ? 0 : 4) << "path " << path;  // forward and backward, q and k
-      got[size_t(path)] = {y.detach(), qi.grad(), ki.grad(), vi.grad()};
+      got[size_t(path)] = {y.detach()};
+      for (const Tensor& t : leaves) got[size_t(path)].push_back(t.grad());
     }
-    const char* names[] = {"out", "dq", "dk", "dv"};
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < got[0].size(); ++i) {
       const double top = ops::max(ops::abs(got[1][i])).item<double>();
-      EXPECT_TRUE(all_close(got[0][i], got[1][i], 4e-3 * top, 0)) << names[i];
+      EXPECT_TRUE(all_close(got[0][i], got[1][i], 4e-3 * top, 0)) << (i == 0 ? "out" : "gradient of leaf ") << i;
     }
   }
 }
