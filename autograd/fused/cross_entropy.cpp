@@ -125,6 +125,35 @@ void cross_entropy_backward_into(const Tensor& out, const Tensor& dlosses, const
   if (round_after) ops::copy_(out, into);
 }
 
+bool has_loss_with_gradient(Device d) { return kernels(d).loss_with_gradient != nullptr; }
+
+CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, const Tensor& dlosses,
+                                               const Tensor& dlogits, int64_t ignore_index) {
+  const char* op = "cross_entropy_with_gradient";
+  const Tensor kernel_targets = check_cross_entropy(op, logits, targets, ignore_index);
+  const int64_t N = logits.size(0);
+  if (logits.dtype() != DType::f32) fail(op, "logits must be float32, found " + std::string(dtype_name(logits.dtype())));
+  require_floating(dlosses, op, "dlosses");
+  require_device(dlosses, logits, op, "dlosses");
+  require_shape(dlosses, Shape{N}, op, "dlosses");
+  require_defined(dlogits, op, "dlogits");
+  require_device(dlogits, logits, op, "dlogits");
+  require_shape(dlogits, logits.shape(), op, "dlogits");
+  if (dlogits.dtype() != DType::bf16 || !dlogits.is_contiguous())
+    fail(op, "dlogits must be contiguous bfloat16, found " + std::string(dtype_name(dlogits.dtype())));
+  const auto kernel = kernels(logits.device()).loss_with_gradient;
+  if (!kernel) fail(op, "no kernel on " + logits.device().str() + " (ask has_loss_with_gradient first)");
+  CrossEntropyResult r;
+  r.losses = Tensor::empty({N}, DType::f32, logits.device());
+  r.lse = Tensor::empty({N}, DType::f32, logits.device());
+  {
+    const profile::Span span("cross_entropy with gradient");
+    kernel(prepared(logits, DType::f32), kernel_targets, ignore_index, prepared(dlosses, DType::f32), r.losses, r.lse,
+           dlogits);
+  }
+  return r;
+}
+
 // ---------------------------------------------------------------- the slow reference
 
 namespace reference {
@@ -212,11 +241,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // saved 40 MB more but were multiplied at 385-415 GFLOP/s against 430-440 for 1,024 rows. In float32
 // it is one block: the gradient is kept in float32 either way, and OpenBLAS multiplies 209-row blocks
 // at 172 GFLOP/s against 202 for the whole.
-// On the CPU the loss and then its gradient go a slice of a block at a time (kLogitsSliceBytes), so
-// that the gradient's pass reads logits the loss's pass just brought into the cache, not memory:
-// in the bf16 step on the Zen 4 the gradient's pass took 10.5-10.7 ms against 11.7-12.1. Other
-// devices take a block at once (their caches are not what the passes wait for, and each call
-// checks its targets again).
+// On the CPU under the bf16 policy one kernel makes each row's loss and rounded gradient from one set
+// of exps (NOTE [ The loss and its gradient in one visit ] in cross_entropy_cpu.cpp). Elsewhere the
+// loss and then its gradient go a slice of a block at a time (kLogitsSliceBytes), so that the
+// gradient's pass reads logits the loss's pass just brought into the cache, not memory: in the bf16
+// step on the Zen 4 the gradient's pass took 10.5-10.7 ms against 11.7-12.1. Other devices take a
+// block at once (their caches are not what the passes wait for, and each call checks its targets
+// again).
 namespace {
 constexpr int64_t kLogitsBlockBytes = int64_t(40) << 20;  // 4 blocks of 1,024 rows for 16 x 256 tokens, 10,000 classes
 constexpr int64_t kLogitsSliceBytes = int64_t(8) << 20;   // the loss, then its gradient: 209 rows of 10,000
@@ -255,6 +286,18 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     const int64_t rows = std::min(block, N - r0);
     const Tensor tb = ops::narrow(t2, 0, r0, rows);
     const Tensor logits = ops::linear(ops::narrow(xa, 0, r0, rows), wa, Tensor(), out);  // (rows, V)
+    if (grad && bf16 && logits.dtype() == DType::f32 && fused::has_loss_with_gradient(x.device())) {
+      // Each row's exps made once for the loss and its rounded gradient (see the note).
+      if (!losses.defined()) {
+        losses = Tensor::empty({N}, DType::f32, x.device());
+        dlogits = Tensor::empty({N, V}, DType::bf16, x.device());
+        dscale = ops::to(scale, DType::f32);
+      }
+      const fused::CrossEntropyResult r = fused::cross_entropy_with_gradient(
+          logits, tb, ops::expand(ops::reshape(dscale, {1}), {rows}), ops::narrow(dlogits, 0, r0, rows), ignore_index);
+      ops::copy_(ops::narrow(losses, 0, r0, rows), r.losses);
+      continue;
+    }
     // The loss and then its gradient a slice of rows at a time (see the note).
     const int64_t row_bytes = std::max<int64_t>(V * int64_t(dtype_size(logits.dtype())), 1);
     const int64_t slice = x.device().is_cpu() ? std::max<int64_t>(1, kLogitsSliceBytes / row_bytes) : rows;
@@ -359,7 +402,8 @@ std::vector<DeviceCase> device_cases() {
       Tensor loss = linear_cross_entropy(x, w, ops::reshape(ids_on(d, ids, DType::i32), {3, N / 3}));
       autograd::backward(loss);
       return std::vector<Tensor>{loss.detach(), x.grad(), w.grad()};
-    }, {"forward", "backward"}, bf16 ? 2e-2 : 2e-5});
+    }, bf16 ? std::vector<std::string>{"forward", "backward", "loss_with_gradient"} : std::vector<std::string>{"forward", "backward"},
+       bf16 ? 2e-2 : 2e-5});
   }
   // More rows than a CUDA grid holds (65535 * 4 blocks): the kernel strides over rows.
   cases.push_back({"cross_entropy_past_grid_limits", [](Device d) {
@@ -373,7 +417,9 @@ std::vector<DeviceCase> device_cases() {
 
 }  // namespace
 
-Unit cross_entropy_unit() { return {"cross_entropy", {"forward", "backward"}, add_gradchecks, device_cases}; }
+Unit cross_entropy_unit() {
+  return {"cross_entropy", {"forward", "backward", "loss_with_gradient"}, add_gradchecks, device_cases};
+}
 
 }  // namespace fused
 }  // namespace mvgpt

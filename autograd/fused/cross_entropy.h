@@ -43,6 +43,15 @@ namespace reference {
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 }  // namespace reference
 
+// Where the device has the kernel (the CPU; see has_loss_with_gradient): the forward and, into dlogits
+// (N, V) contiguous bfloat16, the gradient (softmax - onehot) * dlosses of float32 logits, each row's
+// exps made once (NOTE [ The loss and its gradient in one visit ] in cross_entropy_cpu.cpp). The
+// losses and lse are the forward's bit for bit; the gradient is softmax as exp(x - max) / sum rather
+// than exp(x - lse), which differ by a float32 rounding or two before the bfloat16 one.
+bool has_loss_with_gradient(Device d);
+CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, const Tensor& dlosses,
+                                               const Tensor& dlogits, int64_t ignore_index = -100);
+
 // The kernels of one device, on contiguous float tensors of one dtype and contiguous targets whose
 // entries are classes or ignore_index (out-of-range ones never reach a kernel). The CPU's backward
 // also writes bfloat16 dlogits for float32 logits (cross_entropy_backward_into).
@@ -51,6 +60,10 @@ struct CrossEntropyKernels {
                   const Tensor& lse);
   void (*backward)(const Tensor& dlosses, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                    int64_t ignore_index, const Tensor& dlogits);
+  // Where a device has it: forward, then the bfloat16 dlogits of float32 logits, in one visit per row.
+  void (*loss_with_gradient)(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const Tensor& dlosses, const Tensor& losses, const Tensor& lse,
+                             const Tensor& dlogits) = nullptr;
 };
 CrossEntropyKernels cross_entropy_cpu_kernels();   // cross_entropy_cpu.cpp
 CrossEntropyKernels cross_entropy_cuda_kernels();  // cross_entropy.cu (only with the CUDA backend)

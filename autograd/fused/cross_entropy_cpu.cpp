@@ -3,6 +3,8 @@
 // vectorizable approximation (relative error < 2e-7), which keeps the (N, 10000)-sized loops fast.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -79,6 +81,64 @@ void cross_entropy_rows_backward(const Tensor& dlosses, const Tensor& logits, co
   });
 }
 
+// NOTE [ The loss and its gradient in one visit ]
+// linear_cross_entropy under the bf16 policy wants, for each row of float32 logits, its loss and its
+// gradient rounded to bfloat16. The forward and backward kernels each make the row's exps (the
+// forward's sum of exp(x - max), the backward's exp(x - lse) times the upstream gradient): two exp
+// passes over (N, V), most of either kernel's time once its rows sit in the cache. Here a task makes
+// the row's exps once, into a row buffer the cache holds, sums them for the loss and lse (the
+// forward's values, bit for bit), and scales that buffer by g / sum as it rounds it: the softmax as
+// exp(x - max) / sum, which rounds differently from exp(x - lse) by a float32 ulp or two, then to
+// bfloat16 as ops::to rounds. The logits are read from memory once. A row of -inf only (no class can
+// be picked) takes the two kernels' formulas, NaN for NaN. On the 2-core AMD EPYC Zen 4 (bf16 step
+// profile, alternated): see docs/performance.md.
+void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                      const Tensor& dlosses, const Tensor& losses, const Tensor& lse,
+                                      const Tensor& dlogits) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const float* xp = logits.data<float>();
+  const float* gp = dlosses.data<float>();
+  float* lp = losses.data<float>();
+  float* sp = lse.data<float>();
+  bfloat16* dp = dlogits.data<bfloat16>();
+  parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(V));
+    for (int64_t n = r0; n < r1; ++n) {
+      const float* x = xp + n * V;
+      bfloat16* d = dp + n * V;
+      const int64_t t = target_at(targets, n);
+      const bool ignored = t == ignore_index;
+      const float m = vec::row_max(x, V);
+      if (m == -INFINITY) {  // as cross_entropy_rows and its backward give it
+        const float log_s = std::log(0.0f);
+        sp[n] = m;
+        lp[n] = ignored ? 0.0f : (m - x[t]) + log_s;
+        if (ignored) {
+          std::fill(d, d + V, bfloat16());
+          continue;
+        }
+        vec::exp_shifted(x, V, sp[n], gp[n], row.data());
+        row[size_t(t)] -= gp[n];
+        vec::round_to_bf16(row.data(), V, d);
+        continue;
+      }
+      const float s = vec::exp_shifted(x, V, m, 1.0f, ignored ? nullptr : row.data());  // (V) exp(x - m)
+      const float log_s = std::log(s);
+      sp[n] = m + log_s;
+      lp[n] = ignored ? 0.0f : (m - x[t]) + log_s;
+      if (ignored) {
+        std::fill(d, d + V, bfloat16());
+        continue;
+      }
+      const float g = gp[n], c = g / s;
+      vec::round_to_bf16(row.data(), V, c, d);  // softmax * g
+      const float at_target = row[size_t(t)] * c;
+      d[t] = bfloat16(at_target - g);
+    }
+  });
+}
+
 }  // namespace
 
 // Every tensor contiguous; targets already range-checked by the op.
@@ -103,6 +163,16 @@ CrossEntropyKernels cross_entropy_cpu_kernels() {
       cross_entropy_rows_backward<double>(dlosses, logits, targets, lse, ignore_index, dlogits);
     else
       cross_entropy_rows_backward<float>(dlosses, logits, targets, lse, ignore_index, dlogits);
+  };
+  k.loss_with_gradient = [](const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                            const Tensor& dlosses, const Tensor& losses, const Tensor& lse, const Tensor& dlogits) {
+    const char* op = "cross_entropy_with_gradient (cpu)";
+    for (const Tensor* t : {&logits, &dlosses, &losses, &lse})
+      if (t->dtype() != DType::f32) throw std::logic_error(std::string(op) + ": float32 tensors only");
+    if (dlogits.dtype() != DType::bf16) throw std::logic_error(std::string(op) + ": bfloat16 dlogits only");
+    for (const Tensor* t : {&logits, &targets, &dlosses, &losses, &lse, &dlogits})
+      vec::require_contiguous(*t, op, "every tensor");
+    cross_entropy_rows_with_gradient(logits, targets, ignore_index, dlosses, losses, lse, dlogits);
   };
   return k;
 }

@@ -199,6 +199,63 @@ TEST(CrossEntropyKernel, Bf16GradientIsTheFloat32OneRoundedBitForBit) {
                "out must be contiguous");
 }
 
+// The loss and its bfloat16 gradient in one visit per row (cross_entropy_with_gradient): the
+// forward's losses and lse bit for bit, and the gradient within a bfloat16 rounding of the exact
+// (softmax - onehot) g, as the two kernels' rounded gradient is. Rows: a tail after the sixteen- and
+// eight-lane loops, an ignored row, a row of -inf only, a NaN, a +inf, logits far from 0.
+TEST(CrossEntropyKernel, LossWithGradientIsTheTwoKernelsInOneVisit) {
+  if (!fused::has_loss_with_gradient(Device::cpu())) GTEST_SKIP() << "skipped: no such CPU kernel";
+  const int64_t N = 9, V = 1003;
+  Tensor logits = random_tensor({N, V}, DType::f32, 45, -9, 9);
+  float* x = logits.data<float>();
+  for (int64_t j = 0; j < V; ++j) x[5 * V + j] = -INFINITY;  // every class masked
+  x[6 * V + 17] = NAN;
+  x[7 * V + 400] = INFINITY;
+  for (int64_t j = 0; j < V; ++j) x[8 * V + j] += 1e4f;  // the max is subtracted first
+  const std::vector<int64_t> tv = {0, 1002, -100, 77, 500, 3, 9, 10, 11};
+  Tensor targets = Tensor::from_vector(tv);
+  Tensor dl = random_tensor({N}, DType::f32, 46, -3, 3);
+  Tensor got = Tensor::empty({N, V}, DType::bf16);
+  const fused::CrossEntropyResult r = fused::cross_entropy_with_gradient(logits, targets, dl, got);
+  const fused::CrossEntropyResult want = fused::cross_entropy_forward(logits, targets);
+  const std::vector<float> l = r.losses.to_vector<float>(), wl = want.losses.to_vector<float>();
+  const std::vector<float> s = r.lse.to_vector<float>(), ws = want.lse.to_vector<float>();
+  for (int64_t n = 0; n < N; ++n) {  // NaN where the forward has NaN
+    EXPECT_TRUE(std::memcmp(&l[size_t(n)], &wl[size_t(n)], 4) == 0) << "loss of row " << n << ": " << l[size_t(n)] << " vs " << wl[size_t(n)];
+    EXPECT_TRUE(std::memcmp(&s[size_t(n)], &ws[size_t(n)], 4) == 0) << "lse of row " << n << ": " << s[size_t(n)] << " vs " << ws[size_t(n)];
+  }
+  Tensor two = Tensor::empty({N, V}, DType::bf16);
+  fused::cross_entropy_backward_into(two, dl, logits, targets, want);
+  const std::vector<float> d = got.to_vector<float>(), d2 = two.to_vector<float>();
+  const std::vector<float> xs = logits.to_vector<float>(), g = dl.to_vector<float>();
+  int64_t differ = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double(xs[size_t(n * V + j)]));
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(xs[size_t(n * V + j)]) - mx);
+    for (int64_t j = 0; j < V; ++j) {
+      const size_t e = size_t(n * V + j);
+      if (n == 2) {
+        ASSERT_EQ(d[e], 0.0f) << "ignored row, class " << j;
+        continue;
+      }
+      if (n >= 5 && n <= 7) {  // no finite softmax: NaN wherever the two kernels give NaN
+        ASSERT_EQ(std::isnan(d[e]), std::isnan(d2[e])) << "row " << n << ", class " << j;
+        continue;
+      }
+      const double exact = (std::exp(double(xs[e]) - mx) / sum - (j == tv[size_t(n)])) * g[size_t(n)];
+      // Rounded to bfloat16 (8 significant bits) from a float32 value a few ulps from exact.
+      ASSERT_NEAR(d[e], exact, std::abs(exact) * 5e-3 + 1e-30) << "row " << n << ", class " << j;
+      differ += d[e] != d2[e];
+    }
+  }
+  EXPECT_LT(differ, 10 * N) << "the two routes' roundings should mostly agree";
+  expect_error([&] { fused::cross_entropy_with_gradient(logits, targets, dl, Tensor::empty({N, V}, DType::f32)); },
+               "dlogits must be contiguous bfloat16, found float32");
+  expect_error([&] { fused::cross_entropy_with_gradient(ops::to(logits, DType::f64), targets, dl, got); },
+               "logits must be float32, found float64");
+}
+
 double max_abs(const Tensor& t) {
   double m = 0;
   for (double v : values(t)) m = std::max(m, std::abs(v));
