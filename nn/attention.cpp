@@ -86,14 +86,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
   // Heads first, then the pieces: split after the reshape, each piece's gradient (a transposed
   // view) is written straight into its block of qkv's (NOTE [ Gradient blocks ] in
   // autograd/engine.cpp); split before it, reshaping that view back would copy it once more.
-  std::vector<Tensor> parts = split(reshape(qkv, {B, T, H + 2 * Hkv, D}), {H, Hkv, Hkv}, 2);
-  // (B, T, n, D) -> (B, n, T, D)
-  Tensor q = transpose(parts[0], 1, 2), k = transpose(parts[1], 1, 2), v = transpose(parts[2], 1, 2);
-  if (q_norm) {  // before the rotation, which keeps each head's norm: cached keys are normalised ones
-    q = q_norm->forward(q);
-    k = k_norm->forward(k);
-  }
-
+  const Tensor packed = reshape(qkv, {B, T, H + 2 * Hkv, D});
   // The fused kernel has no dropout mask: training with dropout takes the reference path.
   const double p = is_training() ? config.dropout : 0.0;
   Tensor pos = positions;
@@ -101,13 +94,29 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
     const double first = cache ? double(cache->length()) : 0.0;
     pos = arange(first, first + double(T), 1, DType::i64, x.device());
   }
+  const double scale = 1.0 / std::sqrt(double(D));
+  if (config.rope && !cache && use_fused && p == 0 && !q_norm) {
+    // The split goes inside the attention too: where the rotary kernels run, they write dq, dk and dv
+    // into their blocks of qkv's gradient (rotary_attention_packed).
+    const Tensor y = rotary_attention_packed(packed, H, Hkv, pos, config.rope_base, config.rope_layout,
+                                             config.rope_position_scale, scale, config.causal);  // (B, H, T, D)
+    return dropout(c_proj->forward(reshape(transpose(y, 1, 2), {B, T, C})), p);
+  }
+  std::vector<Tensor> parts = split(packed, {H, Hkv, Hkv}, 2);
+  // (B, T, n, D) -> (B, n, T, D)
+  Tensor q = transpose(parts[0], 1, 2), k = transpose(parts[1], 1, 2), v = transpose(parts[2], 1, 2);
+  if (q_norm) {  // before the rotation, which keeps each head's norm: cached keys are normalised ones
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+
   Tensor y;  // (B, H, T, D)
   if (config.rope && !cache && use_fused && p == 0) {
     // Without a cache the rotation goes inside the attention (rotary_attention: the CPU's bf16
     // kernels rotate q and k as they round them).
     check_heads(q, k, v, "CausalSelfAttention::forward");
-    y = rotary_attention(q, k, v, pos, config.rope_base, config.rope_layout, config.rope_position_scale,
-                         1.0 / std::sqrt(double(D)), config.causal);
+    y = rotary_attention(q, k, v, pos, config.rope_base, config.rope_layout, config.rope_position_scale, scale,
+                         config.causal);
   } else {
     if (config.rope) {
       q = rope(q, pos, config.rope_base, config.rope_layout, config.rope_position_scale);

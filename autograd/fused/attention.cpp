@@ -164,56 +164,123 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
                 });
 }
 
+namespace {
+
+// The rotary kernels' case: float32 q, k, v of one length T under bf16 products, T shared positions,
+// on a device that has the kernels.
+bool rotary_kernel_case(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
+                        double position_scale) {
+  return q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.dtype() == DType::f32 && k.dtype() == DType::f32 &&
+         v.dtype() == DType::f32 && q.size(2) == k.size(2) && q.size(3) > 0 && q.size(3) % 2 == 0 &&
+         positions.dim() == 1 && positions.size(0) == q.size(2) && positions.device() == q.device() &&
+         (positions.dtype() == DType::i32 || positions.dtype() == DType::i64) && base > 0 && position_scale > 0 &&
+         std::isfinite(position_scale) && autograd::detail::bf16_products(q, k) &&
+         fused::kernels(q.device()).forward_rotary != nullptr;
+}
+
+// The rotary kernels' forward and, for the backward, the tables it rotates by.
+struct RotaryForward {
+  Tensor out, lse;                                        // (B, H, T, D), (B, H, T)
+  std::shared_ptr<const fused::RopeTable> table, inverse;  // inverse: only when a gradient is wanted
+};
+RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                             double base, RopeLayout layout, double position_scale, double scale, bool causal,
+                             bool grad) {
+  const fused::AttentionShapes s = fused::check_attention(op, q, k, v, scale, causal);
+  const Tensor pos = ops::contiguous(positions);
+  RotaryForward r;
+  r.table = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, false, position_scale));
+  r.out = Tensor::empty(q.shape(), DType::f32, q.device());
+  r.lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
+  {
+    const profile::Span span("attention");
+    fused::kernels(q.device())
+        .forward_rotary(fused::prepared_heads(q, DType::f32), fused::prepared_heads(k, DType::f32),
+                        fused::prepared_heads(v, DType::f32), scale, causal, *r.table, layout, r.out, r.lse);
+  }
+  if (grad) r.inverse = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, true, position_scale));
+  return r;
+}
+
+void rotary_backward(const char* op, const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& out, const Tensor& lse, const fused::RopeTable& table,
+                     const fused::RopeTable& inverse, RopeLayout layout, double scale, bool causal, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv) {
+  fused::check_grad_like(op, g, q, "grad");
+  const profile::Span span("attention backward");
+  fused::kernels(q.device())
+      .backward_rotary(fused::prepared_heads(g, DType::f32), fused::prepared_heads(q, DType::f32),
+                       fused::prepared_heads(k, DType::f32), fused::prepared_heads(v, DType::f32),
+                       fused::prepared_heads(out, DType::f32), ops::contiguous(lse), scale, causal, table, inverse,
+                       layout, dq, dk, dv);
+}
+
+// q, k and v (B, heads, T, D) as views of the packed qkv (B, T, H + 2 Hkv, D).
+std::vector<Tensor> packed_views(const Tensor& qkv, int64_t H, int64_t Hkv) {
+  return {ops::transpose(ops::narrow(qkv, 2, 0, H), 1, 2), ops::transpose(ops::narrow(qkv, 2, H, Hkv), 1, 2),
+          ops::transpose(ops::narrow(qkv, 2, H + Hkv, Hkv), 1, 2)};
+}
+
+}  // namespace
+
 Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
                         RopeLayout layout, double position_scale, double scale, bool causal) {
   const char* op = "rotary_attention";
-  const auto compose = [&] {
+  if (!rotary_kernel_case(q, k, v, positions, base, position_scale))
     return attention(rope(q, positions, base, layout, position_scale), rope(k, positions, base, layout, position_scale),
                      v, scale, causal);
-  };
-  // The kernels' case: float32 q, k, v of one length T under bf16 products, T shared positions.
-  const bool kernel_case = q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.dtype() == DType::f32 &&
-                           k.dtype() == DType::f32 && v.dtype() == DType::f32 && q.size(2) == k.size(2) &&
-                           q.size(3) > 0 && q.size(3) % 2 == 0 && positions.dim() == 1 &&
-                           positions.size(0) == q.size(2) && positions.device() == q.device() &&
-                           (positions.dtype() == DType::i32 || positions.dtype() == DType::i64) && base > 0 &&
-                           position_scale > 0 && std::isfinite(position_scale) &&
-                           autograd::detail::bf16_products(q, k);
-  const fused::AttentionKernels& kernels = fused::kernels(q.device());
-  if (!kernel_case || !kernels.forward_rotary) return compose();
-  const fused::AttentionShapes s = fused::check_attention(op, q, k, v, scale, causal);
   const autograd::InternalOps internal;
-  const Tensor pos = ops::contiguous(positions);
-  auto table = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, false, position_scale));
-  Tensor out = Tensor::empty(q.shape(), DType::f32, q.device());
-  Tensor lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
-  {
-    const profile::Span span("attention");
-    kernels.forward_rotary(fused::prepared_heads(q, DType::f32), fused::prepared_heads(k, DType::f32),
-                           fused::prepared_heads(v, DType::f32), scale, causal, *table, layout, out, lse);
-  }
-  if (!needs_grad(q, k, v)) return out;
-  auto inverse = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, true, position_scale));
-  Tensor saved_out = out;
-  return record(op, std::move(out), {edge_to(q), edge_to(k), edge_to(v)},
+  const bool grad = needs_grad(q, k, v);
+  RotaryForward f = rotary_forward(op, q, k, v, positions, base, layout, position_scale, scale, causal, grad);
+  if (!grad) return f.out;
+  Tensor saved_out = f.out;
+  return record(op, std::move(f.out), {edge_to(q), edge_to(k), edge_to(v)},
                 [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(saved_out),
-                 sl = SavedTensor(lse), table, inverse, layout, scale, causal](const Tensor& g) -> Grads {
+                 sl = SavedTensor(f.lse), table = f.table, inverse = f.inverse, layout, scale,
+                 causal](const Tensor& g) -> Grads {
                   const char* op = "rotary_attention";
                   const Tensor q = sq.unpack(op), k = sk.unpack(op), v = sv.unpack(op);
-                  fused::check_grad_like(op, g, q, "grad");
                   Tensor dq = Tensor::empty(q.shape(), DType::f32, q.device());
                   Tensor dk = Tensor::empty(k.shape(), DType::f32, q.device());
                   Tensor dv = Tensor::empty(v.shape(), DType::f32, q.device());
-                  {
-                    const profile::Span span("attention backward");
-                    fused::kernels(q.device())
-                        .backward_rotary(fused::prepared_heads(g, DType::f32), fused::prepared_heads(q, DType::f32),
-                                         fused::prepared_heads(k, DType::f32), fused::prepared_heads(v, DType::f32),
-                                         fused::prepared_heads(so.unpack(op), DType::f32),
-                                         ops::contiguous(sl.unpack(op)), scale, causal, *table, *inverse, layout, dq,
-                                         dk, dv);
-                  }
+                  rotary_backward(op, g, q, k, v, so.unpack(op), sl.unpack(op), *table, *inverse, layout, scale, causal,
+                                  dq, dk, dv);
                   return {dq, dk, dv};
+                });
+}
+
+Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, const Tensor& positions,
+                               double base, RopeLayout layout, double position_scale, double scale, bool causal) {
+  const char* op = "rotary_attention_packed";
+  if (qkv.dim() != 4 || n_head <= 0 || n_kv_head <= 0 || qkv.size(2) != n_head + 2 * n_kv_head)
+    throw std::invalid_argument(std::string(op) + ": expected qkv (B, T, H + 2 Hkv, D) with H = " +
+                                std::to_string(n_head) + " and Hkv = " + std::to_string(n_kv_head) +
+                                " both positive, found qkv " + to_string(qkv.shape()));
+  std::vector<Tensor> raw = packed_views(qkv, n_head, n_kv_head);
+  if (!rotary_kernel_case(raw[0], raw[1], raw[2], positions, base, position_scale)) {
+    // The composition: differentiable views, whose gradients the engine writes into qkv's blocks.
+    std::vector<Tensor> parts = split(qkv, {n_head, n_kv_head, n_kv_head}, 2);
+    return rotary_attention(transpose(parts[0], 1, 2), transpose(parts[1], 1, 2), transpose(parts[2], 1, 2), positions,
+                            base, layout, position_scale, scale, causal);
+  }
+  const autograd::InternalOps internal;
+  const bool grad = needs_grad(qkv);
+  RotaryForward f = rotary_forward(op, raw[0], raw[1], raw[2], positions, base, layout, position_scale, scale, causal,
+                                   grad);
+  if (!grad) return f.out;
+  Tensor saved_out = f.out;
+  return record(op, std::move(f.out), {edge_to(qkv)},
+                [sqkv = SavedTensor(qkv), so = SavedTensor(saved_out), sl = SavedTensor(f.lse), table = f.table,
+                 inverse = f.inverse, layout, scale, causal, n_head, n_kv_head](const Tensor& g) -> Grads {
+                  const char* op = "rotary_attention_packed";
+                  const Tensor qkv = sqkv.unpack(op);
+                  const std::vector<Tensor> in = packed_views(qkv, n_head, n_kv_head);
+                  // The kernels write dq, dk and dv into their blocks of qkv's gradient.
+                  Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32, qkv.device());
+                  const std::vector<Tensor> d = packed_views(dqkv, n_head, n_kv_head);
+                  rotary_backward(op, g, in[0], in[1], in[2], so.unpack(op), sl.unpack(op), *table, *inverse, layout,
+                                  scale, causal, d[0], d[1], d[2]);
+                  return {dqkv};
                 });
 }
 
@@ -238,6 +305,11 @@ void add_gradchecks(autograd::OpRegistry& r) {
           {gc::input({1, 2, 3, 4}), gc::input({1, 1, 3, 4}), gc::input({1, 1, 3, 4})}, [](const Inputs& x) {
             const Tensor positions = Tensor::from_vector(std::vector<int64_t>{2, 3, 4}, Shape{3});
             return mvgpt::rotary_attention(x[0], x[1], x[2], positions, 100, RopeLayout::interleaved, 0.5, 0.5, true);
+          }}});
+  r.add("rotary_attention_packed",
+        {{"causal, grouped heads", {gc::input({1, 3, 4, 4})}, [](const Inputs& x) {
+            const Tensor positions = Tensor::from_vector(std::vector<int64_t>{0, 1, 2}, Shape{3});
+            return mvgpt::rotary_attention_packed(x[0], 2, 1, positions, 100, RopeLayout::split_half, 1.0, 0.5, true);
           }}});
 }
 
@@ -294,6 +366,16 @@ std::vector<DeviceCase> device_cases() {
     Tensor y = rotary_attention(q, k, v, pos, 10000, RopeLayout::split_half, 1.0, 0.25, true);
     backward(sum(mul(y, uniform_on(d, {2, 4, 70, 16}, DType::f32, 100))));
     return std::vector<Tensor>{y.detach(), q.grad(), k.grad(), v.grad()};
+  }, {"forward_rotary", "backward_rotary"}, 2e-2});
+  // The same heads packed in one qkv: the CPU's kernels write the gradient's blocks in place.
+  cases.push_back({"rotary_attention_packed_bf16", [](Device d) {
+    const autograd::PrecisionGuard bf16(autograd::Precision::bf16);
+    Tensor qkv = uniform_on(d, {2, 70, 8, 16}, DType::f32, 101, -1, 1);
+    Tensor pos = arange(3, 73, 1, DType::i64, d);
+    qkv.requires_grad_(true);
+    Tensor y = rotary_attention_packed(qkv, 4, 2, pos, 10000, RopeLayout::split_half, 1.0, 0.25, true);
+    backward(sum(mul(y, uniform_on(d, {2, 4, 70, 16}, DType::f32, 102))));
+    return std::vector<Tensor>{y.detach(), qkv.grad()};
   }, {"forward_rotary", "backward_rotary"}, 2e-2});
   return cases;
 }

@@ -172,7 +172,7 @@ class SingleThreadedBlas {
 // they read, and vectors made per task run cleared a few hundred KB a head (on the 2-core AMD EPYC
 // Zen 4, memset was 4.5% of BM_AttentionBackward/bf16:1's time). A task body makes no nested
 // parallel call, so a thread runs one body at a time and each slot has one user.
-enum class Slot { s, q, p, k, v, dp, ds, dout, di };
+enum class Slot { s, q, p, k, v, dp, ds, dout, di, dk, dv };
 template <typename T, Slot slot>
 T* thread_scratch(int64_t n) {
   thread_local std::vector<T> buf;
@@ -194,6 +194,17 @@ struct Heads {
                              std::to_string(st) + " on T); the ops layer must pass a copy");
   }
   const T* at(int64_t b, int64_t h, int64_t t = 0) const { return data + b * sb + h * sh + t * st; }
+};
+
+// Strided (B, H, T, D) output rows with a unit stride on D, rows apart (the layout check sees to it):
+// a contiguous gradient, or the q, k or v block of a packed one (rotary_attention_packed).
+template <typename T>
+struct HeadsOut {
+  T* data;
+  int64_t sb, sh, st;
+  explicit HeadsOut(const Tensor& t)
+      : data(t.data<T>()), sb(t.strides()[0]), sh(t.strides()[1]), st(t.size(2) == 1 ? t.size(3) : t.strides()[2]) {}
+  T* at(int64_t b, int64_t h, int64_t t = 0) const { return data + b * sb + h * sh + t * st; }
 };
 
 // Shapes shared by forward and backward.
@@ -364,25 +375,27 @@ void attention_rows(const Tensor& q, const Tensor& k, const Tensor& v, double sc
 }
 
 // With grouped kv heads: dK/dV of kv head hk = the sum of its query heads' parts, in head order.
+// dk and dv: any rows of HeadsOut's layout.
 template <typename T>
 void sum_group_gradients(const Dims4& d, const std::vector<T>& dk_part, const std::vector<T>& dv_part,
                          const Tensor& dk, const Tensor& dv) {
-  T* dkp = dk.data<T>();
-  T* dvp = dv.data<T>();
+  const HeadsOut<T> dK(dk), dV(dv);
   const int64_t per_head = d.Tk * d.D;
   parallel_for(d.B * d.Hkv, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t b = task / d.Hkv, hk = task % d.Hkv;
-      T* dko = dkp + task * per_head;
-      T* dvo = dvp + task * per_head;
-      std::fill(dko, dko + per_head, T(0));
-      std::fill(dvo, dvo + per_head, T(0));
-      for (int64_t g = 0; g < d.group; ++g) {
-        const int64_t h = hk * d.group + g;
-        const T* kp = dk_part.data() + (b * d.H + h) * per_head;
-        const T* vp = dv_part.data() + (b * d.H + h) * per_head;
-        for (int64_t e = 0; e < per_head; ++e) dko[e] += kp[e];
-        for (int64_t e = 0; e < per_head; ++e) dvo[e] += vp[e];
+      for (int64_t t = 0; t < d.Tk; ++t) {
+        T* dko = dK.at(b, hk, t);
+        T* dvo = dV.at(b, hk, t);
+        std::fill(dko, dko + d.D, T(0));
+        std::fill(dvo, dvo + d.D, T(0));
+        for (int64_t g = 0; g < d.group; ++g) {
+          const int64_t h = hk * d.group + g;
+          const T* kp = dk_part.data() + (b * d.H + h) * per_head + t * d.D;
+          const T* vp = dv_part.data() + (b * d.H + h) * per_head + t * d.D;
+          for (int64_t e = 0; e < d.D; ++e) dko[e] += kp[e];
+          for (int64_t e = 0; e < d.D; ++e) dvo[e] += vp[e];
+        }
       }
     }
   });
@@ -563,6 +576,9 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
 // of its products.
 // With rot, q and k are rotated as they are rounded and dq and dk rotated back by inv (the opposite
 // angles) where they are made: dq a block at a time, dk once a head's blocks have summed it.
+// dq, dk and dv may be strided (HeadsOut: the blocks of a packed qkv gradient). dq is written in
+// place; a head's dk and dv are then summed in this thread's scratch and written (dk rotated back)
+// once the head is done (summed in place, the products' rounding differed from the contiguous case's).
 void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv, const Rotation* rot = nullptr,
@@ -571,7 +587,8 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
   const float scale = float(scale_d);
   const Heads<float> Q(q), K(k), V(v), dO(dout), O(out);
   const float* lp = lse.data<float>();
-  float* dqp = dq.data<float>();
+  const HeadsOut<float> dQ(dq), dK(dk), dV(dv);
+  const bool kv_in_place = dk.is_contiguous() && dv.is_contiguous();  // a head's dk and dv summed where they go
   const bool grouped = d.group > 1;
   std::vector<float> dk_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
   std::vector<float> dv_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
@@ -588,10 +605,12 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
     bfloat16* doh = thread_scratch<bfloat16, Slot::dout>(d.Tq * d.D);
     bfloat16* kh = thread_scratch<bfloat16, Slot::k>(d.Tk * d.D);
     bfloat16* vh = thread_scratch<bfloat16, Slot::v>(d.Tk * d.D);
+    float* dk_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dk>(d.Tk * d.D);
+    float* dv_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dv>(d.Tk * d.D);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t h = task % d.H, b = task / d.H, hk = h / d.group;
-      float* dkh = grouped ? dk_part.data() + task * d.Tk * d.D : dk.data<float>() + (b * d.Hkv + hk) * d.Tk * d.D;
-      float* dvh = grouped ? dv_part.data() + task * d.Tk * d.D : dv.data<float>() + (b * d.Hkv + hk) * d.Tk * d.D;
+      float* dkh = grouped ? dk_part.data() + task * d.Tk * d.D : kv_in_place ? dK.at(b, hk) : dk_scratch;
+      float* dvh = grouped ? dv_part.data() + task * d.Tk * d.D : kv_in_place ? dV.at(b, hk) : dv_scratch;
       std::fill(dkh, dkh + d.Tk * d.D, 0.0f);
       std::fill(dvh, dvh + d.Tk * d.D, 0.0f);
       round_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
@@ -601,9 +620,9 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, d.Tq - i0);
         const int64_t width = visible_keys(d, causal, i0 + rows - 1);
-        float* dqb = dqp + ((b * d.H + h) * d.Tq + i0) * d.D;
+        float* dqb = dQ.at(b, h, i0);
         if (width == 0) {
-          std::fill(dqb, dqb + rows * d.D, 0.0f);
+          for (int64_t r = 0; r < rows; ++r) std::fill(dqb + r * dQ.st, dqb + r * dQ.st + d.D, 0.0f);
           continue;
         }
         const float* lb = lp + (b * d.H + h) * d.Tq + i0;
@@ -635,21 +654,32 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
           vec::round_to_bf16(dpr, width, dsb + r * width);
         }
         // dQ (rows, D) = scale dS K;  dK (width, D) += scale dS^T Q.
-        product_bf16(false, false, rows, d.D, width, scale, dsb, kh, 0, dqb, d.D);
+        product_bf16(false, false, rows, d.D, width, scale, dsb, kh, 0, dqb, dQ.st);
         product_bf16(true, false, width, d.D, rows, scale, dsb, qblk, 1.0f, dkh, d.D);
         if (inv)
-          for (int64_t r = 0; r < rows; ++r) inv->rotate(dqb + r * d.D, i0 + r, dqb + r * d.D);
+          for (int64_t r = 0; r < rows; ++r) inv->rotate(dqb + r * dQ.st, i0 + r, dqb + r * dQ.st);
       }
-      if (inv && !grouped)
-        for (int64_t t = 0; t < d.Tk; ++t) inv->rotate(dkh + t * d.D, t, dkh + t * d.D);
+      if (grouped) continue;
+      if (kv_in_place) {
+        if (inv)
+          for (int64_t t = 0; t < d.Tk; ++t) inv->rotate(dkh + t * d.D, t, dkh + t * d.D);
+        continue;
+      }
+      for (int64_t t = 0; t < d.Tk; ++t) {  // the head's rows into their strided places
+        if (inv) inv->rotate(dkh + t * d.D, t, dK.at(b, hk, t));
+        else std::copy(dkh + t * d.D, dkh + (t + 1) * d.D, dK.at(b, hk, t));
+        std::copy(dvh + t * d.D, dvh + (t + 1) * d.D, dV.at(b, hk, t));
+      }
     }
   });
   if (grouped) sum_group_gradients(d, dk_part, dv_part, dk, dv);
   if (inv && grouped) {  // each kv head's dk is whole only now
-    float* dkp = dk.data<float>();
     const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(d.D, 1));
     parallel_for(d.B * d.Hkv * d.Tk, grain, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) inv->rotate(dkp + r * d.D, r % d.Tk, dkp + r * d.D);
+      for (int64_t r = r0; r < r1; ++r) {
+        float* row = dK.at(r / (d.Hkv * d.Tk), (r / d.Tk) % d.Hkv, r % d.Tk);
+        inv->rotate(row, r % d.Tk, row);
+      }
     });
   }
 }
@@ -717,10 +747,16 @@ void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double sc
   attention_rows_bf16(q, k, v, scale, causal, out, lse, &rot);
 }
 
+// dq, dk and dv: contiguous, or the blocks of a packed gradient (a unit stride on D, rows apart).
 void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      const Tensor& lse, double scale, bool causal, const RopeTable& table, const RopeTable& inverse,
                      RopeLayout layout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  check_attention_layout("rotary attention backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});
+  check_attention_layout("rotary attention backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse});
+  for (const Tensor* t : {&dq, &dk, &dv}) {
+    vec::require_unit_last_stride(*t, "rotary attention backward (cpu)", "dq, dk and dv");
+    if (t->size(2) > 1 && t->strides()[2] < t->size(3))
+      throw std::logic_error("rotary attention backward (cpu): rows of dq, dk or dv overlap");
+  }
   check_rotary(q, k, table, "rotary attention backward (cpu)");
   check_rotary(q, k, inverse, "rotary attention backward (cpu)");
   const Rotation rot = rotation_of(table, layout), inv = rotation_of(inverse, layout);

@@ -396,6 +396,64 @@ TEST(RotaryAttention, ElsewhereIsTheCompositionBitForBit) {
   both(q, k, v, pos2);
 }
 
+// rotary_attention_packed is rotary_attention of the split and transposed views, bit for bit, and
+// its gradient is qkv's: under bf16 products (the kernels write dq, dk and dv into their blocks),
+// grouped kv heads or not, on one thread or the pool; in float32 and float64 (the composition).
+TEST(RotaryAttentionPacked, IsRotaryAttentionOfTheSplitViews) {
+  struct Case {
+    int64_t B, H, Hkv, T, D;
+    bool causal;
+    RopeLayout layout;
+    DType dtype;
+    bool bf16;
+  };
+  const Case cases[] = {{2, 4, 4, 70, 16, true, RopeLayout::split_half, DType::f32, true},
+                        {1, 6, 2, 65, 8, true, RopeLayout::interleaved, DType::f32, true},
+                        {2, 2, 1, 40, 16, false, RopeLayout::split_half, DType::f32, true},
+                        {2, 4, 2, 33, 8, true, RopeLayout::split_half, DType::f32, false},
+                        {1, 2, 1, 9, 4, true, RopeLayout::interleaved, DType::f64, false}};
+  for (const bool one_thread : {false, true})
+  for (const Case& c : cases) {
+    SCOPED_TRACE("H " + std::to_string(c.H) + " Hkv " + std::to_string(c.Hkv) + " T " + std::to_string(c.T) +
+                 (c.bf16 ? " bf16" : " ") + std::string(dtype_name(c.dtype)) + (one_thread ? " on one thread" : ""));
+    const PrecisionGuard precision(c.bf16 ? Precision::bf16 : Precision::fp32);
+    const Tensor qkv = ops::to(random_tensor({c.B, c.T, c.H + 2 * c.Hkv, c.D}, DType::f32, 41, -2, 2), c.dtype);
+    const Tensor pos = arange(2, double(2 + c.T), 1, DType::i64, Device::cpu());
+    const Tensor g = ops::to(random_tensor({c.B, c.H, c.T, c.D}, DType::f32, 42), c.dtype);
+    std::vector<std::vector<Tensor>> got(2);
+    for (int path = 0; path < 2; ++path) {
+      Tensor leaf = ops::clone(qkv).requires_grad_(true);
+      Tensor y;
+      profile::Recording rec;
+      auto run = [&] {
+        if (path == 0) {
+          y = rotary_attention_packed(leaf, c.H, c.Hkv, pos, 500, c.layout, 1.0, 0.3, c.causal);
+        } else {
+          const std::vector<Tensor> parts = split(leaf, {c.H, c.Hkv, c.Hkv}, 2);
+          y = rotary_attention(transpose(parts[0], 1, 2), transpose(parts[1], 1, 2), transpose(parts[2], 1, 2), pos,
+                               500, c.layout, 1.0, 0.3, c.causal);
+        }
+        backward(sum(mul(y, g)));
+      };
+      if (one_thread) tbb::task_arena(1).execute(run);
+      else run();
+      const profile::Report report = rec.stop();
+      int64_t copies = 0;
+      for (const profile::Row& row : report.rows) copies += row.op == "copy" ? row.calls : 0;
+      if (c.bf16) {  // the split views' gradients are copied into qkv's blocks; the packed op's are not
+        if (path == 0) EXPECT_EQ(copies, 0) << "dq, dk and dv should be written in place";
+        else EXPECT_GT(copies, 0) << "the composition's gradients should be copied into place";
+      }
+      got[size_t(path)] = {y.detach(), leaf.grad()};
+    }
+    EXPECT_TRUE(testing::bitwise_equal(got[0][0], got[1][0])) << "out";
+    EXPECT_TRUE(testing::bitwise_equal(got[0][1], got[1][1])) << "qkv's gradient";
+  }
+  expect_error([] { rotary_attention_packed(Tensor::empty({1, 3, 5, 4}, DType::f32), 2, 1, Tensor(), 1e4,
+                                            RopeLayout::split_half, 1.0, 0.5, true); },
+               "rotary_attention_packed: expected qkv (B, T, H + 2 Hkv, D) with H = 2 and Hkv = 1");
+}
+
 TEST(AttentionKernel, StridedHeadsFromPackedQkv) {
   // qkv (B, T, 3, H, D) packed as a linear layer writes it; q, k, v are (B, H, T, D) views of it.
   const int64_t B = 2, T = 6, H = 2, D = 4;
