@@ -172,7 +172,7 @@ class SingleThreadedBlas {
 // they read, and vectors made per task run cleared a few hundred KB a head (on the 2-core AMD EPYC
 // Zen 4, memset was 4.5% of BM_AttentionBackward/bf16:1's time). A task body makes no nested
 // parallel call, so a thread runs one body at a time and each slot has one user.
-enum class Slot { s, q, p, k, v, dp, ds, dout, di, dk, dv };
+enum class Slot { s, q, p, k, v, dp, ds, dout, di, dq, dk, dv };
 template <typename T, Slot slot>
 T* thread_scratch(int64_t n) {
   thread_local std::vector<T> buf;
@@ -576,9 +576,10 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
 // of its products.
 // With rot, q and k are rotated as they are rounded and dq and dk rotated back by inv (the opposite
 // angles) where they are made: dq a block at a time, dk once a head's blocks have summed it.
-// dq, dk and dv may be strided (HeadsOut: the blocks of a packed qkv gradient). dq is written in
-// place; a head's dk and dv are then summed in this thread's scratch and written (dk rotated back)
-// once the head is done (summed in place, the products' rounding differed from the contiguous case's).
+// dq, dk and dv may be strided (HeadsOut: the blocks of a packed qkv gradient). The products then
+// write in this thread's scratch, as they would a contiguous gradient (summed in place, the rounding
+// of dk's products differed), and the rows reach their places in the back-rotation's pass (or a
+// copy): dq a block at a time, a head's dk and dv once its blocks are summed.
 void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
                                   const Tensor& dk, const Tensor& dv, const Rotation* rot = nullptr,
@@ -589,6 +590,7 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
   const float* lp = lse.data<float>();
   const HeadsOut<float> dQ(dq), dK(dk), dV(dv);
   const bool kv_in_place = dk.is_contiguous() && dv.is_contiguous();  // a head's dk and dv summed where they go
+  const bool dq_in_place = dq.is_contiguous();
   const bool grouped = d.group > 1;
   std::vector<float> dk_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
   std::vector<float> dv_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
@@ -607,6 +609,7 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
     bfloat16* vh = thread_scratch<bfloat16, Slot::v>(d.Tk * d.D);
     float* dk_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dk>(d.Tk * d.D);
     float* dv_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dv>(d.Tk * d.D);
+    float* dq_scratch = dq_in_place ? nullptr : thread_scratch<float, Slot::dq>(blk_rows * d.D);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t h = task % d.H, b = task / d.H, hk = h / d.group;
       float* dkh = grouped ? dk_part.data() + task * d.Tk * d.D : kv_in_place ? dK.at(b, hk) : dk_scratch;
@@ -654,10 +657,15 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
           vec::round_to_bf16(dpr, width, dsb + r * width);
         }
         // dQ (rows, D) = scale dS K;  dK (width, D) += scale dS^T Q.
-        product_bf16(false, false, rows, d.D, width, scale, dsb, kh, 0, dqb, dQ.st);
+        // A strided dq (a packed gradient's block) is made in scratch, as a contiguous one is, and
+        // reaches its rows in the rotation's pass (or a copy).
+        float* dqm = dq_in_place ? dqb : dq_scratch;
+        product_bf16(false, false, rows, d.D, width, scale, dsb, kh, 0, dqm, d.D);
         product_bf16(true, false, width, d.D, rows, scale, dsb, qblk, 1.0f, dkh, d.D);
         if (inv)
-          for (int64_t r = 0; r < rows; ++r) inv->rotate(dqb + r * dQ.st, i0 + r, dqb + r * dQ.st);
+          for (int64_t r = 0; r < rows; ++r) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
+        else if (!dq_in_place)
+          for (int64_t r = 0; r < rows; ++r) std::copy(dqm + r * d.D, dqm + (r + 1) * d.D, dqb + r * dQ.st);
       }
       if (grouped) continue;
       if (kv_in_place) {
