@@ -256,7 +256,11 @@ Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_h
     throw std::invalid_argument(std::string(op) + ": expected qkv (B, T, H + 2 Hkv, D) with H = " +
                                 std::to_string(n_head) + " and Hkv = " + std::to_string(n_kv_head) +
                                 " both positive, found qkv " + to_string(qkv.shape()));
-  std::vector<Tensor> raw = packed_views(qkv, n_head, n_kv_head);
+  std::vector<Tensor> raw;
+  {
+    const autograd::InternalOps internal;  // raw views; the composition below records its own
+    raw = packed_views(qkv, n_head, n_kv_head);
+  }
   if (!rotary_kernel_case(raw[0], raw[1], raw[2], positions, base, position_scale)) {
     // The composition: differentiable views, whose gradients the engine writes into qkv's blocks.
     std::vector<Tensor> parts = split(qkv, {n_head, n_kv_head, n_kv_head}, 2);

@@ -71,7 +71,10 @@ struct AttentionKernels {
                    const Tensor& dk, const Tensor& dv);
   // Where a device has them (the CPU): the bf16 products' kernels with q and k of one length T
   // rotated by a rope table (row t by table row t, the angles of positions[t]) as they are rounded,
-  // and dq and dk rotated back by the inverse table; float32 tensors as above.
+  // and dq and dk rotated back by the inverse table; float32 tensors as above, except that
+  // backward_rotary's dq, dk and dv may also be strided views (a unit stride on D, rows that do not
+  // overlap, no two sharing an element): the blocks of a packed qkv's gradient
+  // (rotary_attention_packed).
   void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                          const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse) = nullptr;
   void (*backward_rotary)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

@@ -390,6 +390,7 @@ std::vector<DeviceCase> device_cases() {
   // linear_cross_entropy's loss and both gradients: one block in float32; under the bf16 policy
   // 150 rows of 131,072 classes are two blocks, and a device that cannot round in its kernel rounds
   // after (its bf16 products sum in another order, so that case is compared at bf16's precision).
+  // Under bf16 the CPU runs loss_with_gradient; a device without it runs the two kernels.
   for (const bool bf16 : {false, true}) {
     cases.push_back({bf16 ? "linear_cross_entropy_bf16" : "linear_cross_entropy", [bf16](Device d) {
       const autograd::PrecisionGuard precision(bf16 ? autograd::Precision::bf16 : autograd::Precision::fp32);

@@ -133,7 +133,7 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
       }
       const float g = gp[n], c = g / s;
       vec::round_to_bf16(row.data(), V, c, d);  // softmax * g
-      const float at_target = row[size_t(t)] * c;
+      const float at_target = vec::no_contract(row[size_t(t)] * c);  // rounded, as the row's other entries
       d[t] = bfloat16(at_target - g);
     }
   });

@@ -411,7 +411,12 @@ TEST(RotaryAttentionPacked, IsRotaryAttentionOfTheSplitViews) {
                         {1, 6, 2, 65, 8, true, RopeLayout::interleaved, DType::f32, true},
                         {2, 2, 1, 40, 16, false, RopeLayout::split_half, DType::f32, true},
                         {2, 4, 2, 33, 8, true, RopeLayout::split_half, DType::f32, false},
-                        {1, 2, 1, 9, 4, true, RopeLayout::interleaved, DType::f64, false}};
+                        {1, 2, 1, 9, 4, true, RopeLayout::interleaved, DType::f64, false},
+                        // One position (and with B = 1 the packed blocks are themselves contiguous),
+                        // and all heads their own kv heads without a mask.
+                        {2, 2, 2, 1, 8, true, RopeLayout::split_half, DType::f32, true},
+                        {1, 3, 1, 1, 8, true, RopeLayout::interleaved, DType::f32, true},
+                        {2, 3, 3, 20, 8, false, RopeLayout::split_half, DType::f32, true}};
   for (const bool one_thread : {false, true})
   for (const Case& c : cases) {
     SCOPED_TRACE("H " + std::to_string(c.H) + " Hkv " + std::to_string(c.Hkv) + " T " + std::to_string(c.T) +
