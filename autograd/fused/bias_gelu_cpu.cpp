@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <mvgpt/backends/cpu/column_sum_order.h>
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
 #include <mvgpt/backends/cpu/vec_math.h>
@@ -90,10 +91,9 @@ inline void store(float* p, cpu::f32x8 v) { cpu::store8(p, v); }
 inline void store(float* p, cpu::f32x16 v) { cpu::store16(p, v); }
 #endif
 
-// The order of the CPU's column sum (backends/cpu/cpu_reduce.cpp, sum_columns_by_row_blocks): blocks
-// of 64 rows, each a double sum of groups of 8 rows added in float left to right, the blocks added
-// in order; so the column sums below are ops::sum(dx, {0})'s bits.
-constexpr int64_t kSumRowBlock = 64, kSumRowGroup = 8;
+// The order of the CPU's column sum (NOTE [ Column sum order ] in backends/cpu/column_sum_order.h),
+// so the column sums below are ops::sum(dx, {0})'s bits.
+constexpr int64_t kSumRowBlock = cpu::kColumnSumRowBlock, kSumRowGroup = cpu::kColumnSumRowGroup;
 
 // dx = grad * gelu'(x) (the unary GELU backward's lanes), stored rounded to bfloat16, and its column
 // sums from the float32 values, in one pass over x and grad.

@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <mvgpt/backends/cpu/column_sum_order.h>
 #include <mvgpt/backends/cpu/cpu_backend.h>
 #include <mvgpt/backends/cpu/strided.h>
 #include <mvgpt/backends/cpu/vec_math.h>
@@ -29,7 +30,7 @@ namespace {
 constexpr int64_t kBlock = 8192;     // reduced elements per block of a row reduction
 constexpr int64_t kLanes = 16;       // independent accumulators: vectorizes, and sums more accurately
 constexpr int64_t kColumnChunk = 256;  // outputs per task in a column reduction
-constexpr int64_t kRowBlock = 64;      // rows per block of a row-streaming column sum
+constexpr int64_t kRowBlock = kColumnSumRowBlock;  // rows per block of a row-streaming column sum
 
 // Floats accumulate blocks in their own type (lanes) and combine blocks in double; ints use int64.
 template <typename T>
@@ -152,9 +153,10 @@ void reduce_rows(ReduceOp op, const T* xp, const Layout<1>& outer, int64_t R, co
   });
 }
 
-// Column sums of floats in rows of unit stride (x (R, L) summed over R: a bias gradient). Tasks
-// stream whole rows, each summing a fixed block of kRowBlock rows into double accumulators; the
-// block sums are then added in block order. Reads are contiguous (the strip-wise walk below reads
+// Column sums of floats in rows of unit stride (x (R, L) summed over R: a bias gradient), in the
+// order of NOTE [ Column sum order ] (column_sum_order.h). Tasks stream whole rows, each summing a
+// fixed block of kRowBlock rows into double accumulators; the block sums are then added in block
+// order. Reads are contiguous (the strip-wise walk below reads
 // 1 KB per row and jumps, at a third of the bandwidth), and the grouping depends only on R.
 // Groups of kRowGroup rows are added in T first, one column at a time in row order, and each
 // group's sum then goes into the double accumulator: widening every element and updating the
@@ -163,7 +165,7 @@ void reduce_rows(ReduceOp op, const T* xp, const Layout<1>& outer, int64_t R, co
 // values near T's largest can overflow where a double sum would not.
 template <typename T>
 void sum_columns_by_row_blocks(const T* xp, int64_t L, int64_t R, int64_t row_stride, const Tensor& out) {
-  constexpr int64_t kRowGroup = 8;
+  constexpr int64_t kRowGroup = kColumnSumRowGroup;
   const int64_t nb = (R + kRowBlock - 1) / kRowBlock;
   Tensor scratch = Tensor::empty({nb, L}, DType::f64);  // block sums, from the caching allocator
   double* part = scratch.data<double>();
