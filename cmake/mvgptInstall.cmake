@@ -23,6 +23,7 @@ set(mvgpt_internal_headers
   REGEX "/backends/fused_checks\\.h$" EXCLUDE
   REGEX "/autograd/op_impl\\.h$" EXCLUDE
   REGEX "/fused/unit\\.h$" EXCLUDE
+  REGEX "/fused/rope_row_cpu\\.h$" EXCLUDE  # the CPU's row rotation, shared by rope's and attention's kernels
   REGEX "/text/pre_tokenizer\\.h$" EXCLUDE  # the tokenizer's internal headers, shared by its job files
   REGEX "/text/tokenizer_impl\\.h$" EXCLUDE)
 foreach(entry ${MVGPT_LAYER_FOLDERS})

@@ -50,6 +50,7 @@
 #include <mvgpt/backends/cpu/parallel.h>
 #include <mvgpt/fused/attention.h>
 #include <mvgpt/fused/rope.h>
+#include <mvgpt/fused/rope_row_cpu.h>
 
 namespace mvgpt::fused {
 namespace {
@@ -94,7 +95,7 @@ void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1
 
 // A rotary embedding the bf16 kernels apply to q and k as they round them (rotary_attention in
 // attention.h): row t of q and of k (Tq == Tk) is rotated by row t of a rope_table, the angles of
-// positions[t]. The arithmetic is rope's CPU kernel's (rope_cpu.cpp) on the same table.
+// positions[t]. The arithmetic is rope's CPU kernel's (rotate_row, rope_row_cpu.h) on the same table.
 struct Rotation {
   const float* cos;
   const float* sin;
@@ -103,29 +104,7 @@ struct Rotation {
 
   // out (2 half) = x rotated to position t; out may be x.
   void rotate(const float* x, int64_t t, float* out) const {
-    const float* c = cos + t * half;
-    const float* s = sin + t * half;
-    if (!interleaved) {
-      int64_t i = 0;
-      // Eight pairs at a time, every load before the stores (out may be x, which stops the vectorizer).
-      for (; i + vec::kVec <= half; i += vec::kVec) {
-        const vec::f32x8 a = vec::load8(x + i), b = vec::load8(x + i + half);
-        const vec::f32x8 cv = vec::load8(c + i), sv = vec::load8(s + i);
-        vec::store8(out + i, a * cv - b * sv);
-        vec::store8(out + i + half, a * sv + b * cv);
-      }
-      for (; i < half; ++i) {
-        const float a = x[i], b = x[i + half];
-        out[i] = a * c[i] - b * s[i];
-        out[i + half] = a * s[i] + b * c[i];
-      }
-    } else {
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = x[2 * i], b = x[2 * i + 1];
-        out[2 * i] = a * c[i] - b * s[i];
-        out[2 * i + 1] = a * s[i] + b * c[i];
-      }
-    }
+    rotate_row(x, cos + t * half, sin + t * half, half, interleaved, out);
   }
 };
 

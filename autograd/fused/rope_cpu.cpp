@@ -7,6 +7,7 @@
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
 #include <mvgpt/fused/rope.h>
+#include <mvgpt/fused/rope_row_cpu.h>
 
 namespace mvgpt::fused {
 namespace {
@@ -70,21 +71,7 @@ void rope_impl(const Tensor& x, const Tensor& positions, double base, RopeLayout
       const T* xr = xp + b * sb + h * sh + t * st;
       T* o = op + ((b * H + h) * T_ + t) * D;
       const int64_t tr = (pos_rows == 1 ? 0 : b) * T_ + t;
-      const T* c = cos_t.data() + tr * half;
-      const T* s = sin_t.data() + tr * half;
-      if (layout == RopeLayout::split_half) {
-        for (int64_t i = 0; i < half; ++i) {
-          const T a = xr[i], bb = xr[i + half];
-          o[i] = a * c[i] - bb * s[i];
-          o[i + half] = a * s[i] + bb * c[i];
-        }
-      } else {
-        for (int64_t i = 0; i < half; ++i) {
-          const T a = xr[2 * i], bb = xr[2 * i + 1];
-          o[2 * i] = a * c[i] - bb * s[i];
-          o[2 * i + 1] = a * s[i] + bb * c[i];
-        }
-      }
+      rotate_row(xr, cos_t.data() + tr * half, sin_t.data() + tr * half, half, layout == RopeLayout::interleaved, o);
     }
   });
 }
