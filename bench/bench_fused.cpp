@@ -153,7 +153,7 @@ void BM_RotaryAttentionBackward(benchmark::State& state) {
   const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
   const Tensor pos = ops::arange(0, double(T), 1, DType::i64, Device::cpu());
   const fused::RopeTable table = fused::rope_table(pos, D, 10000, false, 1.0);
-  const fused::RopeTable inverse = fused::rope_table(pos, D, 10000, true, 1.0);
+  const fused::RopeTable inverse = fused::inverse_rope_table(table);
   const double scale = 1 / std::sqrt(double(D));
   Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   attention_cpu().forward_rotary(q, k, v, scale, true, table, RopeLayout::split_half, out, lse);

@@ -198,7 +198,7 @@ RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, c
         .forward_rotary(fused::prepared_heads(q, DType::f32), fused::prepared_heads(k, DType::f32),
                         fused::prepared_heads(v, DType::f32), scale, causal, *r.table, layout, r.out, r.lse);
   }
-  if (grad) r.inverse = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, true, position_scale));
+  if (grad) r.inverse = std::make_shared<const fused::RopeTable>(fused::inverse_rope_table(*r.table));
   return r;
 }
 

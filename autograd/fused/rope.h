@@ -45,6 +45,10 @@ struct RopeTable {
   std::vector<float> cos, sin;
 };
 RopeTable rope_table(const Tensor& positions, int64_t D, double base, bool inverse, double position_scale);
+// The table of the opposite angles, from a table without its cos and sin computed again: the same cos,
+// sin negated. The values rope_table(..., !inverse, ...) gives (cos and sin are even and odd, and
+// each angle is negated exactly; tested bit for bit).
+RopeTable inverse_rope_table(const RopeTable& table);
 
 }  // namespace fused
 }  // namespace mvgpt

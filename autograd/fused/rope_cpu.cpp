@@ -102,6 +102,12 @@ RopeTable rope_table(const Tensor& positions, int64_t D, double base, bool inver
   return t;
 }
 
+RopeTable inverse_rope_table(const RopeTable& table) {
+  RopeTable t = table;
+  for (float& s : t.sin) s = -s;
+  return t;
+}
+
 RopeKernels rope_cpu_kernels() { return {rotate}; }
 
 }  // namespace mvgpt::fused

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include <mvgpt/backends/ops.h>
@@ -160,6 +161,23 @@ TEST(RopeKernel, PositionScale) {
                                  layout, true, 500);
     EXPECT_TRUE(all_close(run_rope(xd, pos, layout, true, 500, 0.3), naive, 1e-10));
   }
+}
+
+// The table of the opposite angles is the inverse table, bit for bit: small and large positions,
+// int32 and int64, a position scale, both directions.
+TEST(RopeKernel, InverseTableIsTheTableOfTheOppositeAngles) {
+  std::vector<int64_t> many;
+  for (int64_t p = 0; p < 300000; p += 997) many.push_back(p);
+  for (const Tensor& pos : {positions_of(many, {int64_t(many.size())}), ops::to(positions_of({0, 1, 5, 255}), DType::i32)})
+    for (auto [D, base, scale] : {std::tuple{64, 10000.0, 1.0}, {128, 500000.0, 0.25}, {6, 100.0, 0.3}})
+      for (bool inverse : {false, true}) {
+        const fused::RopeTable table = fused::rope_table(pos, D, base, inverse, scale);
+        const fused::RopeTable want = fused::rope_table(pos, D, base, !inverse, scale);
+        const fused::RopeTable got = fused::inverse_rope_table(table);
+        EXPECT_EQ(got.half, want.half);
+        EXPECT_EQ(got.cos, want.cos) << "D " << D << (inverse ? " from the inverse" : "");
+        EXPECT_EQ(got.sin, want.sin) << "D " << D << (inverse ? " from the inverse" : "");
+      }
 }
 
 TEST(RopeKernel, ZeroSizeTensors) {
