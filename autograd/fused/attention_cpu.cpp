@@ -229,12 +229,33 @@ inline vec::f32x8 load8_kv(const KV* p) {
   else return vec::load8_widened(p);
 }
 
+#ifdef __AVX512F__
+template <typename KV>
+inline vec::f32x16 load16_kv(const KV* p) {
+  if constexpr (std::is_same_v<KV, float>) return vec::load16(p);
+  else return vec::load16_widened(p);
+}
+#endif
+
 // attend_row for float32 rows of D = 8 NV (the common head sizes), the same sums in the same order
-// with the row in registers: the scores four keys at a time (independent sums, so the FMA latency
-// overlaps) and out's sums held in registers across the keys (not stored and reloaded per key).
-// BM_AttentionForward/Tq:1 (16 x 6 heads, 256 keys, float32) 87-91 us against 127-129 on the 2-core
-// Zen 4; in the series' model's decoding, where a token's keys and values come from memory after
-// the weights have streamed through the cache, the attention takes 0.10-0.12 ms a token either way.
+// with the row in registers: the scores several keys at a time (independent sums, so the FMA
+// latency overlaps) and out's sums held in registers across the keys (not stored and reloaded per
+// key). BM_AttentionForward/Tq:1 (16 x 6 heads, 256 keys, float32) 87-91 us against 127-129 on the
+// 2-core Zen 4.
+// NOTE [ Decoding's attention in sixteen lanes ]
+// With AVX-512 (and D a multiple of 16) a key row is read sixteen lanes at a time: lanes 0-7 of
+// one sum hold chunks 0, 2, 4... (the sum A below) and lanes 8-15 chunks 1, 3, 5... (B), so it is
+// the eight-lane loop's two sums in one register, one FMA where that loop takes two; eight keys'
+// sums are then added up together (hsum8_of_eight), and out's sums take sixteen lanes too. The same
+// products and sums in the same order: bit for bit the eight-lane loop (a hash of the outputs over
+// head sizes 32-128 and 1-256 keys, float32 and bf16 caches, was the same before and after; the
+// bf16-cache test compares the two caches bit for bit). In the model's decoding a token's keys and
+// values come from memory after 29 MB of weights have streamed through the cache, so the score
+// loop also fetches the key row sixteen ahead and the value row it will weigh next (the hardware
+// prefetchers start late on a 32 KB run). BM_DecodeCache/1 (the series' RoPE model, bf16, sliding
+// cache) on the 2-core AMD EPYC Zen 4, alternated eight times under other tenants' load: attention
+// 0.07-0.08 ms a token against 0.11-0.12 (step_profile --decode), the token 0.70-0.91 ms (median
+// 0.79) against 0.79-0.92 (0.815).
 template <int NV, typename KV>
 void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, int64_t hk, int64_t n,
                           float scale, float* s, float* o, float* lse) {
@@ -253,6 +274,31 @@ void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& 
     return vec::hsum8(a + c) + 0.0f;  // + the empty tail, as row_dot (a -0 sum becomes +0)
   };
   int64_t j = 0;
+#ifdef __AVX512F__
+  constexpr bool sixteen = NV % 2 == 0;  // NOTE [ Decoding's attention in sixteen lanes ]
+  if constexpr (sixteen) {
+    using vec::f32x16;
+    constexpr int NW = NV / 2;
+    f32x16 q16[NW];
+    for (int i = 0; i < NW; ++i) q16[i] = vec::load16(qr + i * 2 * vec::kVec);
+    auto prefetch_row = [](const KV* row) {
+      const char* p = reinterpret_cast<const char*>(row);
+      for (int64_t c = 0; c < int64_t(D * sizeof(KV)); c += 64) __builtin_prefetch(p + c);
+      __builtin_prefetch(p + D * sizeof(KV) - 1);  // a row that starts inside a line ends in one more
+    };
+    for (; j + 8 <= n; j += 8) {
+      f32x16 acc[8];
+      for (int k = 0; k < 8; ++k) {
+        const KV* kr = K.at(b, hk, j + k);
+        prefetch_row(V.at(b, hk, j + k));
+        if (j + k + 16 < n) prefetch_row(K.at(b, hk, j + k + 16));
+        acc[k] = f32x16{};
+        for (int i = 0; i < NW; ++i) acc[k] += q16[i] * load16_kv(kr + i * 2 * vec::kVec);
+      }
+      vec::store8(s + j, scale * (vec::hsum8_of_eight(acc) + 0.0f));
+    }
+  }
+#endif
   for (; j + 4 <= n; j += 4) {
     const float s0 = dot(K.at(b, hk, j)), s1 = dot(K.at(b, hk, j + 1)), s2 = dot(K.at(b, hk, j + 2)),
                 s3 = dot(K.at(b, hk, j + 3));
@@ -266,13 +312,28 @@ void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& 
     return;
   }
   const float l = vec::exp_shifted(s, n, m, 1.0f, s);
+  const float inv = 1.0f / l;
+#ifdef __AVX512F__
+  if constexpr (sixteen) {
+    using vec::f32x16;
+    constexpr int NW = NV / 2;
+    f32x16 acc[NW] = {};
+    for (j = 0; j < n; ++j) {
+      const KV* vr = V.at(b, hk, j);
+      const float p = s[j];
+      for (int i = 0; i < NW; ++i) acc[i] = acc[i] + p * load16_kv(vr + i * 2 * vec::kVec);
+    }
+    for (int i = 0; i < NW; ++i) vec::store16(o + i * 2 * vec::kVec, acc[i] * inv);
+    *lse = m + std::log(l);
+    return;
+  }
+#endif
   f32x8 acc[NV] = {};
   for (j = 0; j < n; ++j) {
     const KV* vr = V.at(b, hk, j);
     const float p = s[j];
     for (int i = 0; i < NV; ++i) acc[i] = acc[i] + p * load8_kv(vr + i * vec::kVec);
   }
-  const float inv = 1.0f / l;
   for (int i = 0; i < NV; ++i) vec::store8(o + i * vec::kVec, acc[i] * inv);
   *lse = m + std::log(l);
 }

@@ -120,6 +120,24 @@ inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
 inline f32x16 exp16(f32x16 x) { return exp_lanes<f32x16, i32x16>(x); }
 inline f32x8 low8(f32x16 v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
 inline f32x8 high8(f32x16 v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
+// Eight sums at once: lane k is hsum8(low8(acc[k]) + high8(acc[k])), bit for bit. hsum8 adds
+// ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)); each level below adds those same pairs for all
+// eight, gathered into lanes by two shuffles, where one sum at a time takes a shuffle per add.
+inline f32x8 hsum8_of_eight(const f32x16 (&acc)[8]) {
+  f32x16 w[4];  // sums 2i (lanes 0-7) and 2i + 1 (lanes 8-15), each low8 + high8
+  for (int i = 0; i < 4; ++i)
+    w[i] = __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+           __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+                                   30, 31);
+  f32x16 p[2];  // four sums each, four lanes a sum: v[i] + v[i + 4]
+  for (int i = 0; i < 2; ++i)
+    p[i] = __builtin_shufflevector(w[2 * i], w[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+           __builtin_shufflevector(w[2 * i], w[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  // Eight sums, two lanes each: (v0 + v4) + (v1 + v5) and (v2 + v6) + (v3 + v7).
+  const f32x16 r = __builtin_shufflevector(p[0], p[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+                   __builtin_shufflevector(p[0], p[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return __builtin_shufflevector(r, r, 0, 2, 4, 6, 8, 10, 12, 14) + __builtin_shufflevector(r, r, 1, 3, 5, 7, 9, 11, 13, 15);
+}
 #endif
 inline float exp_approx(float x) {
   const f32x8 v = f32x8{} + x;
@@ -285,6 +303,14 @@ inline f32x8 load8_widened(const bfloat16* p) {
   std::memcpy(&h, p, sizeof h);
   return (f32x8)(__builtin_convertvector(h, bf16_u32x8) << 16);
 }
+#ifdef __AVX512F__
+// Sixteen of them (NOTE [ Sixteen lanes where the CPU has AVX-512 ]).
+inline f32x16 load16_widened(const bfloat16* p) {
+  bf16_u16x16 h;
+  std::memcpy(&h, p, sizeof h);
+  return (f32x16)(__builtin_convertvector(h, bf16_u32x16) << 16);
+}
+#endif
 // sum_i a[i] float(b[i]): row_dot over b widened, in the same order (the same float32 sums).
 inline float row_dot(const float* a, const bfloat16* b, int64_t n) {
   return vsum(n, [&](int64_t i) { return load8(a + i) * load8_widened(b + i); },

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <tuple>
 #include <vector>
 
@@ -545,6 +546,34 @@ TEST(AttentionOp, Bfloat16IsWidenedAndCastBack) {
   EXPECT_EQ(r.lse.dtype(), DType::f32);
   EXPECT_TRUE(all_close(r.out, fused::attention_forward(packed(q, DType::f32), packed(q, DType::f32),
                                                         packed(q, DType::f32), 0.5, true).out, 2e-2, 1e-2));
+}
+
+// hsum8_of_eight (decoding's attention and the bf16 GEMV add up eight sums together): lane k is
+// hsum8(low8(acc[k]) + high8(acc[k])) bit for bit, with magnitudes far apart (where the order of the
+// adds shows), signed zeros, infinities and NaN.
+TEST(VectorSums, EightSumsAtOnceAreHsum8OfEach) {
+#ifdef __AVX512F__
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(-30, 30), special(0, 40);
+  for (int trial = 0; trial < 2000; ++trial) {
+    cpu::fused::f32x16 acc[8];
+    for (auto &v : acc)
+      for (int l = 0; l < 16; ++l) {
+        const int k = special(rng);
+        v[l] = k == 0 ? -0.0f : k == 1 ? INFINITY : k == 2 ? -INFINITY : k == 3 && trial % 7 == 0 ? NAN
+                                                                                       : std::ldexp(mantissa(rng), exponent(rng));
+      }
+    const cpu::fused::f32x8 got = cpu::fused::hsum8_of_eight(acc);
+    for (int k = 0; k < 8; ++k) {
+      const float want = cpu::fused::hsum8(cpu::fused::low8(acc[k]) + cpu::fused::high8(acc[k]));
+      if (std::isnan(want)) ASSERT_TRUE(std::isnan(got[k])) << trial << " " << k;
+      else ASSERT_EQ(std::bit_cast<uint32_t>(got[k]), std::bit_cast<uint32_t>(want)) << trial << " " << k;
+    }
+  }
+#else
+  GTEST_SKIP() << "skipped: built without AVX-512 (hsum8_of_eight is its sixteen-lane path)";
+#endif
 }
 
 // A bf16 KV cache (float32 q, bfloat16 k and v): the values of k and v widened to float32, bit for
