@@ -208,8 +208,11 @@ inline void widen16(const bfloat16* p, f32x8& even, f32x8& odd) {
   return buf.data();
 }
 
+// y = alpha sum + beta y, each product rounded before the add: left to the compiler, whether it
+// fuses one of them into an FMA (and which) depends on how the caller is inlined, so the same sum
+// could be stored differently by two callers.
 inline void store(float* y, float sum, float alpha, float beta) {
-  *y = beta == 0.0f ? alpha * sum : alpha * sum + beta * *y;
+  *y = beta == 0.0f ? alpha * sum : fused::no_contract(alpha * sum) + fused::no_contract(beta * *y);
 }
 
 // One row of X: x . row. Rows go one at a time because the matrix is then read as one sequential

@@ -284,5 +284,30 @@ TEST(Bf16Products, CpuSupportMatchesProcCpuinfo) {
   std::cout << "bf16 on this CPU: " << support.what << "\n";
 }
 
+// A row's sum is stored the same alone or among others: each row of a 19-row product against the
+// same row as a product of its own, with alpha and beta, bit for bit (a kernel that groups rows, or
+// an FMA the compiler fuses in one caller and not in another, would show here).
+TEST(Bf16Products, GemvRowGivesTheSameSumAloneOrAmongOthers) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal;
+  for (int64_t K : {23, 64, 384}) {
+    SCOPED_TRACE("K " + std::to_string(K));
+    const int64_t N = 19;
+    std::vector<bfloat16> x(static_cast<size_t>(K)), W(static_cast<size_t>(N * K));
+    for (auto &e : x) e = bfloat16(normal(rng));
+    for (auto &e : W) e = bfloat16(normal(rng));
+    std::vector<float> c0(static_cast<size_t>(N));
+    for (auto &c : c0) c = normal(rng);
+    for (float beta : {0.0f, 0.75f}) {
+      const float alpha = beta == 0.0f ? 1.0f : -1.25f;
+      std::vector<float> together = c0, alone = c0;
+      cpu::blas::gemm(false, true, 1, N, K, alpha, x.data(), K, W.data(), K, beta, together.data(), N, false);
+      for (int64_t j = 0; j < N; ++j)
+        cpu::blas::gemm(false, true, 1, 1, K, alpha, x.data(), K, W.data() + j * K, K, beta, alone.data() + j, 1, false);
+      for (int64_t j = 0; j < N; ++j) ASSERT_EQ(together[size_t(j)], alone[size_t(j)]) << "row " << j << " beta " << beta;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mvgpt
