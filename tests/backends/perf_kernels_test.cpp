@@ -5,8 +5,11 @@
 #include <tbb/global_control.h>
 
 #include <cmath>
+#include <random>
+#include <string>
 #include <vector>
 
+#include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/ops.h>
 #include "ops_test_util.h"
 #include "unary_reference.h"
@@ -127,6 +130,50 @@ TEST(BlasPaths, GemvForOneRowOrOneColumnInEveryLayout) {
   // Overwrites the output even where the fresh memory held NaN (beta = 0).
   Tensor y = ops::matmul(ops::zeros({1, K}), w);
   for (float v : y.to_vector<float>()) ASSERT_EQ(v, 0.0f);
+}
+
+// The float32 GEMV over rows (NOTE [ float32 GEMV over rows ] in blas.cpp), called as blas::gemm
+// is for x (1, K) W^T: every branch of the sum (64-wide steps, 16-wide chunks, a tail), alpha and
+// beta, against a double loop; cut over the pool or not, and a row alone or among others, bit for
+// bit; a NaN or an infinity in a row reaches that row's output only.
+TEST(BlasPaths, Float32GemvOverRows) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  for (int64_t K : {7, 23, 64, 119, 250, 384, 1536}) {
+    const int64_t N = 300;
+    SCOPED_TRACE("K " + std::to_string(K));
+    std::vector<float> x(static_cast<size_t>(K)), W(static_cast<size_t>(N * K)), c0(static_cast<size_t>(N));
+    for (auto* v : {&x, &W, &c0})
+      for (auto &e : *v) e = normal(rng);
+    for (float beta : {0.0f, 0.5f}) {
+      const float alpha = beta == 0.0f ? 1.0f : -1.5f;
+      std::vector<float> parallel = c0, serial = c0, alone = c0;
+      cpu::blas::gemm(false, true, 1, N, K, alpha, x.data(), K, W.data(), K, beta, parallel.data(), N);
+      cpu::blas::gemm(false, true, 1, N, K, alpha, x.data(), K, W.data(), K, beta, serial.data(), N, false);
+      for (int64_t j = 0; j < N; ++j)
+        cpu::blas::gemm(false, true, 1, 1, K, alpha, x.data(), K, W.data() + j * K, K, beta, alone.data() + j, 1, false);
+      for (int64_t j = 0; j < N; ++j) {
+        double want = 0, size = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double p = double(x[size_t(k)]) * double(W[size_t(j * K + k)]);
+          want += p, size += std::abs(p);
+        }
+        want = alpha * want + (beta == 0.0f ? 0.0 : beta * double(c0[size_t(j)]));
+        ASSERT_NEAR(parallel[size_t(j)], want, 1e-6 * (std::abs(alpha) * size + 1)) << "row " << j;
+        ASSERT_EQ(parallel[size_t(j)], serial[size_t(j)]) << "cut over the pool, row " << j;
+        ASSERT_EQ(parallel[size_t(j)], alone[size_t(j)]) << "alone, row " << j;
+      }
+    }
+    W[size_t(5 * K + K - 1)] = NAN;  // the last element: the tail, or the last chunk
+    W[size_t(9 * K)] = INFINITY;
+    std::vector<float> y(static_cast<size_t>(N));
+    cpu::blas::gemm(false, true, 1, N, K, 1.0f, x.data(), K, W.data(), K, 0.0f, y.data(), N);
+    for (int64_t j = 0; j < N; ++j) {
+      if (j == 5) ASSERT_TRUE(std::isnan(y[size_t(j)]));
+      else if (j == 9) ASSERT_TRUE(std::isinf(y[size_t(j)]));
+      else ASSERT_TRUE(std::isfinite(y[size_t(j)])) << j;
+    }
+  }
 }
 
 TEST(BlasPaths, SplitGemmsMatchAndDoNotDependOnThreads) {
