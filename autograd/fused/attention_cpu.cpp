@@ -159,32 +159,26 @@ T* thread_scratch(int64_t n) {
   return buf.data();
 }
 
-// Strided (B, H, T, D) addressing with a unit stride on D.
-template <typename T>
-struct Heads {
-  const T* data;
+// Strided (B, H, T, D) rows with a unit stride on D. P: const T for an input, T for an output (a
+// contiguous gradient, or the q, k or v block of a packed one: rotary_attention_packed).
+template <typename P>
+struct HeadRows {
+  P* data;
   int64_t sb, sh, st;
-  explicit Heads(const Tensor& t)
-      : data(t.data<T>()), sb(t.strides()[0]), sh(t.strides()[1]),
+  explicit HeadRows(const Tensor& t)
+      : data(t.data<std::remove_const_t<P>>()), sb(t.strides()[0]), sh(t.strides()[1]),
         // A single row may carry any stride; BLAS wants a leading dimension of at least D.
         st(t.size(2) == 1 ? std::max<int64_t>(t.size(3), 1) : t.strides()[2]) {
     if (t.size(2) > 1 && st < std::max<int64_t>(t.size(3), 1))
-      throw std::logic_error("attention (cpu): rows of a (B, H, T, D) input overlap (stride " +
+      throw std::logic_error("attention (cpu): rows of a (B, H, T, D) tensor overlap (stride " +
                              std::to_string(st) + " on T); the ops layer must pass a copy");
   }
-  const T* at(int64_t b, int64_t h, int64_t t = 0) const { return data + b * sb + h * sh + t * st; }
+  P* at(int64_t b, int64_t h, int64_t t = 0) const { return data + b * sb + h * sh + t * st; }
 };
-
-// Strided (B, H, T, D) output rows with a unit stride on D, rows apart (the layout check sees to it):
-// a contiguous gradient, or the q, k or v block of a packed one (rotary_attention_packed).
 template <typename T>
-struct HeadsOut {
-  T* data;
-  int64_t sb, sh, st;
-  explicit HeadsOut(const Tensor& t)
-      : data(t.data<T>()), sb(t.strides()[0]), sh(t.strides()[1]), st(t.size(2) == 1 ? t.size(3) : t.strides()[2]) {}
-  T* at(int64_t b, int64_t h, int64_t t = 0) const { return data + b * sb + h * sh + t * st; }
-};
+using Heads = HeadRows<const T>;
+template <typename T>
+using HeadsOut = HeadRows<T>;
 
 // Shapes shared by forward and backward.
 struct Dims4 {
