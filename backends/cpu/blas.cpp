@@ -73,21 +73,24 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 // order: the same on every CPU (sixteen lanes are two eight-lane halves where there is no
 // AVX-512), whatever block of rows a task takes.
 using f32x16 = float __attribute__((vector_size(64)));
-inline f32x16 load16(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+// acc += p[0:16] * q[0:16], lane by lane (no 64-byte vector passed by value: without AVX-512 its ABI
+// would differ between translation units).
+inline void add_products16(f32x16& acc, const float* p, const float* q) {
+  f32x16 u, v;
+  std::memcpy(&u, p, sizeof u);
+  std::memcpy(&v, q, sizeof v);
+  acc += u * v;
 }
 float dot_row(const float* row, const float* x, int64_t n) {
   f32x16 a{}, b{}, c{}, d{};
   int64_t k = 0;
   for (; k + 64 <= n; k += 64) {
-    a += load16(row + k) * load16(x + k);
-    b += load16(row + k + 16) * load16(x + k + 16);
-    c += load16(row + k + 32) * load16(x + k + 32);
-    d += load16(row + k + 48) * load16(x + k + 48);
+    add_products16(a, row + k, x + k);
+    add_products16(b, row + k + 16, x + k + 16);
+    add_products16(c, row + k + 32, x + k + 32);
+    add_products16(d, row + k + 48, x + k + 48);
   }
-  for (; k + 16 <= n; k += 16) a += load16(row + k) * load16(x + k);
+  for (; k + 16 <= n; k += 16) add_products16(a, row + k, x + k);
   const f32x16 s = (a + b) + (c + d);
   float sum = fused::hsum8(__builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +
                            __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15));
