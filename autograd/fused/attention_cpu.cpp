@@ -245,8 +245,8 @@ inline vec::f32x16 load16_kv(const KV* p) {
 // head sizes 32-128 and 1-256 keys, float32 and bf16 caches, was the same before and after; the
 // bf16-cache test compares the two caches bit for bit). In the model's decoding a token's keys and
 // values come from memory after 29 MB of weights have streamed through the cache, so the score
-// loop also fetches the key row sixteen ahead and the value row it will weigh next (the hardware
-// prefetchers start late on a 32 KB run). BM_DecodeCache/1 (the series' RoPE model, bf16, sliding
+// loop also fetches the key row sixteen ahead and the value row of the key it scores, for the pass
+// after the softmax (the hardware prefetchers start late on a 32 KB run). BM_DecodeCache/1 (the series' RoPE model, bf16, sliding
 // cache) on the 2-core AMD EPYC Zen 4, alternated eight times under other tenants' load: attention
 // 0.07-0.08 ms a token against 0.11-0.12 (step_profile --decode), the token 0.70-0.91 ms (median
 // 0.79) against 0.79-0.92 (0.815).

@@ -70,8 +70,10 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 // GB/s (the model's 25 matrices, two threads, a standalone loop; software prefetching made it
 // slower). The sum: four sixteen-lane sums over the row's 64-wide steps, the rest of its 16-wide
 // chunks into the first, (A + B) + (C + D), lane i added to lane i + 8, hsum8, then the tail in
-// order: the same on every CPU (sixteen lanes are two eight-lane halves where there is no
-// AVX-512), whatever block of rows a task takes.
+// order: for a given build the same on every CPU (sixteen lanes are two eight-lane halves where
+// there is no AVX-512) and whatever block of rows a task takes; the sums' multiply-adds are fused
+// where the build targets FMA (-march=native), as the rest of the CPU kernels are. alpha = 0 gives
+// beta y without reading X, as BLAS does (0 times an infinity in X would be NaN).
 using f32x16 = float __attribute__((vector_size(64)));
 // acc += p[0:16] * q[0:16], lane by lane (no 64-byte vector passed by value: without AVX-512 its ABI
 // would differ between translation units).
@@ -104,9 +106,13 @@ inline void call_gemv(bool t, int64_t rows, int64_t cols, float alpha, const flo
   if (t || incx != 1)
     return cblas_sgemv(CblasRowMajor, tr(t), int(rows), int(cols), alpha, X, int(ld), x, int(incx), beta, y,
                        int(incy));
+  if (alpha == 0.0f) {
+    for (int64_t i = 0; i < rows; ++i) y[i * incy] = beta == 0.0f ? 0.0f : beta * y[i * incy];
+    return;
+  }
   for (int64_t i = 0; i < rows; ++i) {  // NOTE [ float32 GEMV over rows ]
     const float sum = dot_row(X + i * ld, x, cols);
-    // Each product rounded before the add (no FMA the compiler may or may not fuse).
+    // Each product rounded before the add (the store does not depend on how the caller is inlined).
     y[i * incy] = beta == 0.0f ? alpha * sum : fused::no_contract(alpha * sum) + fused::no_contract(beta * y[i * incy]);
   }
 }

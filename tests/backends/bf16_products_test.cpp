@@ -285,8 +285,8 @@ TEST(Bf16Products, CpuSupportMatchesProcCpuinfo) {
 }
 
 // A row's sum is stored the same alone or among others: each row of a 19-row product against the
-// same row as a product of its own, with alpha and beta, bit for bit (a kernel that groups rows, or
-// an FMA the compiler fuses in one caller and not in another, would show here).
+// same row as a product of its own, with alpha and beta, bit for bit (a kernel that grouped rows and
+// stored a group's sums otherwise than a lone row's would show here).
 TEST(Bf16Products, GemvRowGivesTheSameSumAloneOrAmongOthers) {
   std::mt19937 rng(12);
   std::normal_distribution<float> normal;

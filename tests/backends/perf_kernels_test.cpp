@@ -164,6 +164,12 @@ TEST(BlasPaths, Float32GemvOverRows) {
         ASSERT_EQ(parallel[size_t(j)], alone[size_t(j)]) << "alone, row " << j;
       }
     }
+    {  // alpha = 0: beta y, X unread (BLAS's rule), even where X holds an infinity
+      std::vector<float> W_inf = W, y = c0;
+      W_inf[0] = INFINITY;
+      cpu::blas::gemm(false, true, 1, N, K, 0.0f, x.data(), K, W_inf.data(), K, 0.5f, y.data(), N, false);
+      for (int64_t j = 0; j < N; ++j) ASSERT_EQ(y[size_t(j)], 0.5f * c0[size_t(j)]) << "alpha 0, row " << j;
+    }
     W[size_t(5 * K + K - 1)] = NAN;  // the last element: the tail, or the last chunk
     W[size_t(9 * K)] = INFINITY;
     std::vector<float> y(static_cast<size_t>(N));

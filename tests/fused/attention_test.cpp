@@ -548,7 +548,7 @@ TEST(AttentionOp, Bfloat16IsWidenedAndCastBack) {
                                                         packed(q, DType::f32), 0.5, true).out, 2e-2, 1e-2));
 }
 
-// hsum8_of_eight (decoding's attention and the bf16 GEMV add up eight sums together): lane k is
+// hsum8_of_eight (decoding's attention adds up eight keys' sums together): lane k is
 // hsum8(low8(acc[k]) + high8(acc[k])) bit for bit, with magnitudes far apart (where the order of the
 // adds shows), signed zeros, infinities and NaN.
 TEST(VectorSums, EightSumsAtOnceAreHsum8OfEach) {
