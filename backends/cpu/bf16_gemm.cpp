@@ -208,12 +208,7 @@ inline void widen16(const bfloat16* p, f32x8& even, f32x8& odd) {
   return buf.data();
 }
 
-// y = alpha sum + beta y, each product rounded before the add: left to the compiler, whether it
-// fuses one of them into an FMA (and which) depends on how the caller is inlined, so the same sum
-// could be stored differently by two callers.
-inline void store(float* y, float sum, float alpha, float beta) {
-  *y = beta == 0.0f ? alpha * sum : fused::no_contract(alpha * sum) + fused::no_contract(beta * *y);
-}
+using fused::store_scaled;
 
 // One row of X: x . row. Rows go one at a time because the matrix is then read as one sequential
 // stream, which the prefetchers follow best (interleaving 4 rows ran at half the speed from memory
@@ -291,10 +286,10 @@ void gemv_rows(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64
     for (int64_t k = 0; k < cols; ++k) packed[size_t(k)] = x[k * incx];
     x = packed.data();
   }
-  for (int64_t i = 0; i < rows; ++i) store(y + i * incy, dot_row_dpbf16(X + i * ld, cols, x), alpha, beta);
+  for (int64_t i = 0; i < rows; ++i) store_scaled(y + i * incy, dot_row_dpbf16(X + i * ld, cols, x), alpha, beta);
 #else
   const float* xs = split_vector(x, cols, incx);
-  for (int64_t i = 0; i < rows; ++i) store(y + i * incy, dot_row(X + i * ld, cols, xs), alpha, beta);
+  for (int64_t i = 0; i < rows; ++i) store_scaled(y + i * incy, dot_row(X + i * ld, cols, xs), alpha, beta);
 #endif
 }
 
@@ -325,10 +320,10 @@ void gemv_cols(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64
   }
   for (int64_t c = 0; c < whole; c += kChunk)
     for (int64_t l = 0; l < kVec; ++l) {
-      store(y + (c + 2 * l) * incy, s[c + l], alpha, beta);
-      store(y + (c + 2 * l + 1) * incy, s[c + kVec + l], alpha, beta);
+      store_scaled(y + (c + 2 * l) * incy, s[c + l], alpha, beta);
+      store_scaled(y + (c + 2 * l + 1) * incy, s[c + kVec + l], alpha, beta);
     }
-  for (int64_t j = whole; j < cols; ++j) store(y + j * incy, s[j], alpha, beta);
+  for (int64_t j = whole; j < cols; ++j) store_scaled(y + j * incy, s[j], alpha, beta);
 }
 
 std::string CpuSupport::describe() const {

@@ -29,7 +29,7 @@
 #include <tbb/task_arena.h>
 
 #include <mvgpt/backends/cpu/bf16_gemm.h>
-#include <mvgpt/backends/cpu/fused_common.h>  // hsum8, no_contract
+#include <mvgpt/backends/cpu/fused_common.h>  // hsum8, store_scaled
 #include <mvgpt/backends/cpu/parallel.h>
 
 namespace mvgpt::cpu::blas {
@@ -61,6 +61,12 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
   cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C,
               int(ldc));
 }
+// y (n, stride incy) *= beta, with beta = 0 writing zeros (BLAS may keep a NaN of y otherwise).
+template <typename T>
+void scale(T* y, int64_t n, int64_t incy, T beta) {
+  for (int64_t i = 0; i < n; ++i) y[i * incy] = beta == T(0) ? T(0) : y[i * incy] * beta;
+}
+
 // NOTE [ float32 GEMV over rows ]
 // Decoding in float32 multiplies one row of activations by each weight matrix stored (out, in): a
 // dot product of x with every row, 58 MB of weights a token for the series' model, more than the
@@ -106,15 +112,9 @@ inline void call_gemv(bool t, int64_t rows, int64_t cols, float alpha, const flo
   if (t || incx != 1)
     return cblas_sgemv(CblasRowMajor, tr(t), int(rows), int(cols), alpha, X, int(ld), x, int(incx), beta, y,
                        int(incy));
-  if (alpha == 0.0f) {
-    for (int64_t i = 0; i < rows; ++i) y[i * incy] = beta == 0.0f ? 0.0f : beta * y[i * incy];
-    return;
-  }
-  for (int64_t i = 0; i < rows; ++i) {  // NOTE [ float32 GEMV over rows ]
-    const float sum = dot_row(X + i * ld, x, cols);
-    // Each product rounded before the add (the store does not depend on how the caller is inlined).
-    y[i * incy] = beta == 0.0f ? alpha * sum : fused::no_contract(alpha * sum) + fused::no_contract(beta * y[i * incy]);
-  }
+  if (alpha == 0.0f) return scale(y, rows, incy, beta);
+  for (int64_t i = 0; i < rows; ++i)  // NOTE [ float32 GEMV over rows ]
+    fused::store_scaled(y + i * incy, dot_row(X + i * ld, x, cols), alpha, beta);
 }
 inline void call_gemv(bool t, int64_t rows, int64_t cols, double alpha, const double* X, int64_t ld, const double* x,
                       int64_t incx, double beta, double* y, int64_t incy) {
@@ -133,12 +133,6 @@ void for_blocks(int64_t n, int64_t blocks, F&& body) {
   parallel_for(count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) body(b * step, std::min(n, (b + 1) * step));
   });
-}
-
-// y (n, stride incy) *= beta, with beta = 0 writing zeros (BLAS may keep a NaN of y otherwise).
-template <typename T>
-void scale(T* y, int64_t n, int64_t incy, T beta) {
-  for (int64_t i = 0; i < n; ++i) y[i * incy] = beta == T(0) ? T(0) : y[i * incy] * beta;
 }
 
 // bfloat16 operands, float32 sums: our GEMV (NOTE [ bf16 GEMV ] in bf16_gemm.cpp).

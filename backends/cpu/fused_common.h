@@ -67,6 +67,13 @@ inline V no_contract(V v) {
   return v;
 }
 
+// y = alpha sum + beta y for a GEMV's output (beta = 0: y unread), each product rounded before the
+// add: left to the compiler, whether it fuses one of them into an FMA (and which) depends on how the
+// caller is inlined, so the same sum could be stored differently by two callers.
+inline void store_scaled(float* y, float sum, float alpha, float beta) {
+  *y = beta == 0.0f ? alpha * sum : no_contract(alpha * sum) + no_contract(beta * *y);
+}
+
 // Square root per lane: std::sqrt in a loop does not vectorize either (it may set errno).
 inline f32x8 sqrt8(f32x8 v) {
 #ifdef __AVX__
