@@ -78,11 +78,16 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
 // projection are 3C apart, a new page every row or so, where the hardware prefetchers stop. In the
 // bf16 step on the 2-core AMD EPYC Zen 4, attention's forward took 32-33 ms against 39-40 without
 // (q and k rotated as they are read from the projection; see rotary_attention).
+// The cache lines of [p, p + bytes), bytes > 0: one a 64 bytes, and the last byte's (a row that
+// starts inside a line ends in one more).
+inline void prefetch_bytes(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i);
+  __builtin_prefetch(c + bytes - 1);
+}
 inline void prefetch_row_ahead(const float* x, int64_t ld, int64_t cols, int64_t r, int64_t r1) {
   if (r + 8 >= r1) return;
-  const float* row = x + (r + 8) * ld;
-  for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(row + c);  // 16 floats a line
-  __builtin_prefetch(row + cols - 1);  // a row that starts inside a line ends in one more
+  prefetch_bytes(x + (r + 8) * ld, cols * int64_t(sizeof(float)));
 }
 
 // Rows [r0, r1) of X (leading dimension ld, cols wide) rounded to bfloat16 into out (dense, cols wide).
@@ -275,11 +280,7 @@ void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& 
     constexpr int NW = NV / 2;
     f32x16 q16[NW];
     for (int i = 0; i < NW; ++i) q16[i] = vec::load16(qr + i * 2 * vec::kVec);
-    auto prefetch_row = [](const KV* row) {
-      const char* p = reinterpret_cast<const char*>(row);
-      for (int64_t c = 0; c < int64_t(D * sizeof(KV)); c += 64) __builtin_prefetch(p + c);
-      __builtin_prefetch(p + D * sizeof(KV) - 1);  // a row that starts inside a line ends in one more
-    };
+    auto prefetch_row = [](const KV* row) { prefetch_bytes(row, D * int64_t(sizeof(KV))); };
     for (; j + 8 <= n; j += 8) {
       f32x16 acc[8];
       for (int k = 0; k < 8; ++k) {
