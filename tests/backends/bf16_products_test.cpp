@@ -309,5 +309,49 @@ TEST(Bf16Products, GemvRowGivesTheSameSumAloneOrAmongOthers) {
   }
 }
 
+// One store for every GEMV of ours: with sums that are exact in float32 (small integers) the orders
+// of summing agree, so a row of W against x (gemv_rows: W stored (N, K)), a column of W^T
+// (gemv_cols: stored (K, N)) and the float32 GEMV over the same rows must store the same bits, those
+// of alpha sum + beta y with each product rounded, as fused::store_scaled promises. alpha = 0.1 makes
+// alpha sum inexact, so a multiply-add fused into an FMA in one caller (and not another) shows here.
+TEST(Bf16Products, EveryGemvStoresTheSameScaledSum) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> small(-4, 4);
+  std::normal_distribution<float> normal;
+  for (int64_t K : {7, 64, 384, 1536}) {
+    SCOPED_TRACE("K " + std::to_string(K));
+    const int64_t N = 37;
+    std::vector<bfloat16> x(static_cast<size_t>(K)), W(static_cast<size_t>(N * K)), Wt(W.size());
+    for (auto &e : x) e = bfloat16(float(small(rng)));
+    for (auto &e : W) e = bfloat16(float(small(rng)));
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) Wt[size_t(k * N + j)] = W[size_t(j * K + k)];
+    std::vector<float> c0(static_cast<size_t>(N));
+    for (auto &c : c0) c = normal(rng);
+    for (float beta : {0.0f, 0.3f}) {
+      const float alpha = 0.1f;
+      std::vector<float> rows = c0, cols = c0, rows_n1 = c0, cols_n1 = c0, rows_f32 = c0;
+      cpu::blas::gemm(false, true, 1, N, K, alpha, x.data(), K, W.data(), K, beta, rows.data(), N, false);
+      cpu::blas::gemm(false, false, 1, N, K, alpha, x.data(), K, Wt.data(), N, beta, cols.data(), N, false);
+      // The same two GEMVs as one-column products: W (N, K) x and (W^T)^T x.
+      cpu::blas::gemm(false, false, N, 1, K, alpha, W.data(), K, x.data(), 1, beta, rows_n1.data(), 1, false);
+      cpu::blas::gemm(true, false, N, 1, K, alpha, Wt.data(), N, x.data(), 1, beta, cols_n1.data(), 1, false);
+      const std::vector<float> xf(x.begin(), x.end()), Wf(W.begin(), W.end());  // float32 GEMV over rows
+      cpu::blas::gemm(false, true, 1, N, K, alpha, xf.data(), K, Wf.data(), K, beta, rows_f32.data(), N, false);
+      for (int64_t j = 0; j < N; ++j) {
+        int64_t exact = 0;
+        for (int64_t k = 0; k < K; ++k) exact += int64_t(float(x[size_t(k)])) * int64_t(float(W[size_t(j * K + k)]));
+        volatile float scaled = alpha * float(exact), kept = beta * c0[size_t(j)];  // each rounded
+        const float expected = beta == 0.0f ? float(scaled) : float(scaled) + float(kept);
+        ASSERT_EQ(rows[size_t(j)], expected) << "gemv_rows, row " << j << " beta " << beta;
+        ASSERT_EQ(cols[size_t(j)], expected) << "gemv_cols, column " << j << " beta " << beta;
+        ASSERT_EQ(rows_n1[size_t(j)], expected) << "one-column product over rows, row " << j << " beta " << beta;
+        ASSERT_EQ(cols_n1[size_t(j)], expected) << "one-column product over columns, row " << j << " beta " << beta;
+        ASSERT_EQ(rows_f32[size_t(j)], expected) << "float32 GEMV over rows, row " << j << " beta " << beta;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mvgpt
