@@ -47,7 +47,7 @@
 #include <immintrin.h>
 #endif
 
-#include <mvgpt/backends/cpu/fused_common.h>  // hsum8
+#include <mvgpt/backends/cpu/fused_common.h>  // hsum8, hsum16
 #include <mvgpt/backends/cpu/vec_math.h>
 
 namespace mvgpt::cpu::bf16 {
@@ -266,11 +266,9 @@ float dot_row_dpbf16(const bfloat16* row, int64_t cols, const bfloat16* x) {
     const __mmask32 m = __mmask32((uint64_t(1) << (cols - k)) - 1);
     a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_maskz_loadu_epi16(m, row + k), (__m512bh)_mm512_maskz_loadu_epi16(m, x + k));
   }
-  // Lanes i and i + 8 first, then the eight as hsum8 adds them (GCC 12 warns, wrongly, inside
-  // _mm512_reduce_add_ps).
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(a, b));
-  return fused::hsum8(load8(lanes) + load8(lanes + kVec));
+  // Lanes i and i + 8 first, then the eight as hsum8 adds them (hsum16; GCC 12 warns, wrongly,
+  // inside _mm512_reduce_add_ps, whose order is another).
+  return fused::hsum16(f32x16(_mm512_add_ps(a, b)));
 }
 #endif
 

@@ -29,7 +29,7 @@
 #include <tbb/task_arena.h>
 
 #include <mvgpt/backends/cpu/bf16_gemm.h>
-#include <mvgpt/backends/cpu/fused_common.h>  // hsum8, store_scaled
+#include <mvgpt/backends/cpu/fused_common.h>  // hsum16, store_scaled
 #include <mvgpt/backends/cpu/parallel.h>
 
 namespace mvgpt::cpu::blas {
@@ -75,12 +75,11 @@ void scale(T* y, int64_t n, int64_t incy, T beta) {
 // where reading one row at a time, a single sequential stream the prefetchers follow, ran at 32-38
 // GB/s (the model's 25 matrices, two threads, a standalone loop; software prefetching made it
 // slower). The sum: four sixteen-lane sums over the row's 64-wide steps, the rest of its 16-wide
-// chunks into the first, (A + B) + (C + D), lane i added to lane i + 8, hsum8, then the tail in
+// chunks into the first, (A + B) + (C + D), lane i added to lane i + 8 and hsum8 (hsum16), then the tail in
 // order: for a given build the same on every CPU (sixteen lanes are two eight-lane halves where
 // there is no AVX-512) and whatever block of rows a task takes; the sums' multiply-adds are fused
 // where the build targets FMA (-march=native), as the rest of the CPU kernels are. alpha = 0 gives
 // beta y without reading X, as BLAS does (0 times an infinity in X would be NaN).
-using f32x16 = float __attribute__((vector_size(64)));
 // acc += p[0:16] * q[0:16], lane by lane (no 64-byte vector passed by value: without AVX-512 its ABI
 // would differ between translation units).
 inline void add_products16(f32x16& acc, const float* p, const float* q) {
@@ -100,8 +99,7 @@ float dot_row(const float* row, const float* x, int64_t n) {
   }
   for (; k + 16 <= n; k += 16) add_products16(a, row + k, x + k);
   const f32x16 s = (a + b) + (c + d);
-  float sum = fused::hsum8(__builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +
-                           __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15));
+  float sum = fused::hsum16(s);
   for (; k < n; ++k) sum += row[k] * x[k];
   return sum;
 }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <mvgpt/backends/cpu/vec_math.h>
 #include <mvgpt/tensor/tensor.h>
 
 #ifdef __AVX__
@@ -34,21 +35,25 @@ inline void require_float(const Tensor& t, const char* op, const char* what) {
                            std::string(dtype_name(t.dtype())));
 }
 
-// Explicit 8-wide vectors (GCC/Clang vector extensions; lowered to AVX, or to SSE pairs without it).
-// Needed because with the default -ftrapping-math GCC refuses to if-convert the float selects of an
-// exp (clamping, NaN), so a scalar exp in a loop never auto-vectorizes.
-using f32x8 = float __attribute__((vector_size(32)));
-using i32x8 = int32_t __attribute__((vector_size(32)));
-inline constexpr int kVec = 8;
-
-inline f32x8 load8(const float* p) {
-  f32x8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof v); }
+// Explicit vectors (vec_math.h's: GCC/Clang vector extensions), needed because with the default
+// -ftrapping-math GCC refuses to if-convert the float selects of an exp (clamping, NaN), so a scalar
+// exp in a loop never auto-vectorizes. Named here too, so that fused::load8 and the rest read as
+// before.
+using cpu::f32x16;
+using cpu::f32x8;
+using cpu::i32x16;
+using cpu::i32x8;
+using cpu::kVec;
+using cpu::load8;
+using cpu::store8;
 inline float hsum8(f32x8 v) {
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+// Sixteen lanes' sum: lane i added to lane i + 8, then hsum8 (a reference: a 64-byte vector passed
+// by value would change the ABI where the build lacks AVX-512).
+inline float hsum16(const f32x16& v) {
+  return hsum8(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
 }
 
 // Returns v unchanged but opaque to the optimiser, so a product feeding an add is not fused into an
@@ -116,18 +121,12 @@ inline f32x8 exp8(f32x8 x) { return exp_lanes<f32x8, i32x8>(x); }
 // the order the eight-lane loop adds them: the same values and the same sums, bit for bit, on every
 // CPU. The exp is most of a softmax or cross-entropy pass once its rows sit in the cache.
 #ifdef __AVX512F__
-using f32x16 = float __attribute__((vector_size(64)));
-using i32x16 = int32_t __attribute__((vector_size(64)));
-inline f32x16 load16(const float* p) {
-  f32x16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof v); }
+using cpu::load16;
+using cpu::store16;
 inline f32x16 exp16(f32x16 x) { return exp_lanes<f32x16, i32x16>(x); }
 inline f32x8 low8(f32x16 v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
 inline f32x8 high8(f32x16 v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
-// Eight sums at once: lane k is hsum8(low8(acc[k]) + high8(acc[k])), bit for bit. hsum8 adds
+// Eight sums at once: lane k is hsum16(acc[k]), bit for bit. hsum8 adds
 // ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)); each level below adds those same pairs for all
 // eight, gathered into lanes by two shuffles, where one sum at a time takes a shuffle per add.
 inline f32x8 hsum8_of_eight(const f32x16 (&acc)[8]) {

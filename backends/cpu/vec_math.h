@@ -49,10 +49,13 @@ inline V splat_as(float v) {
   for (size_t l = 0; l < sizeof(V) / sizeof(float); ++l) r[l] = v;
   return r;
 }
-#ifdef __AVX512F__
-inline constexpr bool kHasWideLanes = true;
+// Sixteen lanes are named in every build (two eight-lane halves where there is no AVX-512, as the
+// float32 GEMV's sums are); passed by value only where the build targets AVX-512, since a 64-byte
+// vector's calling convention differs without it.
 using f32x16 = float __attribute__((vector_size(64)));
 using i32x16 = int32_t __attribute__((vector_size(64)));
+#ifdef __AVX512F__
+inline constexpr bool kHasWideLanes = true;
 using f32x16_unaligned = float __attribute__((vector_size(64), aligned(4), may_alias));
 template <>
 struct IntLanes<f32x16> {
