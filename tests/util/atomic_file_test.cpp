@@ -6,24 +6,29 @@
 #include <fstream>
 
 #include <mvgpt/util/atomic_file.h>
+#include "nn/temp_dir.h"
 
 namespace mvgpt::util {
 namespace {
 
-std::filesystem::path temp_dir() {
-  auto d = std::filesystem::temp_directory_path() / ("mvgpt_atomic_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return d;
-}
+// Each test's own folder, removed when it ends (a folder per process id was left in /tmp by every
+// run of the suite).
+class AtomicFile : public ::testing::Test {
+ protected:
+  const std::filesystem::path& temp_dir() const { return dir_.path(); }
 
-TEST(AtomicFile, WritesAndReplaces) {
+ private:
+  mvgpt::testing::TempDir dir_;
+};
+
+TEST_F(AtomicFile, WritesAndReplaces) {
   auto p = (temp_dir() / "a.txt").string();
   write_file_atomic(p, "first");
   write_file_atomic(p, "second");
   EXPECT_EQ(read_file(p), "second");
 }
 
-TEST(AtomicFile, AbandonedWriteLeavesTheOldFile) {
+TEST_F(AtomicFile, AbandonedWriteLeavesTheOldFile) {
   auto p = (temp_dir() / "b.txt").string();
   write_file_atomic(p, "good");
   {
@@ -36,7 +41,7 @@ TEST(AtomicFile, AbandonedWriteLeavesTheOldFile) {
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();
 }
 
-TEST(AtomicFile, NeverWritesThroughAFileAtItsTemporaryName) {
+TEST_F(AtomicFile, NeverWritesThroughAFileAtItsTemporaryName) {
   auto p = (temp_dir() / "c.txt").string();
   const std::string tmp = p + ".tmp." + std::to_string(::getpid());
   write_file_atomic(tmp, "someone's");  // not ours, whatever its name
@@ -46,7 +51,7 @@ TEST(AtomicFile, NeverWritesThroughAFileAtItsTemporaryName) {
   std::filesystem::remove(tmp);
 }
 
-TEST(AtomicFile, CommitWithoutReplaceKeepsAFileThatAppeared) {
+TEST_F(AtomicFile, CommitWithoutReplaceKeepsAFileThatAppeared) {
   auto p = (temp_dir() / "d.txt").string();
   AtomicFileWriter w(p);
   w.write("mine");
@@ -55,7 +60,7 @@ TEST(AtomicFile, CommitWithoutReplaceKeepsAFileThatAppeared) {
   EXPECT_EQ(read_file(p), "theirs");
 }
 
-TEST(AtomicFile, MissingFolderIsAClearError) {
+TEST_F(AtomicFile, MissingFolderIsAClearError) {
   try {
     write_file_atomic("/nonexistent-dir/x.bin", "x");
     FAIL();
@@ -64,7 +69,7 @@ TEST(AtomicFile, MissingFolderIsAClearError) {
   }
 }
 
-TEST(AtomicFile, ReadMissingFileNamesIt) {
+TEST_F(AtomicFile, ReadMissingFileNamesIt) {
   EXPECT_THROW(read_file("/nonexistent-file"), std::runtime_error);
 }
 
