@@ -47,12 +47,6 @@ void Dims::resize(int n, int64_t fill) {
   n_ = n;
 }
 
-int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 Strides contiguous_strides(const Shape& s) {
   Strides st;
   st.resize(s.size());
@@ -70,12 +64,9 @@ std::string to_string(const Dims& d) {
   return s + "]";
 }
 
-int normalize_axis(int axis, int ndim, const char* op) {
-  int a = axis < 0 ? axis + ndim : axis;
-  if (a < 0 || a >= ndim)
-    throw std::invalid_argument(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for a tensor of " +
-                                std::to_string(ndim) + " dimensions");
-  return a;
+void throw_axis_out_of_range(int axis, int ndim, const char* op) {
+  throw std::invalid_argument(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for a tensor of " +
+                              std::to_string(ndim) + " dimensions");
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

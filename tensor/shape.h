@@ -47,12 +47,22 @@ class Dims {
 using Shape = Dims;
 using Strides = Dims;
 
-int64_t numel(const Shape& s);
+inline int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
 Strides contiguous_strides(const Shape& s);
 // "[2, 3, 4]"
 std::string to_string(const Dims& d);
+[[noreturn]] void throw_axis_out_of_range(int axis, int ndim, const char* op);
 // Wraps a possibly negative axis into [0, ndim); throws naming `op` when out of range.
-int normalize_axis(int axis, int ndim, const char* op);
+inline int normalize_axis(int axis, int ndim, const char* op) {
+  const int a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim) [[unlikely]]
+    throw_axis_out_of_range(axis, ndim, op);
+  return a;
+}
 // NumPy broadcasting of two shapes; throws naming `op` and both shapes when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 

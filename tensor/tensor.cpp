@@ -23,32 +23,9 @@ Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape
   return Tensor(std::move(impl));
 }
 
-void Tensor::check_defined(const char* what) const {
-  if (!impl_) throw std::logic_error(std::string(what) + ": the tensor is undefined");
+void Tensor::throw_undefined(const char* what) {
+  throw std::logic_error(std::string(what) + ": the tensor is undefined");
 }
-
-const Shape& Tensor::shape() const {
-  check_defined("Tensor::shape");
-  return impl_->shape;
-}
-const Strides& Tensor::strides() const {
-  check_defined("Tensor::strides");
-  return impl_->strides;
-}
-int64_t Tensor::offset() const {
-  check_defined("Tensor::offset");
-  return impl_->offset;
-}
-DType Tensor::dtype() const {
-  check_defined("Tensor::dtype");
-  return impl_->dtype;
-}
-Device Tensor::device() const {
-  check_defined("Tensor::device");
-  return impl_->storage->device();
-}
-int64_t Tensor::size(int axis) const { return shape()[normalize_axis(axis, dim(), "Tensor::size")]; }
-int64_t Tensor::numel() const { return mvgpt::numel(shape()); }
 
 bool Tensor::is_contiguous() const {
   const Shape& s = shape();
@@ -61,15 +38,6 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-const std::shared_ptr<Storage>& Tensor::storage() const {
-  check_defined("Tensor::storage");
-  return impl_->storage;
-}
-
-void* Tensor::raw_data() const {
-  check_defined("Tensor::raw_data");
-  return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(dtype_size(impl_->dtype));
-}
 
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
   check_defined("Tensor::as_strided");

@@ -105,6 +105,7 @@ class Tensor {
 
  private:
   void check_defined(const char* what) const;
+  [[noreturn]] static void throw_undefined(const char* what);
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -120,6 +121,43 @@ struct TensorImpl {
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: their one AccumulateGrad node, while a graph uses it
   std::string name;
 };
+
+// The accessors every op calls several times, inline (out of line they were a few percent of a
+// decoded token's time: a call and a check each).
+inline void Tensor::check_defined(const char* what) const {
+  if (!impl_) [[unlikely]]
+    throw_undefined(what);
+}
+inline const Shape& Tensor::shape() const {
+  check_defined("Tensor::shape");
+  return impl_->shape;
+}
+inline const Strides& Tensor::strides() const {
+  check_defined("Tensor::strides");
+  return impl_->strides;
+}
+inline int64_t Tensor::offset() const {
+  check_defined("Tensor::offset");
+  return impl_->offset;
+}
+inline DType Tensor::dtype() const {
+  check_defined("Tensor::dtype");
+  return impl_->dtype;
+}
+inline Device Tensor::device() const {
+  check_defined("Tensor::device");
+  return impl_->storage->device();
+}
+inline int64_t Tensor::size(int axis) const { return shape()[normalize_axis(axis, dim(), "Tensor::size")]; }
+inline int64_t Tensor::numel() const { return mvgpt::numel(shape()); }
+inline const std::shared_ptr<Storage>& Tensor::storage() const {
+  check_defined("Tensor::storage");
+  return impl_->storage;
+}
+inline void* Tensor::raw_data() const {
+  check_defined("Tensor::raw_data");
+  return static_cast<char*>(impl_->storage->data()) + impl_->offset * int64_t(dtype_size(impl_->dtype));
+}
 
 // Reads element `i` (row-major) of a CPU tensor as double; writes likewise. For tests and slow paths.
 double read_element(const Tensor& t, int64_t i);
