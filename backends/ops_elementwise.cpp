@@ -58,8 +58,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, double sc
   if (!is_floating(x.dtype()))
     throw std::invalid_argument(name + ": not defined for dtype " + detail::name_of(x.dtype()));
   Shape shape = broadcast_shapes(x.shape(), grad.shape(), name.c_str());
-  Tensor wx = views::expand(detail::widen(x), shape);
-  Tensor wg = views::expand(detail::widen(grad), shape);
+  Tensor wx = detail::widen_to(x, shape), wg = detail::widen_to(grad, shape);
   Tensor out = Tensor::empty(shape, wx.dtype(), x.device());
   const profile::Span span("unary backward", [&] { return profile::Detail{unary_op_name(op)}; });
   detail::backend_of(x).unary_backward(op, wx, wg, out, scalar);
@@ -78,8 +77,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
                                   (op == BinaryOp::div ? " (convert to a floating dtype first)" : ""));
   }
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
-  Tensor wa = views::expand(detail::widen(a), shape);
-  Tensor wb = views::expand(detail::widen(b), shape);
+  Tensor wa = detail::widen_to(a, shape), wb = detail::widen_to(b, shape);
   const bool cmp = is_comparison(op);
   Tensor out = Tensor::empty(shape, cmp ? DType::boolean : wa.dtype(), a.device());
   const profile::Span span(binary_op_name(op));
@@ -103,8 +101,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (cond.dtype() != DType::boolean)
     throw std::invalid_argument("where: cond must be bool, found " + detail::name_of(cond.dtype()));
   Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor wa = views::expand(detail::widen(a), shape);
-  Tensor wb = views::expand(detail::widen(b), shape);
+  Tensor wa = detail::widen_to(a, shape), wb = detail::widen_to(b, shape);
   Tensor out = Tensor::empty(shape, wa.dtype(), a.device());
   const profile::Span span("where");
   detail::backend_of(a).where(views::expand(cond, shape), wa, wb, out);

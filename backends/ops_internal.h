@@ -46,6 +46,9 @@ inline profile::Span copy_span(const Tensor& src, const Tensor& dst) {
 // Math kernels see float32/float64 only: bfloat16 inputs are widened to float32 and results cast back.
 inline DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
 Tensor widen(const Tensor& t);
+// widen(t) broadcast to `shape` (which broadcast_shapes gave): the handle itself where t has that
+// shape already, as most operands of an elementwise op do (no view to make).
+Tensor widen_to(const Tensor& t, const Shape& shape);
 // Casts a float32 result back to `dtype` when that is bfloat16; otherwise returns it unchanged.
 Tensor narrow_result(const Tensor& t, DType dtype);
 

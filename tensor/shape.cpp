@@ -4,29 +4,17 @@
 
 namespace mvgpt {
 
-static void check_rank(size_t n) {
-  if (n > size_t(kMaxDims))
-    throw std::invalid_argument("shape: " + std::to_string(n) + " dimensions, at most " + std::to_string(kMaxDims) +
-                                " are supported");
+void Dims::throw_too_many_dims(size_t n) {
+  throw std::invalid_argument("shape: " + std::to_string(n) + " dimensions, at most " + std::to_string(kMaxDims) +
+                              " are supported");
 }
 
 Dims::Dims(std::initializer_list<int64_t> v) : Dims(std::span<const int64_t>(v.begin(), v.size())) {}
-
-Dims::Dims(std::span<const int64_t> v) {
-  check_rank(v.size());
-  n_ = int(v.size());
-  std::copy(v.begin(), v.end(), d_);
-}
 
 int64_t Dims::at(int i) const {
   if (i < 0) i += n_;
   if (i < 0 || i >= n_) throw std::out_of_range("Dims::at: index " + std::to_string(i) + " out of " + to_string(*this));
   return d_[i];
-}
-
-void Dims::push_back(int64_t v) {
-  check_rank(size_t(n_) + 1);
-  d_[n_++] = v;
 }
 
 void Dims::insert(int pos, int64_t v) {
@@ -41,22 +29,6 @@ void Dims::erase(int pos) {
   --n_;
 }
 
-void Dims::resize(int n, int64_t fill) {
-  check_rank(size_t(n));
-  for (int i = n_; i < n; ++i) d_[i] = fill;
-  n_ = n;
-}
-
-Strides contiguous_strides(const Shape& s) {
-  Strides st;
-  st.resize(s.size());
-  int64_t acc = 1;
-  for (int i = s.size() - 1; i >= 0; --i) {
-    st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
-  }
-  return st;
-}
 
 std::string to_string(const Dims& d) {
   std::string s = "[";

@@ -15,7 +15,11 @@ class Dims {
  public:
   Dims() = default;
   Dims(std::initializer_list<int64_t> v);
-  explicit Dims(std::span<const int64_t> v);
+  explicit Dims(std::span<const int64_t> v) {
+    check_rank(v.size());
+    n_ = int(v.size());
+    std::copy(v.begin(), v.end(), d_);
+  }
   Dims(const std::vector<int64_t>& v) : Dims(std::span<const int64_t>(v)) {}
 
   int size() const { return n_; }
@@ -25,10 +29,17 @@ class Dims {
   // Negative i counts from the back, as in Python.
   int64_t at(int i) const;
   int64_t back() const { return d_[n_ - 1]; }
-  void push_back(int64_t v);
+  void push_back(int64_t v) {
+    check_rank(size_t(n_) + 1);
+    d_[n_++] = v;
+  }
   void insert(int pos, int64_t v);
   void erase(int pos);
-  void resize(int n, int64_t fill = 0);
+  void resize(int n, int64_t fill = 0) {
+    check_rank(size_t(n));
+    for (int i = n_; i < n; ++i) d_[i] = fill;
+    n_ = n;
+  }
   const int64_t* begin() const { return d_; }
   const int64_t* end() const { return d_ + n_; }
   int64_t* begin() { return d_; }
@@ -40,6 +51,11 @@ class Dims {
   }
 
  private:
+  static void check_rank(size_t n) {
+    if (n > size_t(kMaxDims)) [[unlikely]]
+      throw_too_many_dims(n);
+  }
+  [[noreturn]] static void throw_too_many_dims(size_t n);
   int64_t d_[kMaxDims] = {};
   int n_ = 0;
 };
@@ -52,7 +68,16 @@ inline int64_t numel(const Shape& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
-Strides contiguous_strides(const Shape& s);
+inline Strides contiguous_strides(const Shape& s) {
+  Strides st;
+  st.resize(s.size());
+  int64_t acc = 1;
+  for (int i = s.size() - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(s[i], 1);
+  }
+  return st;
+}
 // "[2, 3, 4]"
 std::string to_string(const Dims& d);
 [[noreturn]] void throw_axis_out_of_range(int axis, int ndim, const char* op);
