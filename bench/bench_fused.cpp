@@ -169,10 +169,12 @@ void BM_RotaryAttentionBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_RotaryAttentionBackward)->Arg(0)->Arg(1)->ArgName("packed")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The bf16 products of one query block of the attention kernels (NOTE [ bf16 attention ]), on one
-// thread as the kernels run them: 64 query rows against `width` keys, head size 64, dense operands.
+// The products of one query block of the attention kernels (NOTE [ bf16 attention ]; bf16 0: the
+// float32 kernels' OpenBLAS calls), on one thread as the kernels run them: 64 query rows against
+// `width` keys, head size 64, dense operands.
 // product: 0 S = Q K^T, 1 O = P V, 2 dV += P^T dO, 3 dP = dO V^T, 4 dQ = dS K, 5 dK += dS^T Q.
-void BM_AttentionBlockProduct(benchmark::State& state) {
+template <typename T>
+void block_product(benchmark::State& state) {
   const int64_t kind = state.range(0), w = state.range(1), R = 64, D = 64;
   struct Shape6 {
     bool ta, tb;
@@ -182,19 +184,23 @@ void BM_AttentionBlockProduct(benchmark::State& state) {
   const Shape6 shapes[] = {{false, true, R, w, D, 0}, {false, false, R, D, w, 0}, {true, false, w, D, R, 1},
                            {false, true, R, w, D, 0}, {false, false, R, D, w, 0}, {true, false, w, D, R, 1}};
   const Shape6 s = shapes[kind];
-  Tensor a = ops::to(filled({s.ta ? s.K : s.M, s.ta ? s.M : s.K}), DType::bf16);
-  Tensor b = ops::to(filled({s.tb ? s.N : s.K, s.tb ? s.K : s.N}), DType::bf16);
+  Tensor a = ops::to(filled({s.ta ? s.K : s.M, s.ta ? s.M : s.K}), dtype_v<T>);
+  Tensor b = ops::to(filled({s.tb ? s.N : s.K, s.tb ? s.K : s.N}), dtype_v<T>);
   Tensor c = filled({s.M, s.N});
   const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
   for (auto _ : state)
-    cpu::blas::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data<bfloat16>(), lda, b.data<bfloat16>(), ldb, s.beta,
-                    c.data<float>(), s.N, /*parallel=*/false);
+    cpu::blas::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, a.data<T>(), lda, b.data<T>(), ldb, s.beta, c.data<float>(), s.N,
+                    /*parallel=*/false);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.M * s.N * s.K) * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
+void BM_AttentionBlockProduct(benchmark::State& state) {
+  if (state.range(2)) block_product<bfloat16>(state);
+  else block_product<float>(state);
+}
 BENCHMARK(BM_AttentionBlockProduct)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {64, 256}})
-    ->ArgNames({"product", "width"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {64, 256}, {1, 0}})
+    ->ArgNames({"product", "width", "bf16"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
