@@ -42,6 +42,7 @@ void throw_axis_out_of_range(int axis, int ndim, const char* op) {
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
+  if (a == b) return a;  // most elementwise ops
   int n = std::max(a.size(), b.size());
   Shape out;
   out.resize(n);
