@@ -32,10 +32,6 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
 }
 
 Tensor widen(const Tensor& t) { return t.dtype() == DType::bf16 ? to(t, DType::f32) : t; }
-Tensor widen_to(const Tensor& t, const Shape& shape) {
-  Tensor w = widen(t);
-  return w.shape() == shape ? w : views::expand(w, shape);
-}
 
 Tensor narrow_result(const Tensor& t, DType dtype) {
   return dtype == DType::bf16 && t.dtype() != DType::bf16 ? to(t, DType::bf16) : t;

@@ -99,7 +99,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
   // Reading what we write (x[1:] <- x[:-1]) would see half-updated values: copy the source first.
   if (ops::overlaps(dst, s)) s = ops::clone(s);
   const profile::Span span = detail::copy_span(s, dst);
-  detail::backend_of(dst).copy(s.shape() == dst.shape() ? s : views::expand(s, dst.shape()), dst);
+  detail::backend_of(dst).copy(detail::expand_to(s, dst.shape()), dst);
   dst.bump_version();
 }
 

@@ -104,7 +104,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor wa = detail::widen_to(a, shape), wb = detail::widen_to(b, shape);
   Tensor out = Tensor::empty(shape, wa.dtype(), a.device());
   const profile::Span span("where");
-  detail::backend_of(a).where(views::expand(cond, shape), wa, wb, out);
+  detail::backend_of(a).where(detail::expand_to(cond, shape), wa, wb, out);
   return detail::narrow_result(out, a.dtype());
 }
 

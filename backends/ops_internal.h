@@ -46,9 +46,14 @@ inline profile::Span copy_span(const Tensor& src, const Tensor& dst) {
 // Math kernels see float32/float64 only: bfloat16 inputs are widened to float32 and results cast back.
 inline DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
 Tensor widen(const Tensor& t);
-// widen(t) broadcast to `shape` (which broadcast_shapes gave): the handle itself where t has that
-// shape already, as most operands of an elementwise op do (no view to make).
-Tensor widen_to(const Tensor& t, const Shape& shape);
+// t broadcast to `shape` for a kernel (views::expand): the handle itself where t has that shape
+// already, as most operands do (no view to make). Not views::expand's own shortcut: a public view
+// must be a new handle, whose autograd state is its own.
+inline Tensor expand_to(const Tensor& t, const Shape& shape) {
+  return t.shape() == shape ? t : views::expand(t, shape);
+}
+// widen(t) broadcast to `shape` (which broadcast_shapes gave).
+inline Tensor widen_to(const Tensor& t, const Shape& shape) { return expand_to(widen(t), shape); }
 // Casts a float32 result back to `dtype` when that is bfloat16; otherwise returns it unchanged.
 Tensor narrow_result(const Tensor& t, DType dtype);
 

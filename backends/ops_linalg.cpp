@@ -60,7 +60,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) 
   so.push_back(M), so.push_back(N);
   Tensor out = Tensor::empty(so, kernel_dtype(a.dtype()), a.device());
   const profile::Span span("matmul", [&] { return product_detail(a.dtype(), numel(batch), M, K, N); });
-  detail::backend_of(a).matmul(views::expand(wa, sa), views::expand(wb, sb), out);
+  detail::backend_of(a).matmul(detail::expand_to(wa, sa), detail::expand_to(wb, sb), out);
   if (b_vec) out = views::squeeze(out, -1);
   if (a_vec) out = views::squeeze(out, b_vec ? -1 : -2);
   return detail::narrow_result(out, result);

@@ -29,7 +29,6 @@ void Dims::erase(int pos) {
   --n_;
 }
 
-
 std::string to_string(const Dims& d) {
   std::string s = "[";
   for (int i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);

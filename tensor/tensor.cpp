@@ -38,7 +38,6 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-
 Tensor Tensor::as_strided(const Shape& shape, const Strides& strides, int64_t offset) const {
   check_defined("Tensor::as_strided");
   return from_storage(impl_->storage, shape, strides, offset, impl_->dtype);
