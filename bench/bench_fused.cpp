@@ -143,9 +143,10 @@ void BM_AttentionBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The rotary kernels' backward as the series' model runs it (16 x 256, 6 heads of 64, bf16 products):
-// q, k and v heads of one packed (B, T, 3H, D) projection; dq, dk and dv contiguous (packed:0, as
-// rotary_attention makes them) or the blocks of a packed gradient (packed:1, rotary_attention_packed).
+// The rotary kernels' backward as the series' model runs it (16 x 256, 6 heads of 64; bf16:1 bf16
+// products, bf16:0 float32): q, k and v heads of one packed (B, T, 3H, D) projection; dq, dk and dv
+// contiguous (packed:0, as rotary_attention makes them) or the blocks of a packed gradient
+// (packed:1, rotary_attention_packed).
 void BM_RotaryAttentionBackward(benchmark::State& state) {
   const int64_t B = 16, H = 6, T = 256, D = 64;
   const Tensor qkv = filled({B, T, 3 * H, D}, DType::f32, -1, 1, 5);
@@ -156,18 +157,24 @@ void BM_RotaryAttentionBackward(benchmark::State& state) {
   const fused::RopeTable inverse = fused::inverse_rope_table(table);
   const double scale = 1 / std::sqrt(double(D));
   Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
-  attention_cpu().forward_rotary(q, k, v, scale, true, table, RopeLayout::split_half, out, lse);
+  const bool packed = state.range(0) != 0, bf16 = state.range(1) != 0;
+  attention_cpu().forward_rotary(q, k, v, scale, true, bf16, table, RopeLayout::split_half, out, lse);
   const Tensor dout = filled(out.shape(), DType::f32, -1, 1, 4);
-  const bool packed = state.range(0) != 0;
   const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
   const Tensor dq = packed ? heads(dqkv, 0) : Tensor::empty(q.shape(), DType::f32);
   const Tensor dk = packed ? heads(dqkv, 1) : Tensor::empty(k.shape(), DType::f32);
   const Tensor dv = packed ? heads(dqkv, 2) : Tensor::empty(v.shape(), DType::f32);
   for (auto _ : state)
-    attention_cpu().backward_rotary(dout, q, k, v, out, lse, scale, true, table, inverse, RopeLayout::split_half, dq,
-                                    dk, dv);
+    attention_cpu().backward_rotary(dout, q, k, v, out, lse, scale, true, bf16, table, inverse,
+                                    RopeLayout::split_half, dq, dk, dv);
 }
-BENCHMARK(BM_RotaryAttentionBackward)->Arg(0)->Arg(1)->ArgName("packed")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_RotaryAttentionBackward)
+    ->Args({0, 1})
+    ->Args({1, 1})
+    ->Args({1, 0})
+    ->ArgNames({"packed", "bf16"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The products of one query block of the attention kernels (NOTE [ bf16 attention ]; bf16 0: the
 // float32 kernels' OpenBLAS calls), on one thread as the kernels run them: 64 query rows against

@@ -166,22 +166,22 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale
 
 namespace {
 
-// The rotary kernels' case: float32 q, k, v of one length T under bf16 products, T shared positions,
-// on a device that has the kernels.
+// The rotary kernels' case: float32 q, k, v of one length T, T shared positions, on a device that
+// has the kernels.
 bool rotary_kernel_case(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
                         double position_scale) {
   return q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.dtype() == DType::f32 && k.dtype() == DType::f32 &&
          v.dtype() == DType::f32 && q.size(2) == k.size(2) && q.size(3) > 0 && q.size(3) % 2 == 0 &&
          positions.dim() == 1 && positions.size(0) == q.size(2) && positions.device() == q.device() &&
          (positions.dtype() == DType::i32 || positions.dtype() == DType::i64) && base > 0 && position_scale > 0 &&
-         std::isfinite(position_scale) && autograd::detail::bf16_products(q, k) &&
-         fused::kernels(q.device()).forward_rotary != nullptr;
+         std::isfinite(position_scale) && fused::kernels(q.device()).forward_rotary != nullptr;
 }
 
 // The rotary kernels' forward and, for the backward, the tables it rotates by.
 struct RotaryForward {
   Tensor out, lse;                                        // (B, H, T, D), (B, H, T)
   std::shared_ptr<const fused::RopeTable> table, inverse;  // inverse: only when a gradient is wanted
+  bool bf16 = false;                                       // bf16 products (the policy of linear and matmul)
 };
 RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              double base, RopeLayout layout, double position_scale, double scale, bool causal,
@@ -189,6 +189,7 @@ RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, c
   const fused::AttentionShapes s = fused::check_attention(op, q, k, v, scale, causal);
   const Tensor pos = ops::contiguous(positions);
   RotaryForward r;
+  r.bf16 = autograd::detail::bf16_products(q, k);
   r.table = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, false, position_scale));
   r.out = Tensor::empty(q.shape(), DType::f32, q.device());
   r.lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
@@ -196,14 +197,15 @@ RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, c
     const profile::Span span("attention");
     fused::kernels(q.device())
         .forward_rotary(fused::prepared_heads(q, DType::f32), fused::prepared_heads(k, DType::f32),
-                        fused::prepared_heads(v, DType::f32), scale, causal, *r.table, layout, r.out, r.lse);
+                        fused::prepared_heads(v, DType::f32), scale, causal, r.bf16, *r.table, layout, r.out,
+                        r.lse);
   }
   if (grad) r.inverse = std::make_shared<const fused::RopeTable>(fused::inverse_rope_table(*r.table));
   return r;
 }
 
 void rotary_backward(const char* op, const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
-                     const Tensor& out, const Tensor& lse, const fused::RopeTable& table,
+                     const Tensor& out, const Tensor& lse, bool bf16, const fused::RopeTable& table,
                      const fused::RopeTable& inverse, RopeLayout layout, double scale, bool causal, const Tensor& dq,
                      const Tensor& dk, const Tensor& dv) {
   fused::check_grad_like(op, g, q, "grad");
@@ -211,8 +213,8 @@ void rotary_backward(const char* op, const Tensor& g, const Tensor& q, const Ten
   fused::kernels(q.device())
       .backward_rotary(fused::prepared_heads(g, DType::f32), fused::prepared_heads(q, DType::f32),
                        fused::prepared_heads(k, DType::f32), fused::prepared_heads(v, DType::f32),
-                       fused::prepared_heads(out, DType::f32), ops::contiguous(lse), scale, causal, table, inverse,
-                       layout, dq, dk, dv);
+                       fused::prepared_heads(out, DType::f32), ops::contiguous(lse), scale, causal, bf16, table,
+                       inverse, layout, dq, dk, dv);
 }
 
 // q, k and v (B, heads, T, D) as views of the packed qkv (B, T, H + 2 Hkv, D).
@@ -236,15 +238,15 @@ Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   Tensor saved_out = f.out;
   return record(op, std::move(f.out), {edge_to(q), edge_to(k), edge_to(v)},
                 [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(saved_out),
-                 sl = SavedTensor(f.lse), table = f.table, inverse = f.inverse, layout, scale,
+                 sl = SavedTensor(f.lse), table = f.table, inverse = f.inverse, bf16 = f.bf16, layout, scale,
                  causal](const Tensor& g) -> Grads {
                   const char* op = "rotary_attention";
                   const Tensor q = sq.unpack(op), k = sk.unpack(op), v = sv.unpack(op);
                   Tensor dq = Tensor::empty(q.shape(), DType::f32, q.device());
                   Tensor dk = Tensor::empty(k.shape(), DType::f32, q.device());
                   Tensor dv = Tensor::empty(v.shape(), DType::f32, q.device());
-                  rotary_backward(op, g, q, k, v, so.unpack(op), sl.unpack(op), *table, *inverse, layout, scale, causal,
-                                  dq, dk, dv);
+                  rotary_backward(op, g, q, k, v, so.unpack(op), sl.unpack(op), bf16, *table, *inverse, layout, scale,
+                                  causal, dq, dk, dv);
                   return {dq, dk, dv};
                 });
 }
@@ -275,15 +277,15 @@ Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_h
   Tensor saved_out = f.out;
   return record(op, std::move(f.out), {edge_to(qkv)},
                 [sqkv = SavedTensor(qkv), so = SavedTensor(saved_out), sl = SavedTensor(f.lse), table = f.table,
-                 inverse = f.inverse, layout, scale, causal, n_head, n_kv_head](const Tensor& g) -> Grads {
+                 inverse = f.inverse, bf16 = f.bf16, layout, scale, causal, n_head, n_kv_head](const Tensor& g) -> Grads {
                   const char* op = "rotary_attention_packed";
                   const Tensor qkv = sqkv.unpack(op);
                   const std::vector<Tensor> in = packed_views(qkv, n_head, n_kv_head);
                   // The kernels write dq, dk and dv into their blocks of qkv's gradient.
                   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32, qkv.device());
                   const std::vector<Tensor> d = packed_views(dqkv, n_head, n_kv_head);
-                  rotary_backward(op, g, in[0], in[1], in[2], so.unpack(op), sl.unpack(op), *table, *inverse, layout,
-                                  scale, causal, d[0], d[1], d[2]);
+                  rotary_backward(op, g, in[0], in[1], in[2], so.unpack(op), sl.unpack(op), bf16, *table, *inverse,
+                                  layout, scale, causal, d[0], d[1], d[2]);
                   return {dqkv};
                 });
 }

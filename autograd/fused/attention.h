@@ -18,11 +18,12 @@ namespace mvgpt {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal);
 
 // Differentiable: attention(rope(q, positions, ...), rope(k, positions, ...), v, scale, causal), the
-// rotary embedding of q and k (fused/rope.h) inside the attention. Where the CPU's kernels multiply
-// bf16 products (NOTE [ Precision policy ]) and q and k are the same T positions, the kernels
-// rotate q and k as they round them and rotate the gradients back where they make them: no rotated
-// copies of q and k, and no passes of rope's own. Elsewhere (float32 or float64 products, another
-// device, fewer queries than keys, per-sequence positions) the composition.
+// rotary embedding of q and k (fused/rope.h) inside the attention. Where float32 q, k and v of the
+// same T positions reach the CPU's kernels, they rotate q and k as they read them (and round them,
+// under bf16 products: NOTE [ Precision policy ]) and rotate the gradients back where they make
+// them: no rotated copies of q and k, and no passes of rope's own. In float32 products the values
+// are the composition's, bit for bit. Elsewhere (float64, another device, fewer queries than keys,
+// per-sequence positions) the composition.
 Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, double base,
                         RopeLayout layout, double position_scale, double scale, bool causal);
 
@@ -69,16 +70,17 @@ struct AttentionKernels {
   void (*backward)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                    const Tensor& lse, double scale, bool causal, bool bf16_products, const Tensor& dq,
                    const Tensor& dk, const Tensor& dv);
-  // Where a device has them (the CPU): the bf16 products' kernels with q and k of one length T
-  // rotated by a rope table (row t by table row t, the angles of positions[t]) as they are rounded,
-  // and dq and dk rotated back by the inverse table; float32 tensors as above, except that
+  // Where a device has them (the CPU): kernels with q and k of one length T rotated by a rope table
+  // (row t by table row t, the angles of positions[t]) as they are read (and rounded, for bf16
+  // products), and dq and dk rotated back by the inverse table; float32 tensors as above, except that
   // backward_rotary's dq, dk and dv may also be strided views (a unit stride on D, rows that do not
   // overlap, no two sharing an element): the blocks of a packed qkv's gradient
   // (rotary_attention_packed).
   void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
-                         const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse) = nullptr;
+                         bool bf16_products, const RopeTable& table, RopeLayout layout, const Tensor& out,
+                         const Tensor& lse) = nullptr;
   void (*backward_rotary)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                          const Tensor& lse, double scale, bool causal, const RopeTable& table,
+                          const Tensor& lse, double scale, bool causal, bool bf16_products, const RopeTable& table,
                           const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,
                           const Tensor& dv) = nullptr;
 };

@@ -113,10 +113,10 @@ struct Rotation {
   }
 };
 
-// Rows [r0, r1) of X rotated to their positions (row r at position r) and rounded to bfloat16 into
-// out (dense, D = 2 half wide); rot null: rounded only.
-void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, bfloat16* out, const Rotation* rot,
-                int64_t first_position) {
+// Rows [r0, r1) of X as a product's operand, dense (cols wide) in out: rotated to their positions
+// (row r at position first_position + r) when rot is given, and rounded to bfloat16 for a bfloat16 out.
+void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, bfloat16* out, const Rotation* rot,
+                  int64_t first_position) {
   if (!rot) return round_rows(x, ld, cols, r0, r1, out);
   thread_local std::vector<float> buf;
   if (buf.size() < size_t(cols)) buf.resize(size_t(cols));
@@ -127,13 +127,24 @@ void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1
     vec::round_to_bf16(row, cols, out + r * cols);
   }
 }
+void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, float* out, const Rotation* rot,
+                  int64_t first_position) {
+  for (int64_t r = r0; r < r1; ++r) {
+    if (ld != cols) prefetch_row_ahead(x, ld, cols, r, r1);
+    if (rot) rot->rotate(x + r * ld, first_position + r, out + r * cols);
+    else std::copy(x + r * ld, x + r * ld + cols, out + r * cols);
+  }
+}
 
-// bf16 products: C (M, N) = alpha op(A) op(B) + beta C with dense bfloat16 operands (leading
-// dimensions their row lengths), float32 sums, on this thread.
-void product_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A,
-                  const bfloat16* B, float beta, float* C, int64_t ldc) {
-  cpu::blas::gemm(ta, tb, M, N, K, alpha, A, std::max<int64_t>(ta ? M : K, 1), B, std::max<int64_t>(tb ? K : N, 1),
-                  beta, C, ldc, /*parallel=*/false);
+// C (M, N) = alpha op(A) op(B) + beta C, row-major, float32 sums, on this thread: bfloat16 operands
+// through the bf16 products, float32 ones through OpenBLAS (held to one thread by SingleThreadedBlas).
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+             const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cpu::blas::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
+}
+void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // OpenBLAS runs its own threads; inside a TBB task that would oversubscribe the cores.
@@ -170,6 +181,7 @@ template <typename P>
 struct HeadRows {
   P* data;
   int64_t sb, sh, st;
+  HeadRows(P* data, int64_t sb, int64_t sh, int64_t st) : data(data), sb(sb), sh(sh), st(st) {}
   explicit HeadRows(const Tensor& t)
       : data(t.data<std::remove_const_t<P>>()), sb(t.strides()[0]), sh(t.strides()[1]),
         // A single row may carry any stride; BLAS wants a leading dimension of at least D.
@@ -530,19 +542,23 @@ void attention_row_kv_bf16(const Tensor& q, const Tensor& k, const Tensor& v, do
 
 // bf16 products, forward: as attention_rows<float>, with each product's operands in bfloat16 and its
 // sums in float32. Rounding is folded into the passes that exist anyway (NOTE [ bf16 attention ]).
-void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
-                         const Tensor& out, const Tensor& lse, const Rotation* rot = nullptr) {
+// E = float: the float32 kernels of rotary_attention (NOTE [ Rotary attention in float32 ]), q and k
+// rotated into dense float32 rows, v read in place; the values of rope then attention_rows<float>.
+template <typename E>
+void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
+                          const Tensor& out, const Tensor& lse, const Rotation* rot = nullptr) {
+  constexpr bool bf16 = std::is_same_v<E, bfloat16>;
   const Dims4 d = dims_of(q, k);
   const float scale = float(scale_d);
   const Heads<float> Q(q), K(k), V(v);
   float* op = out.data<float>();
-  SingleThreadedBlas single;  // the float32 fallback's products (CPUs without bf16 kernels)
+  SingleThreadedBlas single;  // float32 products (and the bf16 fallback's on CPUs without bf16 kernels)
   float* lp = lse.data<float>();
   const int64_t nblocks = (d.Tq + kQueryBlock - 1) / kQueryBlock;
   const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
   // Decoding (one query row) takes the float32 loops and never reads the bf16 buffers: none are made
   // (kb and vb, 64 KB of zeros per task at Tk 256, cost as much as the row's attention). Rotated
-  // rows exist only rounded: every block takes the products.
+  // rows exist only in the buffers: every block makes them.
   const bool products = blk_rows > 1 || rot;
   // Tasks are (batch, head, query block), in that order. Where there are heads enough to keep every
   // thread busy (four a thread), a run takes all of a head's blocks: the head's keys and values are
@@ -551,12 +567,12 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
   const int64_t per_run = d.B * d.H >= 4 * int64_t(tbb::this_task_arena::max_concurrency()) ? nblocks : 1;
   parallel_for(d.B * d.H * nblocks / per_run, 1, [&](int64_t r0, int64_t r1) {
     float* scratch = thread_scratch<float, Slot::s>(blk_rows * width_max);
-    bfloat16* qb = products ? thread_scratch<bfloat16, Slot::q>(blk_rows * d.D) : nullptr;
-    bfloat16* pb = products ? thread_scratch<bfloat16, Slot::p>(blk_rows * width_max) : nullptr;
-    bfloat16* kb = products ? thread_scratch<bfloat16, Slot::k>(width_max * d.D) : nullptr;
-    bfloat16* vb = products ? thread_scratch<bfloat16, Slot::v>(width_max * d.D) : nullptr;
-    // kb and vb hold the first `rounded` rows of kv head (rounded_b, rounded_hk): a head's blocks only
-    // add keys, and the next head of a group reads the same ones.
+    E* qb = products ? thread_scratch<E, Slot::q>(blk_rows * d.D) : nullptr;
+    E* kb = products ? thread_scratch<E, Slot::k>(width_max * d.D) : nullptr;
+    bfloat16* pb = bf16 && products ? thread_scratch<bfloat16, Slot::p>(blk_rows * width_max) : nullptr;
+    bfloat16* vb = bf16 && products ? thread_scratch<bfloat16, Slot::v>(width_max * d.D) : nullptr;
+    // kb (and vb) hold the first `rounded` rows of kv head (rounded_b, rounded_hk): a head's blocks
+    // only add keys, and the next head of a group reads the same ones.
     int64_t rounded_b = -1, rounded_hk = -1, rounded = 0;
     for (int64_t task = r0 * per_run; task < r1 * per_run; ++task) {
       const int64_t blk = task % nblocks, h = (task / nblocks) % d.H, b = task / (nblocks * d.H);
@@ -575,15 +591,27 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
         continue;
       }
       float* s = scratch;
-      round_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0);
+      operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0);
       if (b != rounded_b || hk != rounded_hk) rounded_b = b, rounded_hk = hk, rounded = 0;
       if (width > rounded) {
-        round_rows(K.at(b, hk), K.st, d.D, rounded, width, kb, rot, 0);
-        round_rows(V.at(b, hk), V.st, d.D, rounded, width, vb);
+        operand_rows(K.at(b, hk), K.st, d.D, rounded, width, kb, rot, 0);
+        if constexpr (bf16) round_rows(V.at(b, hk), V.st, d.D, rounded, width, vb);
         rounded = width;
       }
+      if constexpr (!bf16) {
+        if (rows == 1) {  // the float32 loops on the rotated rows, as attention_rows<float> takes one row
+          const Heads<float> rotated_keys(kb, 0, 0, d.D);
+          attend_row(qb, rotated_keys, V, b, hk, width, d.D, scale, s, o, l);
+          continue;
+        }
+        // S (rows, width) = scale Q_blk K^T, its softmax in place, O (rows, D) = P V.
+        product(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
+        softmax_rows(s, rows, width, width, d, causal, i0, l);
+        product(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, d.D);
+        continue;
+      }
       // S (rows, width) = scale Q_blk K^T.
-      product_bf16(false, true, rows, width, d.D, scale, qb, kb, 0, s, width);
+      product(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
       // P = softmax(S) in bfloat16, its normalization and rounding one pass.
       for (int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * width;
@@ -601,7 +629,7 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
         l[r] = m + std::log(sum);
       }
       // O (rows, D) = P V.
-      product_bf16(false, false, rows, d.D, width, 1.0f, pb, vb, 0, o, d.D);
+      product(false, false, rows, d.D, width, 1.0f, pb, width, vb, d.D, 0, o, d.D);
     }
   });
 }
@@ -615,10 +643,14 @@ void attention_rows_bf16(const Tensor& q, const Tensor& k, const Tensor& v, doub
 // write in this thread's scratch, as they would a contiguous gradient (summed in place, the rounding
 // of dk's products differed), and the rows reach their places in the back-rotation's pass (or a
 // copy): dq a block at a time, a head's dk and dv once its blocks are summed.
-void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
-                                  const Tensor& dk, const Tensor& dv, const Rotation* rot = nullptr,
-                                  const Rotation* inv = nullptr) {
+// E = float: the float32 kernels of rotary_attention, q and k rotated into dense float32 rows, v,
+// dout, P and dS multiplied where they are; the values of attention_rows_backward<float> then rope's.
+template <typename E>
+void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
+                                   const Tensor& dk, const Tensor& dv, const Rotation* rot = nullptr,
+                                   const Rotation* inv = nullptr) {
+  constexpr bool bf16 = std::is_same_v<E, bfloat16>;
   const Dims4 d = dims_of(q, k);
   const float scale = float(scale_d);
   const Heads<float> Q(q), K(k), V(v), dO(dout), O(out);
@@ -636,12 +668,13 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
     float* P = thread_scratch<float, Slot::s>(int64_t(block_elems));
     float* dP = thread_scratch<float, Slot::dp>(int64_t(block_elems));
     float* Di = thread_scratch<float, Slot::di>(blk_rows);
-    bfloat16* pb = thread_scratch<bfloat16, Slot::p>(int64_t(block_elems));
-    bfloat16* dsb = thread_scratch<bfloat16, Slot::ds>(int64_t(block_elems));
-    bfloat16* qh = thread_scratch<bfloat16, Slot::q>(d.Tq * d.D);
-    bfloat16* doh = thread_scratch<bfloat16, Slot::dout>(d.Tq * d.D);
-    bfloat16* kh = thread_scratch<bfloat16, Slot::k>(d.Tk * d.D);
-    bfloat16* vh = thread_scratch<bfloat16, Slot::v>(d.Tk * d.D);
+    E* qh = thread_scratch<E, Slot::q>(d.Tq * d.D);
+    E* kh = thread_scratch<E, Slot::k>(d.Tk * d.D);
+    // The bf16 products' other operands; float32 products read dout, v, P and dS where they are.
+    bfloat16* pb = bf16 ? thread_scratch<bfloat16, Slot::p>(int64_t(block_elems)) : nullptr;
+    bfloat16* dsb = bf16 ? thread_scratch<bfloat16, Slot::ds>(int64_t(block_elems)) : nullptr;
+    bfloat16* doh = bf16 ? thread_scratch<bfloat16, Slot::dout>(d.Tq * d.D) : nullptr;
+    bfloat16* vh = bf16 ? thread_scratch<bfloat16, Slot::v>(d.Tk * d.D) : nullptr;
     float* dk_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dk>(d.Tk * d.D);
     float* dv_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dv>(d.Tk * d.D);
     float* dq_scratch = dq_in_place ? nullptr : thread_scratch<float, Slot::dq>(blk_rows * d.D);
@@ -651,10 +684,19 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
       float* dvh = grouped ? dv_part.data() + task * d.Tk * d.D : kv_in_place ? dV.at(b, hk) : dv_scratch;
       std::fill(dkh, dkh + d.Tk * d.D, 0.0f);
       std::fill(dvh, dvh + d.Tk * d.D, 0.0f);
-      round_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
-      round_rows(dO.at(b, h), dO.st, d.D, 0, d.Tq, doh);
-      round_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh, rot, 0);
-      round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh);
+      operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
+      operand_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh, rot, 0);
+      // dout's and v's rows as the products read them: (pointer, leading dimension).
+      const E* dos;
+      const E* vs;
+      int64_t dold, vld;
+      if constexpr (bf16) {
+        round_rows(dO.at(b, h), dO.st, d.D, 0, d.Tq, doh);
+        round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh);
+        dos = doh, vs = vh, dold = vld = d.D;
+      } else {
+        dos = dO.at(b, h), dold = dO.st, vs = V.at(b, hk), vld = V.st;
+      }
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, d.Tq - i0);
         const int64_t width = visible_keys(d, causal, i0 + rows - 1);
@@ -664,10 +706,10 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
           continue;
         }
         const float* lb = lp + (b * d.H + h) * d.Tq + i0;
-        const bfloat16* qblk = qh + i0 * d.D;
-        const bfloat16* doblk = doh + i0 * d.D;
+        const E* qblk = qh + i0 * d.D;
+        const E* doblk = dos + i0 * dold;
         // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS.
-        product_bf16(false, true, rows, width, d.D, scale, qblk, kh, 0, P, width);
+        product(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
@@ -676,27 +718,33 @@ void attention_rows_backward_bf16(const Tensor& dout, const Tensor& q, const Ten
           else
             vec::exp_shifted(pr, n, lb[r], 1.0f, pr);
           std::fill(pr + n, pr + width, 0.0f);
-          vec::round_to_bf16(pr, width, pb + r * width);
+          if constexpr (bf16) vec::round_to_bf16(pr, width, pb + r * width);
           Di[r] = vec::row_dot(dO.at(b, h, i0 + r), O.at(b, h, i0 + r), d.D);  // rowsum(dO * O)
         }
+        const E* pe;
+        if constexpr (bf16) pe = pb;
+        else pe = P;
         // dV (width, D) += P^T dO.
-        product_bf16(true, false, width, d.D, rows, 1.0f, pb, doblk, 1.0f, dvh, d.D);
+        product(true, false, width, d.D, rows, 1.0f, pe, width, doblk, dold, 1.0f, dvh, d.D);
         // dP (rows, width) = dO V^T.
-        product_bf16(false, true, rows, width, d.D, 1.0f, doblk, vh, 0, dP, width);
-        // dS = P * (dP - Di), rounded.
+        product(false, true, rows, width, d.D, 1.0f, doblk, dold, vs, vld, 0, dP, width);
+        // dS = P * (dP - Di), rounded for bf16 products.
         for (int64_t r = 0; r < rows; ++r) {
           float* dpr = dP + r * width;
           const float* pr = P + r * width;
           const float di = Di[r];
           for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
-          vec::round_to_bf16(dpr, width, dsb + r * width);
+          if constexpr (bf16) vec::round_to_bf16(dpr, width, dsb + r * width);
         }
+        const E* dse;
+        if constexpr (bf16) dse = dsb;
+        else dse = dP;
         // dQ (rows, D) = scale dS K;  dK (width, D) += scale dS^T Q.
         // A strided dq (a packed gradient's block) is made in scratch, as a contiguous one is, and
         // reaches its rows in the rotation's pass (or a copy).
         float* dqm = dq_in_place ? dqb : dq_scratch;
-        product_bf16(false, false, rows, d.D, width, scale, dsb, kh, 0, dqm, d.D);
-        product_bf16(true, false, width, d.D, rows, scale, dsb, qblk, 1.0f, dkh, d.D);
+        product(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
+        product(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
         if (inv)
           for (int64_t r = 0; r < rows; ++r) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
         else if (!dq_in_place)
@@ -756,7 +804,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bo
   if (lse.numel() == 0) return;
   if (kv_bf16) attention_row_kv_bf16(q, k, v, scale, causal, out, lse);
   else if (q.dtype() == DType::f64) attention_rows<double>(q, k, v, scale, causal, out, lse);
-  else if (bf16_products) attention_rows_bf16(q, k, v, scale, causal, out, lse);
+  else if (bf16_products) attention_rows_dense<bfloat16>(q, k, v, scale, causal, out, lse);
   else attention_rows<float>(q, k, v, scale, causal, out, lse);
 }
 
@@ -766,11 +814,12 @@ void backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor
   check_attention_layout("attention_backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse, &dq, &dk, &dv});
   if (q.size(3) == 0) return;  // dq, dk, dv are empty
   if (q.dtype() == DType::f64) attention_rows_backward<double>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
-  else if (bf16_products) attention_rows_backward_bf16(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+  else if (bf16_products) attention_rows_backward_dense<bfloat16>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
   else attention_rows_backward<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
 }
 
-// rotary_attention's kernels: the bf16 kernels with q and k rotated as they are rounded.
+// rotary_attention's kernels: the dense kernels with q and k rotated as they are rounded (bf16
+// products) or copied (float32).
 Rotation rotation_of(const RopeTable& table, RopeLayout layout) {
   return {table.cos.data(), table.sin.data(), table.half, layout == RopeLayout::interleaved};
 }
@@ -781,19 +830,21 @@ void check_rotary(const Tensor& q, const Tensor& k, const RopeTable& table, cons
     throw std::logic_error(std::string(op) + ": float32 q and k of one length T and a (T, D/2) rope table expected");
 }
 
-void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
                     const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse) {
   check_attention_layout("rotary attention (cpu)", {&q, &k, &v}, {&out, &lse});
   check_rotary(q, k, table, "rotary attention (cpu)");
   if (lse.numel() == 0) return;
   const Rotation rot = rotation_of(table, layout);
-  attention_rows_bf16(q, k, v, scale, causal, out, lse, &rot);
+  if (bf16_products) attention_rows_dense<bfloat16>(q, k, v, scale, causal, out, lse, &rot);
+  else attention_rows_dense<float>(q, k, v, scale, causal, out, lse, &rot);
 }
 
 // dq, dk and dv: contiguous, or the blocks of a packed gradient (a unit stride on D, rows apart).
 void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                     const Tensor& lse, double scale, bool causal, const RopeTable& table, const RopeTable& inverse,
-                     RopeLayout layout, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                     const Tensor& lse, double scale, bool causal, bool bf16_products, const RopeTable& table,
+                     const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,
+                     const Tensor& dv) {
   check_attention_layout("rotary attention backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse});
   for (const Tensor* t : {&dq, &dk, &dv}) {
     vec::require_unit_last_stride(*t, "rotary attention backward (cpu)", "dq, dk and dv");
@@ -803,7 +854,10 @@ void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const
   check_rotary(q, k, table, "rotary attention backward (cpu)");
   check_rotary(q, k, inverse, "rotary attention backward (cpu)");
   const Rotation rot = rotation_of(table, layout), inv = rotation_of(inverse, layout);
-  attention_rows_backward_bf16(dout, q, k, v, out, lse, scale, causal, dq, dk, dv, &rot, &inv);
+  if (bf16_products)
+    attention_rows_backward_dense<bfloat16>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv, &rot, &inv);
+  else
+    attention_rows_backward_dense<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv, &rot, &inv);
 }
 
 }  // namespace

@@ -311,15 +311,16 @@ TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
     }
 }
 
-// rotary_attention under bf16 products: the CPU kernels rotate q and k as they round them and rotate
-// dq and dk back; rope's own kernels then do not run. Against rope then attention (the same rotation
-// on the same table, rounded in another pass; a one-row block, which the composition computes in
-// float32 loops, differs by more than a rounding): 4e-3 of the largest value, where a missing or
-// misplaced rotation is off by the values themselves. Cases: grouped heads over two query blocks;
-// q, k and v split out of one packed projection as the model splits them (strided rows), with a
-// one-row last block and interleaved pairs at shifted, scaled positions; a non-causal one. Each on
-// the pool and on one thread (one task run then spans a head's blocks).
-TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
+// rotary_attention: the CPU kernels rotate q and k as they read them (and round them, under bf16
+// products) and rotate dq and dk back; rope's own kernels then do not run. Against rope then
+// attention: in float32, bit for bit; under bf16 products (the same rotation on the same table,
+// rounded in another pass; a one-row block, which the composition computes in float32 loops,
+// differs by more than a rounding) within 4e-3 of the largest value, where a missing or misplaced
+// rotation is off by the values themselves. Cases: grouped heads over two query blocks; q, k and v
+// split out of one packed projection as the model splits them (strided rows), with a one-row last
+// block and interleaved pairs at shifted, scaled positions; a non-causal one. Each on the pool and
+// on one thread (one task run then spans a head's blocks).
+TEST(RotaryAttention, MatchesRopeThenAttention) {
   struct Case {
     int64_t B, H, Hkv, T, D;
     bool causal, packed;
@@ -330,11 +331,13 @@ TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
   const Case cases[] = {{2, 4, 2, 70, 16, true, false, RopeLayout::split_half, 0, 1.0},
                         {1, 3, 3, 65, 8, true, true, RopeLayout::interleaved, 5, 0.5},
                         {2, 2, 1, 40, 16, false, false, RopeLayout::split_half, 3, 1.0}};
-  const PrecisionGuard bf16(Precision::bf16);
+  for (const Precision precision : {Precision::bf16, Precision::fp32})
   for (const bool one_thread : {false, true})
   for (const Case& c : cases) {
+    const bool bf16 = precision == Precision::bf16;
     SCOPED_TRACE("T " + std::to_string(c.T) + (c.packed ? " packed" : "") + (c.causal ? " causal" : "") +
-                 (one_thread ? " on one thread" : ""));
+                 (one_thread ? " on one thread" : "") + (bf16 ? " bf16 products" : " float32"));
+    const PrecisionGuard guard(precision);
     // The leaves: q, k and v, or one (B, T, 3H, D) projection.
     const std::vector<Tensor> inputs =
         c.packed ? std::vector<Tensor>{random_tensor({c.B, c.T, 3 * c.H, c.D}, DType::f32, 31, -2, 2)}
@@ -373,13 +376,14 @@ TEST(RotaryAttention, MatchesRopeThenAttentionUnderBf16Products) {
     }
     for (size_t i = 0; i < got[0].size(); ++i) {
       const double top = ops::max(ops::abs(got[1][i])).item<double>();
-      EXPECT_TRUE(all_close(got[0][i], got[1][i], 4e-3 * top, 0)) << (i == 0 ? "out" : "gradient of leaf ") << i;
+      if (bf16) EXPECT_TRUE(all_close(got[0][i], got[1][i], 4e-3 * top, 0)) << (i == 0 ? "out" : "gradient of leaf ") << i;
+      else EXPECT_TRUE(testing::bitwise_equal(got[0][i], got[1][i])) << (i == 0 ? "out" : "gradient of leaf ") << i;
     }
   }
 }
 
-// Elsewhere rotary_attention is rope then attention, bit for bit: float32 products, float64, a
-// per-sequence positions table.
+// rotary_attention is rope then attention bit for bit in float32 (the kernels, whose values are the
+// composition's), and elsewhere, where it is the composition: float64, a per-sequence positions table.
 TEST(RotaryAttention, ElsewhereIsTheCompositionBitForBit) {
   Tensor q = random_tensor({2, 2, 9, 8}, DType::f32, 36, -2, 2), k = random_tensor({2, 1, 9, 8}, DType::f32, 37, -2, 2);
   Tensor v = random_tensor({2, 1, 9, 8}, DType::f32, 38);
@@ -398,8 +402,8 @@ TEST(RotaryAttention, ElsewhereIsTheCompositionBitForBit) {
 }
 
 // rotary_attention_packed is rotary_attention of the split and transposed views, bit for bit, and
-// its gradient is qkv's: under bf16 products (the kernels write dq, dk and dv into their blocks),
-// grouped kv heads or not, on one thread or the pool; in float32 and float64 (the composition).
+// its gradient is qkv's: in float32, with bf16 products or not (the kernels write dq, dk and dv into
+// their blocks), grouped kv heads or not, on one thread or the pool; in float64 (the composition).
 TEST(RotaryAttentionPacked, IsRotaryAttentionOfTheSplitViews) {
   struct Case {
     int64_t B, H, Hkv, T, D;
@@ -412,6 +416,9 @@ TEST(RotaryAttentionPacked, IsRotaryAttentionOfTheSplitViews) {
                         {1, 6, 2, 65, 8, true, RopeLayout::interleaved, DType::f32, true},
                         {2, 2, 1, 40, 16, false, RopeLayout::split_half, DType::f32, true},
                         {2, 4, 2, 33, 8, true, RopeLayout::split_half, DType::f32, false},
+                        {1, 6, 2, 65, 8, true, RopeLayout::interleaved, DType::f32, false},
+                        {2, 3, 3, 20, 8, false, RopeLayout::split_half, DType::f32, false},
+                        {2, 2, 2, 1, 8, true, RopeLayout::split_half, DType::f32, false},
                         {1, 2, 1, 9, 4, true, RopeLayout::interleaved, DType::f64, false},
                         // One position (and with B = 1 the packed blocks are themselves contiguous),
                         // and all heads their own kv heads without a mask.
@@ -446,7 +453,7 @@ TEST(RotaryAttentionPacked, IsRotaryAttentionOfTheSplitViews) {
       const profile::Report report = rec.stop();
       int64_t copies = 0;
       for (const profile::Row& row : report.rows) copies += row.op == "copy" ? row.calls : 0;
-      if (c.bf16) {  // the split views' gradients are copied into qkv's blocks; the packed op's are not
+      if (c.dtype == DType::f32) {  // the split views' gradients are copied into qkv's blocks; the packed op's are not
         if (path == 0) EXPECT_EQ(copies, 0) << "dq, dk and dv should be written in place";
         else EXPECT_GT(copies, 0) << "the composition's gradients should be copied into place";
       }

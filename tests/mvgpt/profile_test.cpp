@@ -70,10 +70,13 @@ TEST(OpProfile, ATrainingStepShowsEachLayersKernelsInTheirPhase) {
   EXPECT_EQ(qkv->calls, 2);
   EXPECT_EQ(qkv->flops, 2 * 2.0 * 16 * 8 * 24);
   // The loss's gradient is made with the loss, in the forward (NOTE [ Linear cross-entropy ]).
-  for (const char* op : {"attention", "layer_norm", "rope", "cross_entropy", "cross_entropy backward"})
+  for (const char* op : {"attention", "layer_norm", "cross_entropy", "cross_entropy backward"})
     EXPECT_TRUE(find(r, "forward", op)) << op;
-  for (const char* op : {"attention backward", "layer_norm backward", "rope backward", "matmul"})
+  for (const char* op : {"attention backward", "layer_norm backward", "matmul"})
     EXPECT_TRUE(find(r, "backward", op)) << op;
+  // The rotation of q and k runs inside the attention's kernels (rotary_attention_packed).
+  EXPECT_FALSE(find(r, "forward", "rope"));
+  EXPECT_FALSE(find(r, "backward", "rope backward"));
   EXPECT_FALSE(find(r, "backward", "cross_entropy backward"));
   const profile::Row* adamw = find(r, "optimizer", "adamw");
   ASSERT_TRUE(adamw);
