@@ -118,7 +118,14 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
     y = rotary_attention(q, k, v, pos, config.rope_base, config.rope_layout, config.rope_position_scale, scale,
                          config.causal);
   } else {
-    if (config.rope) {
+    if (config.rope && !q_norm) {
+      // q's and k's heads lie side by side in the projection: one rotation (one table of angles, one
+      // op) for both, where decoding took two a layer and token.
+      const Tensor qk = rope(transpose(narrow(packed, 2, 0, H + Hkv), 1, 2), pos, config.rope_base,
+                             config.rope_layout, config.rope_position_scale);  // (B, H + Hkv, T, D)
+      q = narrow(qk, 1, 0, H);
+      k = narrow(qk, 1, H, Hkv);
+    } else if (config.rope) {
       q = rope(q, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
       k = rope(k, pos, config.rope_base, config.rope_layout, config.rope_position_scale);
     }

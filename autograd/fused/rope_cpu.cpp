@@ -15,6 +15,20 @@ namespace {
 using cpu::parallel_for;
 namespace vec = cpu::fused;
 
+// base^(-2i/D) for the D/2 pairs, kept per thread for the last (D, base) asked: decoding fills a
+// one-row table per layer and token, where the pows cost as much as the angles' cos and sin.
+const std::vector<double>& inverse_frequencies(int64_t D, double base) {
+  thread_local int64_t cached_d = -1;
+  thread_local double cached_base = 0;
+  thread_local std::vector<double> inv_freq;
+  if (D != cached_d || !(base == cached_base)) {
+    inv_freq.resize(size_t(D / 2));
+    for (int64_t i = 0; i < D / 2; ++i) inv_freq[size_t(i)] = std::pow(base, -2.0 * double(i) / double(D));
+    cached_d = D, cached_base = base;
+  }
+  return inv_freq;
+}
+
 // (positions.numel(), D/2) cos and sin of every (position, pair), in positions' order.
 template <typename T>
 void fill_table(const Tensor& positions, int64_t D, double base, bool inverse, double position_scale,
@@ -22,8 +36,8 @@ void fill_table(const Tensor& positions, int64_t D, double base, bool inverse, d
   const int64_t table_rows = positions.numel(), half = D / 2;
   cos_t.resize(size_t(table_rows * half));
   sin_t.resize(size_t(table_rows * half));
-  std::vector<double> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = std::pow(base, -2.0 * double(i) / double(D));
+  // A copy: a thread waiting in the parallel_for below may run another call's fill_table meanwhile.
+  const std::vector<double> inv_freq = inverse_frequencies(D, base);
   const double sign = inverse ? -1.0 : 1.0;
   const bool pos64 = positions.dtype() == DType::i64;
   const int64_t* p64 = pos64 ? positions.data<int64_t>() : nullptr;

@@ -99,5 +99,28 @@ TEST(OpProfile, Bf16ProductsShowTheirOperandsConversions) {
   EXPECT_GT(convert->calls, 0);
 }
 
+// A decoded token rotates each layer's q and k in one rope call (their heads side by side in the
+// projection), and gives the last logits a full forward gives.
+TEST(OpProfile, ADecodedTokenRotatesQAndKInOneCallALayer) {
+  const NoGradGuard no_grad;
+  GPTConfig c = testing::tiny(true);  // RoPE, 2 layers
+  auto model = testing::random_model(c, 3);
+  const Tensor prompt = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5}, Shape{1, 5});
+  KVCache cache(c);
+  model->forward(ops::narrow(prompt, 1, 0, 4), &cache);
+  profile::Recording recording;
+  Tensor logits;
+  {
+    const profile::Phase phase("decode");
+    logits = model->forward(ops::narrow(prompt, 1, 4, 1), &cache, /*last_only=*/true);
+  }
+  const profile::Report r = recording.stop();
+  const profile::Row* rope = find(r, "decode", "rope");
+  ASSERT_TRUE(rope) << dump(r);
+  EXPECT_EQ(rope->calls, c.n_layer);
+  const Tensor full = model->forward(prompt, nullptr, /*last_only=*/true);
+  EXPECT_LT(ops::max(ops::abs(ops::sub(logits, full))).item<double>(), 1e-5);
+}
+
 }  // namespace
 }  // namespace mvgpt::gpt
