@@ -112,8 +112,8 @@ Tensor SelfAttention::forward(const Tensor& x, const Tensor& positions, KVCacheL
 
   Tensor y;  // (B, H, T, D)
   if (config.rope && !cache && use_fused && p == 0) {
-    // Without a cache the rotation goes inside the attention (rotary_attention: the CPU's bf16
-    // kernels rotate q and k as they round them).
+    // Without a cache the rotation goes inside the attention (rotary_attention: the CPU's kernels
+    // rotate q and k as they read them).
     check_heads(q, k, v, "CausalSelfAttention::forward");
     y = rotary_attention(q, k, v, pos, config.rope_base, config.rope_layout, config.rope_position_scale, scale,
                          config.causal);

@@ -21,7 +21,7 @@
 // row sums and the single-row (decoding) loops stay float32.
 //
 // NOTE [ bf16 attention ]
-// The bf16 kernels (attention_rows_bf16 and its backward) round each operand where it is made or
+// The bf16 kernels (attention_rows_dense<bfloat16> and its backward) round each operand where it is made or
 // first read rather than before every product: a backward task rounds its head's q, k, v and dout
 // once for all its blocks, the exp pass writes P in bfloat16 beside its float32 copy (kept for dS),
 // and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward writes P
@@ -109,8 +109,8 @@ void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1
   }
 }
 
-// A rotary embedding the bf16 kernels apply to q and k as they round them (rotary_attention in
-// attention.h): row t of q and of k (Tq == Tk) is rotated by row t of a rope_table, the angles of
+// A rotary embedding the dense kernels apply to q and k as they read them, before rounding them under
+// bf16 products (rotary_attention in attention.h): row t of q and of k (Tq == Tk) is rotated by row t of a rope_table, the angles of
 // positions[t]. The arithmetic is rope's CPU kernel's (rotate_row, rope_row_cpu.h) on the same table.
 struct Rotation {
   const float* cos;
@@ -567,9 +567,9 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   float* lp = lse.data<float>();
   const int64_t nblocks = (d.Tq + kQueryBlock - 1) / kQueryBlock;
   const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
-  // Decoding (one query row) takes the float32 loops and never reads the bf16 buffers: none are made
-  // (kb and vb, 64 KB of zeros per task at Tk 256, cost as much as the row's attention). Rotated
-  // rows exist only in the buffers: every block makes them.
+  // Decoding (one query row) takes the float32 loops on q, k and v as they lie and never reads the
+  // buffers: none are made (kb and vb, 64 KB of zeros per task at Tk 256, cost as much as the row's
+  // attention). Rotated rows exist only in the buffers: with a rotation every block makes them.
   const bool products = blk_rows > 1 || rot;
   // Tasks are (batch, head, query block), in that order. Where there are heads enough to keep every
   // thread busy (four a thread), a run takes all of a head's blocks: the head's keys and values are
@@ -648,8 +648,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
 // bf16 products, backward: as attention_rows_backward<float>. A task rounds its head's q, k, v and
 // dout once; the probabilities and dS are rounded in the passes that compute them, dS once for both
 // of its products.
-// With rot, q and k are rotated as they are rounded and dq and dk rotated back by inv (the opposite
-// angles) where they are made: dq a block at a time, dk once a head's blocks have summed it.
+// With rot, q and k are rotated as they are read (and rounded) and dq and dk rotated back by inv (the
+// opposite angles) where they are made: dq a block at a time, dk once a head's blocks have summed it.
 // dq, dk and dv may be strided (HeadsOut: the blocks of a packed qkv gradient). The products then
 // write in this thread's scratch, as they would a contiguous gradient (summed in place, the rounding
 // of dk's products differed), and the rows reach their places in the back-rotation's pass (or a
