@@ -46,6 +46,23 @@ constexpr int64_t kBlocksPerThread = 2;
 // 376-382 (step_profile --precision bf16, alternated, 2-core AMD EPYC Zen 4); float32 gained within
 // the noise (181-185 against 183-191 GFLOP/s) and keeps its two.
 constexpr int64_t kBf16BlocksPerThread = 1;
+// NOTE [ Cutting a bf16 product ]
+// OpenBLAS packs both operands of every call, so a product is cut along the larger of M and N (the
+// operand each block packs again whole is the smaller one). oneDNN's brgemm kernels, which take
+// bf16 products whose A is not transposed, read A in place and copy only B into their layout
+// (jit_brgemm_matmul_copy_b: 4-5% of such a product's time on the 2-core AMD EPYC Zen 4, perf with
+// DNNL_JIT_PROFILE=2), so cutting M has every block copy all of B, and cutting N half of it each.
+// Cutting N wins where B is stored (K, N), the blocks stay wide and A is not much larger than B: on
+// the same Zen 4, BM_Bf16Gemm alternated twice, M 4096 K 384 N 1536 ran at 429-439 GFLOP/s cut along
+// N against 383-397 along M; M 4096 K 1536 N 384 (192-column blocks, A eleven times B) lost, 401-418
+// against 415-437. In the bf16 step (step_profile, alternated three times) the MLP's input gradient
+// (4096 x 384 x 1536, B the weight as stored) took 68-71 ms against 76, while the forward's
+// products, whose B is a transposed weight (copy_b_transposed), gained nothing (c_fc 75-79 ms
+// against 73-80) and keep the cut along M. Transposed A (the weight gradients) goes to oneDNN's
+// gemm, which packs both operands, as OpenBLAS does. The sums are the same exact products, each
+// output's over its whole K in one call, so a cut can differ from the other only in the order oneDNN
+// adds them.
+constexpr int64_t kBf16CutNFrom = 1024;
 // Block edges on multiples of this many rows (OpenBLAS's register tiles are 4-16 wide).
 constexpr int64_t kAlign = 32;
 
@@ -189,7 +206,11 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     if constexpr (bf16_operands) call_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc, bias ? bias + n0 : nullptr);
     else call_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
   };
-  if (M >= N) {
+  // NOTE [ Cutting a bf16 product ]
+  bool cut_m = M >= N;
+  if constexpr (bf16_operands)
+    if (!ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
+  if (cut_m) {
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
       block(m1 - m0, N, 0, ta ? A + m0 : A + m0 * lda, B, C + m0 * ldc);
     });

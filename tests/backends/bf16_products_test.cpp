@@ -65,11 +65,12 @@ TEST(Bf16Products, MatmulSumsBf16ProductsInFloat32) {
     Shape a, b;
   };
   // Small, one-row (decoding), one-column, batched with a shared right operand (one tall GEMM),
-  // batched, large enough to be cut over the thread pool, and large enough for the fallback to
-  // widen its operands over the pool (NOTE [ The bf16 fallback ] in blas.cpp).
+  // batched, large enough to be cut over the thread pool, large enough for the fallback to widen its
+  // operands over the pool (NOTE [ The bf16 fallback ] in blas.cpp), and wide enough to be cut along
+  // N though M is larger (NOTE [ Cutting a bf16 product ]).
   const Case cases[] = {{{5, 7}, {7, 3}},         {{1, 96}, {96, 200}},     {{130, 64}, {64, 1}},
                         {{2, 9, 16}, {16, 12}},   {{3, 8, 16}, {3, 16, 8}}, {{200, 130}, {130, 150}},
-                        {{130, 260}, {260, 130}}};
+                        {{130, 260}, {260, 130}}, {{1056, 16}, {16, 1024}}};
   for (const Path &path : paths()) {
     FallbackScope fallback(path.fallback);
     for (const auto &c : cases) {
