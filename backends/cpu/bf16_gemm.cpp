@@ -36,6 +36,7 @@
 #include <atomic>
 #include <bit>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -339,6 +340,21 @@ std::string kernel_name() {
   if (g_force_fallback.load()) return "float32 fallback (forced)";
   const Plan p = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false});
   return p.matmul ? p.impl : "float32 fallback (oneDNN: " + p.impl + ")";
+}
+
+std::string implementation(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                           float alpha, float beta, bool bias) {
+  if (g_force_fallback.load()) return "float32 fallback";
+  static std::mutex mutex;
+  static std::unordered_map<Key, std::string, KeyHash> names;
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias};
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = names.find(key);
+  if (it == names.end()) {
+    const Plan p = make_plan(key);
+    it = names.emplace(key, p.matmul ? p.impl : "float32 fallback").first;
+  }
+  return it->second;
 }
 
 void use_fallback(bool on) { g_force_fallback.store(on); }

@@ -47,6 +47,13 @@ void gemv_rows(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64
 void gemv_cols(int64_t rows, int64_t cols, float alpha, const bfloat16* X, int64_t ld, const bfloat16* x,
                int64_t incx, float beta, float* y, int64_t incy);
 
+// The oneDNN implementation gemm_one_thread runs for this call's shape and layout
+// ("brg:avx512_core_amx_bf16", "gemm:jit", ...), or "float32 fallback" where it widens the operands
+// for OpenBLAS: for the op profile (each shape's answer is kept; the first costs a primitive
+// descriptor, tens of microseconds).
+std::string implementation(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                           float alpha, float beta, bool bias);
+
 // Whether gemm_one_thread multiplies with oneDNN's bf16 kernels on this CPU: false on CPUs without
 // AVX-512 (oneDNN has only its reference kernel there) and under use_fallback(true). Where false,
 // blas::gemm widens each operand once per product and runs the float32 product (NOTE [ The bf16

@@ -31,6 +31,7 @@
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/fused_common.h>  // hsum16, store_scaled
 #include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/util/profile.h>
 
 namespace mvgpt::cpu::blas {
 namespace {
@@ -48,20 +49,19 @@ constexpr int64_t kBlocksPerThread = 2;
 constexpr int64_t kBf16BlocksPerThread = 1;
 // NOTE [ Cutting a bf16 product ]
 // OpenBLAS packs both operands of every call, so a product is cut along the larger of M and N (the
-// operand each block packs again whole is the smaller one). oneDNN's brgemm kernels, which take
-// bf16 products whose A is not transposed, read A in place and copy only B into their layout
-// (jit_brgemm_matmul_copy_b: 4-5% of such a product's time on the 2-core AMD EPYC Zen 4, perf with
-// DNNL_JIT_PROFILE=2), so cutting M has every block copy all of B, and cutting N half of it each.
-// Cutting N wins where B is stored (K, N), the blocks stay wide and A is not much larger than B: on
-// the same Zen 4, BM_Bf16Gemm alternated twice, M 4096 K 384 N 1536 ran at 429-439 GFLOP/s cut along
-// N against 383-397 along M; M 4096 K 1536 N 384 (192-column blocks, A eleven times B) lost, 401-418
-// against 415-437. In the bf16 step (step_profile, alternated three times) the MLP's input gradient
-// (4096 x 384 x 1536, B the weight as stored) took 68-71 ms against 76, while the forward's
-// products, whose B is a transposed weight (copy_b_transposed), gained nothing (c_fc 75-79 ms
-// against 73-80) and keep the cut along M. Transposed A (the weight gradients) goes to oneDNN's
-// gemm, which packs both operands, as OpenBLAS does. The sums are the same exact products, each
-// output's over its whole K in one call, so a cut can differ from the other only in the order oneDNN
-// adds them.
+// operand each block packs again whole is the smaller one). A bf16 product whose B is stored (K, N)
+// is cut along N instead once N is 1,024 wide (and M at most 8 N), for what oneDNN 2.6 then does
+// with the blocks, measured on the 2-core AMD EPYC Zen 4 (AVX512-BF16): cut along M, the MLP's
+// input gradient's blocks (2048 x 1536, K 384) go to its brgemm kernels, which read A in place and
+// copy all of B into their layout for each block; cut along N (4096 x 768) they go to its gemm:jit
+// kernels (the op profile names each product's kernel). BM_Bf16Gemm M 4096 K 384 N 1536 ran at
+// 429-439 GFLOP/s cut along N against 383-397 along M (alternated twice); in the bf16 step that
+// product took 68-71 ms against 70-76 (alternated three times). Cut along N, M 4096 K 1536 N 384
+// (192-column blocks) lost, 401-418 against 415-437, and products whose B is a transposed weight
+// (the forward's) gained nothing; both keep the cut along M. On a CPU with AMX the kernels oneDNN
+// picks differ: to be measured there (step_profile's kernel names). Each output is still one call's
+// sum over the whole K, so a cut can differ from the other only in the order oneDNN adds the exact
+// products (a 6-step bf16 training run wrote the same weights with either).
 constexpr int64_t kBf16CutNFrom = 1024;
 // Block edges on multiples of this many rows (OpenBLAS's register tiles are 4-16 wide).
 constexpr int64_t kAlign = 32;
@@ -139,11 +139,16 @@ inline void call_gemv(bool t, int64_t rows, int64_t cols, double alpha, const do
 int64_t threads() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
 
 // Runs body(begin, end) over [0, n) cut into `blocks` pieces with edges on multiples of kAlign.
+// The length of for_blocks' blocks (the last may be shorter): n itself where it makes one.
+inline int64_t block_step(int64_t n, int64_t blocks) {
+  blocks = std::clamp<int64_t>(blocks, 1, std::max<int64_t>(1, n / kAlign));
+  return blocks == 1 ? n : (n / blocks + kAlign - 1) / kAlign * kAlign;
+}
+
 template <typename F>
 void for_blocks(int64_t n, int64_t blocks, F&& body) {
-  blocks = std::clamp<int64_t>(blocks, 1, std::max<int64_t>(1, n / kAlign));
-  if (blocks == 1) return body(int64_t(0), n);
-  const int64_t step = (n / blocks + kAlign - 1) / kAlign * kAlign;
+  const int64_t step = block_step(n, blocks);
+  if (step >= n) return body(int64_t(0), n);
   const int64_t count = (n + step - 1) / step;
   parallel_for(count, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) body(b * step, std::min(n, (b + 1) * step));
@@ -176,6 +181,10 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   }
   const int64_t gemv_tasks = parallel ? threads() * kBlocksPerThread : 1;
   constexpr bool bf16_operands = std::is_same_v<TA, bfloat16>;
+  // The op profile names the kernel of a product that is its own span (a parallel one: the fused
+  // units' products run inside their unit's span, parallel = false).
+  if constexpr (bf16_operands)
+    if (parallel && (M == 1 || N == 1)) profile::note_kernel([] { return std::string("bf16 GEMV"); });
   if (M == 1) {
     // C (1, N) = alpha a (1, K) op(B) (K, N): a GEMV over op(B)'s columns, cut along N.
     const int64_t inca = ta ? lda : 1;  // op(A) row 0 is A's column 0 when transposed
@@ -208,8 +217,13 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   };
   // NOTE [ Cutting a bf16 product ]
   bool cut_m = M >= N;
-  if constexpr (bf16_operands)
+  if constexpr (bf16_operands) {
     if (!ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
+    if (parallel) profile::note_kernel([&] {  // the first block's
+      const int64_t m = cut_m ? std::min(M, block_step(M, blocks)) : M, n = cut_m ? N : std::min(N, block_step(N, blocks));
+      return bf16::implementation(ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bias != nullptr);
+    });
+  }
   if (cut_m) {
     for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
       block(m1 - m0, N, 0, ta ? A + m0 : A + m0 * lda, B, C + m0 * ldc);
@@ -247,6 +261,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
           const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
   if (M > 1 && N > 1 && K > 0 && !bf16::native_kernels()) {
+    if (parallel) profile::note_kernel([] { return std::string("float32 fallback"); });
     // The calling thread's buffers, kept between products; the pool's tasks reach them through
     // pointers (a thread_local named in a task would be the task's thread's own). Isolated: while
     // this thread waits for the pool it runs only this product's tasks, never another product

@@ -1,10 +1,11 @@
 // Where one training step of the series' model spends its time, kernel by kernel (NOTE [ The op
 // profile ] in tensor/util/profile.h): the forward, the backward and the optimizer, each kernel's
-// calls, own time and share of the step, the products' GFLOP/s, and a summary of products, fused
-// units, other kernels, conversions, copies and the framework's overhead (what no kernel did). With
-// --decode, one token of sliding-cache decoding instead (BM_DecodeCache's case: a full 256-token
-// window cached, the oldest dropped for each new token). A profile, not a benchmark: the spans add
-// a few microseconds per kernel, so its figures sit a little under mvgpt_bench's.
+// calls, own time and share of the step, the products' GFLOP/s (under bf16 products with the kernel
+// that ran each: oneDNN's implementation, the GEMV or the float32 fallback), and a summary of
+// products, fused units, other kernels, conversions, copies and the framework's overhead (what no
+// kernel did). With --decode, one token of sliding-cache decoding instead (BM_DecodeCache's case: a
+// full 256-token window cached, the oldest dropped for each new token). A profile, not a benchmark:
+// the spans add a few microseconds per kernel, so its figures sit a little under mvgpt_bench's.
 //
 //   build/bench/mvgpt_step_profile [--precision fp32|bf16] [--batch 16] [--optimizer adamw|muon]
 //                                  [--learned] [--steps 5] [--warmup 2] [--top 40] [--decode]
@@ -75,7 +76,7 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
     std::printf("%-10s %10.2f %6.1f%%\n", p.name.c_str(), p.seconds * per_step, 100 * p.seconds / step_seconds);
   std::printf("%-10s %10.2f %6s   %.0f tokens/s\n", unit, step_ms, "", tokens_per_step * 1e3 / step_ms);
 
-  std::printf("\n%-10s %-24s %-28s %8s %9s %6s %8s\n", "phase", "kernel", "detail", "calls", per.c_str(), "share",
+  std::printf("\n%-10s %-24s %-52s %8s %9s %6s %8s\n", "phase", "kernel", "detail", "calls", per.c_str(), "share",
               "GFLOP/s");
   std::vector<profile::Row> rows = report.rows;
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
@@ -84,7 +85,7 @@ void print_report(const profile::Report& report, int steps, double tokens_per_st
     if (n++ == top) break;
     char gflops[32] = "";
     if (r.flops > 0 && r.seconds > 0) std::snprintf(gflops, sizeof gflops, "%8.1f", r.flops / r.seconds * 1e-9);
-    std::printf("%-10s %-24s %-28s %8.1f %9.2f %5.1f%% %8s\n", r.phase.c_str(), r.op.c_str(), r.detail.c_str(),
+    std::printf("%-10s %-24s %-52s %8.1f %9.2f %5.1f%% %8s\n", r.phase.c_str(), r.op.c_str(), r.detail.c_str(),
                 double(r.calls) / steps, r.seconds * per_step, 100 * r.seconds / step_seconds, gflops);
   }
   if (rows.size() > size_t(top)) {

@@ -19,6 +19,7 @@ struct Frame {
   double flops;
   Clock::time_point start;
   double inner = 0;  // time of the spans directly inside this one, and the profiler's inside it
+  bool noted = false;  // note_kernel named its implementation
 };
 
 // Touched only by the recording thread (enabled() is false everywhere else).
@@ -70,6 +71,15 @@ void end() {
   row.seconds += std::max(0.0, elapsed - f.inner);
   row.flops += f.flops;
   g_state.charge_profiler(seconds_between(stopped, Clock::now()));
+}
+
+void note(std::string kernel, Clock::time_point entered) {
+  if (!g_state.frames.empty() && !g_state.frames.back().noted) {
+    Frame& f = g_state.frames.back();
+    f.detail += (f.detail.empty() ? "" : ", ") + kernel;
+    f.noted = true;
+  }
+  g_state.charge_profiler(seconds_between(entered, Clock::now()));
 }
 
 }  // namespace detail

@@ -52,6 +52,7 @@ extern std::atomic<bool> g_recording;
 bool records_this_thread();
 void begin(const char* op, std::string detail, double flops, Clock::time_point entered);
 void end();
+void note(std::string kernel, Clock::time_point entered);
 }  // namespace detail
 
 // Whether a profile is recording on this thread (cheap when none is).
@@ -107,6 +108,18 @@ class Span {
  private:
   bool on_;
 };
+
+// Names the implementation that runs the innermost open span's kernel, where a library picks one
+// per shape (a bf16 product's oneDNN kernel, say): appended to the span's detail after a comma, so
+// that its row says which ran. `name` is called only while recording, and its time is the
+// profiler's; a span keeps its first note.
+template <class F>
+  requires std::is_invocable_r_v<std::string, F>
+void note_kernel(F&& name) {
+  if (!enabled()) return;
+  const auto entered = detail::Clock::now();
+  detail::note(std::forward<F>(name)(), entered);
+}
 
 // A named part of the program; `name` must outlive the phase (a string literal). Phases nest: the
 // innermost names the spans inside it.

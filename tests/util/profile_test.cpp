@@ -74,6 +74,36 @@ TEST(Profile, RowsAddUpPerPhaseAndKeepThePhasesOrder) {
   EXPECT_EQ(r.rows.back().phase, "");  // outside every phase: last
 }
 
+// note_kernel names the innermost span's implementation in its detail, once; its name is not even
+// computed where no profile records, and its time is the profiler's, not the span's.
+TEST(Profile, AKernelNoteJoinsTheInnermostSpansDetailOnce) {
+  bool asked = false;
+  note_kernel([&] { asked = true; return std::string("never"); });
+  EXPECT_FALSE(asked);
+  Recording recording;
+  {
+    const Span product("matmul", [] { return Detail{"bfloat16 8 x 4 x 2", 128}; });
+    note_kernel([] {
+      sleep_ms(100);
+      return std::string("brg:avx512_core_bf16");
+    });
+    note_kernel([] { return std::string("gemm:jit"); });
+  }
+  {
+    const Span plain("add");
+    note_kernel([] { return std::string("loops"); });
+  }
+  note_kernel([] { return std::string("outside every span"); });
+  const Report r = recording.stop();
+  const Row* matmul = find(r, "", "matmul");
+  const Row* add = find(r, "", "add");
+  ASSERT_TRUE(matmul && add);
+  EXPECT_EQ(matmul->detail, "bfloat16 8 x 4 x 2, brg:avx512_core_bf16");
+  EXPECT_LT(matmul->seconds, 0.05);  // the 100 ms of naming it were the profiler's
+  EXPECT_EQ(add->detail, "loops");
+  EXPECT_EQ(r.rows.size(), 2u);
+}
+
 TEST(Profile, OffRecordsNothingAndOtherThreadsAreIgnored) {
   EXPECT_FALSE(enabled());
   { const Span ignored("add"); }  // no profile: nothing to record into, nothing thrown
