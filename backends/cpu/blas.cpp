@@ -138,13 +138,13 @@ inline void call_gemv(bool t, int64_t rows, int64_t cols, double alpha, const do
 
 int64_t threads() { return std::max(1, tbb::this_task_arena::max_concurrency()); }
 
-// Runs body(begin, end) over [0, n) cut into `blocks` pieces with edges on multiples of kAlign.
 // The length of for_blocks' blocks (the last may be shorter): n itself where it makes one.
 inline int64_t block_step(int64_t n, int64_t blocks) {
   blocks = std::clamp<int64_t>(blocks, 1, std::max<int64_t>(1, n / kAlign));
   return blocks == 1 ? n : (n / blocks + kAlign - 1) / kAlign * kAlign;
 }
 
+// Runs body(begin, end) over [0, n) cut into `blocks` pieces with edges on multiples of kAlign.
 template <typename F>
 void for_blocks(int64_t n, int64_t blocks, F&& body) {
   const int64_t step = block_step(n, blocks);
@@ -220,7 +220,7 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   if constexpr (bf16_operands) {
     if (!ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
     if (parallel) profile::note_kernel([&] {  // the first block's
-      const int64_t m = cut_m ? std::min(M, block_step(M, blocks)) : M, n = cut_m ? N : std::min(N, block_step(N, blocks));
+      const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       return bf16::implementation(ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bias != nullptr);
     });
   }
