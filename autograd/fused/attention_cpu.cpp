@@ -21,11 +21,11 @@
 // row sums and the single-row (decoding) loops stay float32.
 //
 // NOTE [ bf16 attention ]
-// The bf16 kernels (attention_rows_dense<bfloat16> and its backward) round each operand where it is made or
-// first read rather than before every product: a backward task rounds its head's q, k, v and dout
-// once for all its blocks, the exp pass writes P in bfloat16 beside its float32 copy (kept for dS),
-// and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward writes P
-// in bfloat16 in its normalization pass. The values are those of rounding each product's operands
+// The bf16 kernels (attention_rows_dense<bfloat16> and its backward) round each operand where it is
+// made or first read rather than before every product: a backward task rounds its head's q, k, v
+// and dout once for all its blocks, the exp pass writes P in bfloat16 beside its float32 copy (kept
+// for dS), and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward
+// writes P in bfloat16 in its normalization pass. The values are those of rounding each product's operands
 // (the same roundings of the same floats). Measured with bench/mvgpt_step_profile --precision bf16
 // on the 2-core AMD EPYC Zen 4 (AVX512-BF16), alternated against rounding both operands before each
 // product: the backward's attention took 73-76 ms a step against 83-85; the forward's 39-40 either
@@ -84,6 +84,12 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M), int(N), int(K),
               alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
+// bfloat16 operands, float32 sums: the bf16 products on this thread (float32 ones are held to one
+// thread by SingleThreadedBlas).
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  cpu::blas::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
+}
 
 // Eight rows ahead of row r of X, fetched into the cache: rows split out of a packed (B, T, 3C)
 // projection are 3C apart, a new page every row or so, where the hardware prefetchers stop. In the
@@ -109,9 +115,10 @@ void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1
   }
 }
 
-// A rotary embedding the dense kernels apply to q and k as they read them, before rounding them under
-// bf16 products (rotary_attention in attention.h): row t of q and of k (Tq == Tk) is rotated by row t of a rope_table, the angles of
-// positions[t]. The arithmetic is rope's CPU kernel's (rotate_row, rope_row_cpu.h) on the same table.
+// A rotary embedding the dense kernels apply to q and k as they read them, before rounding them
+// under bf16 products (rotary_attention in attention.h): row t of q and of k (Tq == Tk) is rotated
+// by row t of a rope_table, the angles of positions[t]. The arithmetic is rope's CPU kernel's
+// (rotate_row, rope_row_cpu.h) on the same table.
 struct Rotation {
   const float* cos;
   const float* sin;
@@ -145,17 +152,6 @@ void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t 
     if (rot) rot->rotate(x + r * ld, first_position + r, out + r * cols);
     else std::copy(x + r * ld, x + r * ld + cols, out + r * cols);
   }
-}
-
-// C (M, N) = alpha op(A) op(B) + beta C, row-major, float32 sums, on this thread: bfloat16 operands
-// through the bf16 products, float32 ones through OpenBLAS (held to one thread by SingleThreadedBlas).
-void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
-             const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cpu::blas::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
-}
-void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // OpenBLAS runs its own threads; inside a TBB task that would oversubscribe the cores.
@@ -616,13 +612,13 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
           continue;
         }
         // S (rows, width) = scale Q_blk K^T, its softmax in place, O (rows, D) = P V.
-        product(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
+        gemm(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
         softmax_rows(s, rows, width, width, d, causal, i0, l);
-        product(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, d.D);
+        gemm(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, d.D);
         continue;
       }
       // S (rows, width) = scale Q_blk K^T.
-      product(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
+      gemm(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
       // P = softmax(S) in bfloat16, its normalization and rounding one pass.
       for (int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * width;
@@ -640,7 +636,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         l[r] = m + std::log(sum);
       }
       // O (rows, D) = P V.
-      product(false, false, rows, d.D, width, 1.0f, pb, width, vb, d.D, 0, o, d.D);
+      gemm(false, false, rows, d.D, width, 1.0f, pb, width, vb, d.D, 0, o, d.D);
     }
   });
 }
@@ -720,7 +716,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         const E* qblk = qh + i0 * d.D;
         const E* doblk = dos + i0 * dold;
         // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS.
-        product(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
+        gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
@@ -736,9 +732,9 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         if constexpr (bf16) pe = pb;
         else pe = P;
         // dV (width, D) += P^T dO.
-        product(true, false, width, d.D, rows, 1.0f, pe, width, doblk, dold, 1.0f, dvh, d.D);
+        gemm(true, false, width, d.D, rows, 1.0f, pe, width, doblk, dold, 1.0f, dvh, d.D);
         // dP (rows, width) = dO V^T.
-        product(false, true, rows, width, d.D, 1.0f, doblk, dold, vs, vld, 0, dP, width);
+        gemm(false, true, rows, width, d.D, 1.0f, doblk, dold, vs, vld, 0, dP, width);
         // dS = P * (dP - Di), rounded for bf16 products.
         for (int64_t r = 0; r < rows; ++r) {
           float* dpr = dP + r * width;
@@ -754,8 +750,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         // A strided dq (a packed gradient's block) is made in scratch, as a contiguous one is, and
         // reaches its rows in the rotation's pass (or a copy).
         float* dqm = dq_in_place ? dqb : dq_scratch;
-        product(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
-        product(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
+        gemm(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
+        gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
         if (inv)
           for (int64_t r = 0; r < rows; ++r) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
         else if (!dq_in_place)
