@@ -62,6 +62,48 @@ BENCHMARK(BM_Bf16Gemm)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The weight gradients' products, dW (M, N) = dY^T (M, K = B*T) X (K, N), with aT = 1 as the
+// backward has them (A = dY stored (K, M), a transposed view) and aT = 0 with dY^T stored dense:
+// oneDNN may hand the two to different kernels (the op profile names them).
+void BM_Bf16WeightGradient(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool transposed = state.range(3) != 0;
+  Tensor a = transposed ? ops::transpose(ops::to(input({K, M}), DType::bf16), 0, 1) : ops::to(input({M, K}), DType::bf16);
+  Tensor b = ops::to(input({K, N}), DType::bf16);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Bf16WeightGradient)
+    ->Args({1152, 4096, 384, 1})
+    ->Args({1152, 4096, 384, 0})
+    ->Args({384, 4096, 384, 1})
+    ->Args({384, 4096, 384, 0})
+    ->Args({1536, 4096, 384, 1})
+    ->Args({1536, 4096, 384, 0})
+    ->Args({384, 4096, 1536, 1})
+    ->Args({384, 4096, 1536, 0})
+    ->ArgNames({"M", "K", "N", "aT"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_SgemmModel(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
+  Tensor a = ta ? ops::transpose(input({K, M}), 0, 1) : input({M, K});
+  Tensor b = tb ? ops::transpose(input({N, K}), 0, 1) : input({K, N});
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SgemmModel)
+    ->Args({4096, 384, 1152, 0, 1})->Args({4096, 384, 384, 0, 1})->Args({4096, 384, 1536, 0, 1})->Args({4096, 1536, 384, 0, 1})->Args({4096, 384, 10000, 0, 1})
+    ->Args({4096, 1152, 384, 0, 0})->Args({4096, 384, 384, 0, 0})->Args({4096, 1536, 384, 0, 0})->Args({4096, 384, 1536, 0, 0})->Args({4096, 10000, 384, 0, 0})
+    ->Args({1152, 4096, 384, 1, 0})->Args({384, 4096, 384, 1, 0})->Args({1536, 4096, 384, 1, 0})->Args({384, 4096, 1536, 1, 0})->Args({10000, 4096, 384, 1, 0})
+    ->ArgNames({"M", "K", "N", "aT", "bT"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // A decoded token's products alone, in the series' model's order: per block x W^T for the fused
 // qkv (1152 x 384), the attention's output (384 x 384), the MLP's two (1536 x 384, 384 x 1536), then
 // the head (10000 x 384); every weight matrix a different allocation, as in the model (28.9 MB in

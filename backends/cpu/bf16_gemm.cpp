@@ -1,14 +1,5 @@
-// bfloat16 GEMM through oneDNN's matmul primitive, one call per thread.
-//
-// NOTE [ oneDNN on the TBB pool ]
-// Debian's oneDNN is built on OpenMP: left alone, its first matmul starts an OpenMP team of one
-// thread per core whose threads spin after every call, the fight NOTE [ One thread pool ] (blas.cpp)
-// describes for OpenBLAS. So oneDNN is held to one thread on every thread that calls it
-// (omp_set_num_threads(1) sets the calling thread's own OpenMP setting, and oneDNN runs a
-// one-thread call inline, with no team), and blas::gemm cuts large products into blocks, one
-// oneDNN call per TBB task, as it does for float32. A matmul primitive is made once per shape and
-// thread and kept (the blocks repeat the same few shapes every step); a primitive descriptor costs
-// tens of microseconds, as much as a whole decoding product.
+// bfloat16 products: oneDNN's matmul on the calling thread (onednn_matmul.h), our GEMV for one row
+// or column, and the float32 fallback where oneDNN has no kernel.
 //
 // NOTE [ bf16 GEMV ]
 // Decoding multiplies one row of activations by each weight matrix: a matrix-vector product that
@@ -28,27 +19,22 @@
 
 #include <cblas.h>
 #include <cpuid.h>
-#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <functional>
-#include <mutex>
-#include <optional>
 #include <stdexcept>
-#include <unordered_map>
+#include <string>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #ifdef __AVX512BF16__
 #include <immintrin.h>
 #endif
 
 #include <mvgpt/backends/cpu/fused_common.h>  // hsum8, hsum16
+#include <mvgpt/backends/cpu/onednn_matmul.h>
 #include <mvgpt/backends/cpu/vec_math.h>
 
 namespace mvgpt::cpu::bf16 {
@@ -81,86 +67,13 @@ CpuSupport detect() {
 
 std::atomic<bool> g_force_fallback{false};
 
-dnnl::engine& engine() {
-  static dnnl::engine e = [] {
-    (void)cpu_support();  // AMX permission before oneDNN looks at the CPU
-    return dnnl::engine(dnnl::engine::kind::cpu, 0);
-  }();
-  return e;
+// A product as oneDNN takes it: bfloat16 operands, float32 C.
+onednn::Product bf16_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                             float alpha, float beta, bool bias) {
+  return {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias, DType::bf16};
 }
-
-// This thread's oneDNN setup: one OpenMP thread (NOTE [ oneDNN on the TBB pool ]) and a stream.
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s = [] {
-    omp_set_num_threads(1);
-    return dnnl::stream(engine());
-  }();
-  return s;
-}
-
-struct Key {
-  bool ta, tb;
-  int64_t M, N, K, lda, ldb, ldc;
-  float alpha, beta;
-  bool bias;  // a float32 bias per column of C, added in the output pass
-  bool operator==(const Key&) const = default;
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = std::hash<int64_t>()(k.M);
-    for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc, int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.bias)})
-      h = h * 1000003u ^ std::hash<int64_t>()(v);
-    return h * 1000003u ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
-  }
-};
-
-using dt = dnnl::memory::data_type;
-using dims = dnnl::memory::dims;
-// A shape's primitive with what each call reuses: the memory objects of its operands (each call only
-// points them at its data) and its scratchpad, made once. Made per call, they cost one oneDNN call
-// of the attention's small products (64 x 64 x 64) a third of its time in malloc and the library.
-struct Plan {
-  std::optional<dnnl::matmul> matmul;  // empty: oneDNN has only its reference kernel here
-  dnnl::memory mem_a, mem_b, mem_c, mem_bias, scratchpad;
-  std::vector<char> scratch;
-  std::string impl;
-};
-
-Plan make_plan(const Key& k) {
-  Plan p;
-  const dnnl::memory::desc a({k.M, k.K}, dt::bf16, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
-  const dnnl::memory::desc b({k.K, k.N}, dt::bf16, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-  const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
-  const dnnl::memory::desc bias = k.bias ? dnnl::memory::desc({1, k.N}, dt::f32, dims{k.N, 1}) : dnnl::memory::desc();
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
-  if (k.beta != 0.0f) {
-    dnnl::post_ops ops;
-    ops.append_sum(k.beta);
-    attr.set_post_ops(ops);
-  }
-  try {
-    dnnl::matmul::primitive_desc pd(k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr,
-                                    engine());
-    p.impl = pd.impl_info_str();
-    if (p.impl.rfind("ref", 0) != 0) {
-      p.matmul.emplace(pd);
-      p.mem_a = dnnl::memory(a, engine(), DNNL_MEMORY_NONE);
-      p.mem_b = dnnl::memory(b, engine(), DNNL_MEMORY_NONE);
-      p.mem_c = dnnl::memory(c, engine(), DNNL_MEMORY_NONE);
-      if (k.bias) p.mem_bias = dnnl::memory(bias, engine(), DNNL_MEMORY_NONE);
-      const dnnl::memory::desc sd = pd.scratchpad_desc();
-      if (sd.get_size() > 0) {
-        p.scratch.resize(sd.get_size());
-        p.scratchpad = dnnl::memory(sd, engine(), p.scratch.data());
-      }
-    }
-  } catch (const dnnl::error& e) {
-    p.impl = std::string("none (") + e.what() + ")";
-  }
-  return p;
-}
+// The shape kernel_name and native_kernels ask oneDNN about.
+const onednn::Product kTypical = bf16_product(false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false);
 
 // X stored as rows x cols with leading dimension ld, widened into a dense float32 buffer.
 const float* widen_into(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {
@@ -338,29 +251,21 @@ const CpuSupport& cpu_support() {
 
 std::string kernel_name() {
   if (g_force_fallback.load()) return "float32 fallback (forced)";
-  const Plan p = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false});
-  return p.matmul ? p.impl : "float32 fallback (oneDNN: " + p.impl + ")";
+  const std::string impl = onednn::implementation(kTypical);
+  return onednn::takes(DType::bf16, impl) ? impl : "float32 fallback (oneDNN: " + impl + ")";
 }
 
 std::string implementation(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
                            float alpha, float beta, bool bias) {
   if (g_force_fallback.load()) return "float32 fallback";
-  static std::mutex mutex;
-  static std::unordered_map<Key, std::string, KeyHash> names;
-  const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias};
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = names.find(key);
-  if (it == names.end()) {
-    const Plan p = make_plan(key);
-    it = names.emplace(key, p.matmul ? p.impl : "float32 fallback").first;
-  }
-  return it->second;
+  const std::string impl = onednn::implementation(bf16_product(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias));
+  return onednn::takes(DType::bf16, impl) ? impl : "float32 fallback";
 }
 
 void use_fallback(bool on) { g_force_fallback.store(on); }
 
 bool native_kernels() {
-  static const bool available = make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false}).matmul.has_value();
+  static const bool available = onednn::takes(DType::bf16, onednn::implementation(kTypical));
   return available && !g_force_fallback.load(std::memory_order_relaxed);
 }
 
@@ -388,25 +293,8 @@ void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
     gemm_float32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   };
   if (g_force_fallback.load(std::memory_order_relaxed)) return float32();
-  dnnl::stream& stream = thread_stream();
-  thread_local std::unordered_map<Key, Plan, KeyHash> plans;
-  const Key key{ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr};
-  auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
-  const Plan& p = it->second;
-  if (!p.matmul) return float32();
-  p.mem_a.set_data_handle(const_cast<bfloat16*>(A));
-  p.mem_b.set_data_handle(const_cast<bfloat16*>(B));
-  p.mem_c.set_data_handle(C);
-  if (bias) p.mem_bias.set_data_handle(const_cast<float*>(bias));
-  // The C interface takes the arguments as an array; the C++ one builds a hash map per call.
-  dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p.mem_a.get()}, {DNNL_ARG_WEIGHTS, p.mem_b.get()},
-                             {DNNL_ARG_DST, p.mem_c.get()}};
-  int nargs = 3;
-  if (!p.scratch.empty()) args[nargs++] = {DNNL_ARG_SCRATCHPAD, p.scratchpad.get()};
-  if (bias) args[nargs++] = {DNNL_ARG_BIAS, p.mem_bias.get()};
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.matmul->get(), stream.get(), nargs, args), "bf16 matmul");
-  stream.wait();
+  if (!onednn::multiply(bf16_product(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr), A, B, C, bias))
+    float32();
 }
 
 }  // namespace mvgpt::cpu::bf16

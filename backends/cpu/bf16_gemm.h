@@ -3,7 +3,7 @@
 // matmul (its brgemm kernels use AMX tiles or AVX512-BF16 dot products), and one-row or one-column
 // products through a GEMV of our own (NOTE [ bf16 GEMV ]). One call runs on the calling thread;
 // blas::gemm cuts large products over the TBB pool as it does for float32 (NOTE [ One thread pool ]
-// in blas.cpp, NOTE [ oneDNN on the TBB pool ] in bf16_gemm.cpp).
+// in blas.cpp, NOTE [ oneDNN on the TBB pool ] in onednn_matmul.cpp).
 #include <cstdint>
 #include <string>
 

@@ -1,4 +1,4 @@
-// GEMM and GEMV over OpenBLAS, split across the TBB pool.
+// GEMM and GEMV over OpenBLAS and oneDNN, split across the TBB pool.
 //
 // NOTE [ One thread pool ]
 // The framework owns one pool, oneTBB's; OpenBLAS is held to one thread for the whole process and
@@ -21,8 +21,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -30,6 +34,7 @@
 
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/fused_common.h>  // hsum16, store_scaled
+#include <mvgpt/backends/cpu/onednn_matmul.h>
 #include <mvgpt/backends/cpu/parallel.h>
 #include <mvgpt/util/profile.h>
 
@@ -63,6 +68,23 @@ constexpr int64_t kBf16BlocksPerThread = 1;
 // sum over the whole K, so a cut can differ from the other only in the order oneDNN adds the exact
 // products (a 6-step bf16 training run wrote the same weights with either).
 constexpr int64_t kBf16CutNFrom = 1024;
+// NOTE [ float32 products through oneDNN ]
+// Where oneDNN has its float32 brgemm kernels (CPUs with AVX-512), a float32 product's blocks go to
+// them rather than to OpenBLAS, one block a thread as for bf16 (each call copies its share of B
+// into the kernel's layout). Measured on the 2-core AMD EPYC Zen 4 (OpenBLAS 0.3.21's Cooperlake
+// kernels), BM_SgemmModel at the series' shapes, alternated twice: the products of a layer took
+// 211 ms against 224 (qkv 17.1 against 18.5, its backward's 17.0 against 18.0, the MLP's 22.4-23.8
+// against 24.1-25.5, the weight gradients 18.8-24.5 against 19.4-25.1); the classifier's three
+// (10,000 wide) 157-164 either way. In the float32 step profile the products took 1,782-1,805 ms
+// against 1,848-1,977, the step 2,037-2,061 against 2,103-2,244. Bit for bit the sums differ from
+// OpenBLAS's (another order of the same float32 additions, as between any two BLAS builds).
+// Not where B is stored (K, N) more than kOneDnnWidestPlainB columns wide: with N 3,072, one
+// thread's 1,536 x 3,072 x 3,072 ran at 76 GFLOP/s through oneDNN against 97-103 through OpenBLAS
+// (1,024 x 2,048 x 2,048 and 512 x 4,096 x 4,096 ran level, transposed B at 3,072 faster). The
+// attention's own block products stay with OpenBLAS (attention_cpu.cpp): through oneDNN its step
+// rows did not change.
+constexpr int64_t kOneDnnWidestPlainB = 2048;
+
 // Block edges on multiples of this many rows (OpenBLAS's register tiles are 4-16 wide).
 constexpr int64_t kAlign = 32;
 
@@ -82,6 +104,30 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double 
 template <typename T>
 void scale(T* y, int64_t n, int64_t incy, T beta) {
   for (int64_t i = 0; i < n; ++i) y[i * incy] = beta == T(0) ? T(0) : y[i * incy] * beta;
+}
+
+// Whether this CPU's float32 products go to oneDNN (NOTE [ float32 products through oneDNN ]): its
+// answer for a typical shape.
+bool onednn_float32() {
+  static const bool yes =
+      onednn::takes(DType::f32, onednn::implementation({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false, DType::f32}));
+  return yes;
+}
+bool float32_via_onednn(bool tb, int64_t N) { return (tb || N <= kOneDnnWidestPlainB) && onednn_float32(); }
+
+// One float32 block: oneDNN where the product goes there (via_onednn) and oneDNN takes the block,
+// OpenBLAS otherwise, the bias (if any) then written into C first and the product added to it.
+inline void call_gemm(bool via_onednn, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (via_onednn &&
+      onednn::multiply({ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, DType::f32}, A, B, C, bias))
+    return;
+  if (bias) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? bias[j] : beta * C[i * ldc + j] + bias[j];
+    beta = 1.0f;
+  }
+  call_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // NOTE [ float32 GEMV over rows ]
@@ -169,8 +215,63 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
   bf16::gemm_one_thread(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
-// TA: the operands' type; T: the accumulation and result type. bias: only with bfloat16 operands
-// and M, N > 1 (gemm_bias sees to it).
+// NOTE [ Dense blocks for oneDNN ]
+// oneDNN 2.6 runs a matmul with its brgemm kernels (the only ones with AMX tiles, and its float32
+// brgemm) only where A, B and C are each dense: rows exactly as long as they are, transposed or not.
+// A block of a larger matrix is not (its leading dimension is the whole matrix's), and oneDNN hands
+// it to gemm:jit instead, which has AVX512-BF16 dot products at best. Cut over the pool, that is
+// every weight gradient (A = dY transposed, cut along M: columns of dY), every product cut along N
+// (C's columns) and the classifier's blocks: on the 2-core AMD EPYC Zen 4 the bf16 step profile
+// names gemm:jit for half the products' time. So where dense_blocks() says so, each block is made
+// dense before oneDNN sees it: A's or B's block copied into the thread's buffer, C's computed into
+// the thread's buffer and then written into C (with beta C added there). The cut is the one that
+// copies less (cut_m_for_dense_blocks): along M copies A's blocks where A is transposed; along N,
+// B's where B is not, and every C block. Each output is still one call's sum over the whole K, so
+// the values do not depend on the cut.
+
+// x, stored (rows, cols) with row stride ld, dense: itself where it is, else copied into buf.
+template <typename E>
+const E* dense_rows(const E* x, int64_t rows, int64_t cols, int64_t ld, std::vector<E>& buf) {
+  if (ld == cols) return x;
+  buf.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(buf.data() + r * cols, x + r * ld, size_t(cols) * sizeof(E));
+  return buf.data();
+}
+
+// One block (m, n) of a product with its operands and result made dense (NOTE [ Dense blocks for
+// oneDNN ]); run(a, lda, b, ldb, beta, c, ldc) multiplies them.
+template <typename TA, typename Run>
+void dense_block(bool ta, bool tb, int64_t m, int64_t n, int64_t K, const TA* a, int64_t lda, const TA* b,
+                 int64_t ldb, float beta, float* c, int64_t ldc, Run&& run) {
+  // Each pool thread's own (the block runs whole on the thread that took it).
+  thread_local std::vector<TA> a_buf, b_buf;
+  thread_local std::vector<float> c_buf;
+  const int64_t acols = ta ? m : K, bcols = tb ? K : n;
+  a = dense_rows(a, ta ? K : m, acols, lda, a_buf);
+  b = dense_rows(b, tb ? n : K, bcols, ldb, b_buf);
+  if (ldc == n) return run(a, acols, b, bcols, beta, c, ldc);
+  c_buf.resize(size_t(m * n));
+  run(a, acols, b, bcols, 0.0f, c_buf.data(), n);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* from = c_buf.data() + i * n;
+    float* to = c + i * ldc;
+    if (beta == 0.0f) std::memcpy(to, from, size_t(n) * sizeof(float));
+    else
+      for (int64_t j = 0; j < n; ++j) to[j] = from[j] + beta * to[j];
+  }
+}
+
+// Whether a product made of dense blocks is cut along M: the cut that copies fewer elements, where
+// each has a block per task to give.
+bool cut_m_for_dense_blocks(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t blocks) {
+  if (blocks > 1 && M < blocks * kAlign) return false;
+  if (blocks > 1 && N < blocks * kAlign) return true;
+  const int64_t along_m = ta ? K * M : 0, along_n = (tb ? 0 : K * N) + M * N;
+  return along_m <= along_n;
+}
+
+// TA: the operands' type; T: the accumulation and result type. bias: only with bfloat16 operands,
+// or float32 ones that go to oneDNN, and M, N > 1 (gemm_bias sees to it).
 template <typename TA, typename T>
 void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const TA* A, int64_t lda, const TA* B,
                int64_t ldb, T beta, T* C, int64_t ldc, bool parallel, const float* bias = nullptr) {
@@ -208,20 +309,52 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     });
     return;
   }
-  const int64_t gemm_tasks = parallel ? threads() * (bf16_operands ? kBf16BlocksPerThread : kBlocksPerThread) : 1;
-  const int64_t blocks = M * N * K >= kMinParallelGemm ? gemm_tasks : 1;
-  // One block: C[:, n0:n0 + n] from a's rows and b's columns.
-  auto block = [&](int64_t m, int64_t n, int64_t n0, const TA* a, const TA* b, T* c) {
-    if constexpr (bf16_operands) call_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc, bias ? bias + n0 : nullptr);
-    else call_gemm(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, c, ldc);
-  };
+  constexpr bool float32 = std::is_same_v<TA, float>;
+  const bool large = parallel && M * N * K >= kMinParallelGemm;  // worth cutting over the pool
+  // Products that oneDNN may multiply: bfloat16 ones where it has kernels, float32 ones where it has
+  // brgemm kernels that take them (NOTE [ float32 products through oneDNN ]).
+  bool onednn_product = false;
+  if constexpr (bf16_operands) onednn_product = bf16::native_kernels();
+  if constexpr (float32) onednn_product = float32_via_onednn(tb, N);
+  // NOTE [ Dense blocks for oneDNN ]
+  const bool dense = onednn_product && dense_blocks();
   // NOTE [ Cutting a bf16 product ]
   bool cut_m = M >= N;
-  if constexpr (bf16_operands) {
-    if (!ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
+  if constexpr (bf16_operands)
+    if (!dense && !ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
+  if (dense) cut_m = cut_m_for_dense_blocks(ta, tb, M, N, K, large ? threads() * kBf16BlocksPerThread : 1);
+  // float32 goes to oneDNN where its blocks are dense: made so, or rows of a plain A (cut along M);
+  // elsewhere oneDNN would hand them to gemm:jit, and OpenBLAS is the faster.
+  const bool via_onednn = float32 && onednn_product && (dense || !large || (cut_m && !ta));
+  const int64_t per_thread = bf16_operands || via_onednn ? kBf16BlocksPerThread : kBlocksPerThread;
+  const int64_t blocks = large ? threads() * per_thread : 1;
+  // One block: C[:, n0:n0 + n] from a's rows and b's columns.
+  auto multiply = [&](int64_t m, int64_t n, int64_t n0, const TA* a, int64_t la, const TA* b, int64_t lb, T bt, T* c,
+                      int64_t lc) {
+    const float* block_bias = bias ? bias + n0 : nullptr;
+    if constexpr (bf16_operands) call_gemm(ta, tb, m, n, K, alpha, a, la, b, lb, bt, c, lc, block_bias);
+    else if constexpr (float32) call_gemm(via_onednn, ta, tb, m, n, K, alpha, a, la, b, lb, bt, c, lc, block_bias);
+    else call_gemm(ta, tb, m, n, K, alpha, a, la, b, lb, bt, c, lc);
+  };
+  auto block = [&](int64_t m, int64_t n, int64_t n0, const TA* a, const TA* b, T* c) {
+    if constexpr (bf16_operands || float32)
+      if (dense)
+        return dense_block(ta, tb, m, n, K, a, lda, b, ldb, beta, c, ldc,
+                           [&](const TA* da, int64_t la, const TA* db, int64_t lb, float bt, float* dc, int64_t lc) {
+                             multiply(m, n, n0, da, la, db, lb, bt, dc, lc);
+                           });
+    multiply(m, n, n0, a, lda, b, ldb, beta, c, ldc);
+  };
+  if constexpr (bf16_operands || float32) {
     if (parallel) profile::note_kernel([&] {  // the first block's
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
-      return bf16::implementation(ta, tb, m, n, K, lda, ldb, ldc, alpha, beta, bias != nullptr);
+      // The leading dimensions oneDNN sees: the block's own where it is made dense.
+      const int64_t la = dense ? (ta ? m : K) : lda, lb = dense ? (tb ? K : n) : ldb, lc = dense ? n : ldc;
+      if constexpr (bf16_operands) return bf16::implementation(ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr);
+      if (!via_onednn) return std::string("OpenBLAS");
+      const std::string impl =
+          onednn::implementation({ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr, DType::f32});
+      return onednn::takes(DType::f32, impl) ? impl : std::string("OpenBLAS");
     });
   }
   if (cut_m) {
@@ -241,6 +374,27 @@ void use_one_blas_thread() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
+
+namespace {
+// -1: as the CPU and MVGPT_DENSE_BLOCKS say; 0 or 1: set_dense_blocks's.
+std::atomic<int> g_dense_blocks{-1};
+}  // namespace
+
+bool dense_blocks() {
+  const int set = g_dense_blocks.load(std::memory_order_relaxed);
+  if (set >= 0) return set == 1;
+  static const bool by_default = [] {
+    const char* e = std::getenv("MVGPT_DENSE_BLOCKS");
+    const std::string v = e ? e : "";
+    if (v == "1") return true;
+    if (v == "0") return false;
+    if (!v.empty())
+      throw std::runtime_error("MVGPT_DENSE_BLOCKS=" + v + " is not 0 or 1: leave it unset for this CPU's default (1 with AMX)");
+    return bf16::cpu_support().amx_bf16;
+  }();
+  return by_default;
+}
+void set_dense_blocks(bool on) { g_dense_blocks.store(on ? 1 : 0); }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
@@ -287,17 +441,31 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   gemm_impl(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
 }
 
-void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
-               int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel) {
-  if (M > 1 && N > 1 && K > 0 && bf16::native_kernels())
+namespace {
+// C = op(A) op(B) + bias: in the product's output pass where oneDNN multiplies (fused), elsewhere
+// (GEMVs, empty sums, OpenBLAS, the bf16 fallback) the bias written into every row of C and the
+// product added to it.
+template <typename TA>
+void gemm_bias_impl(bool fused, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_t lda,
+                    const TA* B, int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel) {
+  if (M > 1 && N > 1 && K > 0 && fused)
     return gemm_impl(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, parallel, bias);
-  // GEMVs, empty sums and the float32 fallback: the bias in every row of C, the product added to it.
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) std::copy(bias, bias + N, C + r * ldc);
   };
   if (parallel && M * N >= kMinParallelGemv) parallel_for(M, std::max<int64_t>(1, kMinParallelGemv / std::max<int64_t>(N, 1)), rows);
   else rows(0, M);
   gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc, parallel);
+}
+}  // namespace
+
+void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+               int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel) {
+  gemm_bias_impl(bf16::native_kernels(), ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, parallel);
+}
+void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel) {
+  gemm_bias_impl(float32_via_onednn(tb, N), ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, parallel);
 }
 
 }  // namespace mvgpt::cpu::blas

@@ -77,9 +77,10 @@ Tensor blas_readable(const Tensor& t) {
   return blas_layout(t.size(0), t.size(1), t.strides()[0], t.strides()[1]).ok ? t : packed_copy(t);
 }
 
-// out (N, O) = x (N, I) weight^T (+ bias): the bias is written into every row of out first and the
-// GEMM adds to it (beta = 1), which saves a pass over out; OpenBLAS would otherwise zero it first.
-// bfloat16 operands: oneDNN adds the bias as it writes out (blas::gemm_bias), no pass at all.
+// out (N, O) = x (N, I) weight^T (+ bias): bfloat16 and float32 operands go to blas::gemm_bias, where
+// oneDNN adds the bias as it writes out (no pass at all) and OpenBLAS adds the product to the bias
+// written into every row of out first (beta = 1, which saves a pass: it would otherwise zero out).
+// float64: the latter here.
 template <typename TA, typename T>
 void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out) {
   x = blas_readable(x);
@@ -92,7 +93,7 @@ void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out
     Tensor b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
     if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
     const T* bp = b.data<T>();
-    if constexpr (std::is_same_v<TA, bfloat16>) {  // oneDNN adds the bias in the product's output pass
+    if constexpr (std::is_same_v<T, float>) {
       return blas::gemm_bias(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,
                              static_cast<const TA*>(weight.raw_data()), lw.ld, bp, c, O);
     }

@@ -15,6 +15,7 @@
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/ops.h>
+#include <mvgpt/util/profile.h>
 #include "cuda_required.h"
 #include "ops_test_util.h"
 
@@ -30,16 +31,28 @@ struct Path {
   std::string name;
   Device device;
   bool fallback;
+  bool dense = false;  // oneDNN's blocks made dense (NOTE [ Dense blocks for oneDNN ] in blas.cpp)
 };
 std::vector<Path> paths() {
-  std::vector<Path> p = {{"cpu-onednn", Device::cpu(), false}, {"cpu-fallback", Device::cpu(), true}};
+  std::vector<Path> p = {{"cpu-onednn", Device::cpu(), false},
+                         {"cpu-onednn-dense-blocks", Device::cpu(), false, true},
+                         {"cpu-fallback", Device::cpu(), true}};
   // Under MVGPT_REQUIRE_CUDA=1 (a GPU machine) the CUDA path is there, and fails without a GPU.
   if (cuda_available() || testing::cuda_required()) p.push_back({"cuda", Device::cuda(0), false});
   return p;
 }
+// The CPU road a path takes, for a scope: the float32 fallback or oneDNN, its blocks as they lie or
+// made dense; the defaults put back after.
 struct FallbackScope {
-  explicit FallbackScope(bool on) { cpu::bf16::use_fallback(on); }
-  ~FallbackScope() { cpu::bf16::use_fallback(false); }
+  explicit FallbackScope(const Path &path) : dense_was(cpu::blas::dense_blocks()) {
+    cpu::bf16::use_fallback(path.fallback);
+    cpu::blas::set_dense_blocks(path.dense);
+  }
+  ~FallbackScope() {
+    cpu::bf16::use_fallback(false);
+    cpu::blas::set_dense_blocks(dense_was);
+  }
+  bool dense_was;
 };
 
 // A bfloat16 input on `device`, laid out as `kind` (the layout survives the cast).
@@ -72,7 +85,7 @@ TEST(Bf16Products, MatmulSumsBf16ProductsInFloat32) {
                         {{2, 9, 16}, {16, 12}},   {{3, 8, 16}, {3, 16, 8}}, {{200, 130}, {130, 150}},
                         {{130, 260}, {260, 130}}, {{1056, 16}, {16, 1024}}};
   for (const Path &path : paths()) {
-    FallbackScope fallback(path.fallback);
+    FallbackScope fallback(path);
     for (const auto &c : cases) {
       for (Kind ka : {Kind::contiguous, Kind::transposed, Kind::sliced}) {
         for (Kind kb : {Kind::contiguous, Kind::transposed}) {
@@ -189,7 +202,7 @@ TEST(Bf16Products, GemvPassesNaNAndInfinityThrough) {
 TEST(Bf16Products, CloseToFloat32ProductsOfTheUnroundedValues) {
   // The error bf16 adds: each operand rounded to 8 bits of mantissa (relative 2^-9), summed over K.
   for (const Path &path : paths()) {
-    FallbackScope fallback(path.fallback);
+    FallbackScope fallback(path);
     SCOPED_TRACE(path.name);
     Tensor a = make_input({64, 384}, DType::f32, 3), b = make_input({384, 96}, DType::f32, 4);
     Tensor want = ops::matmul(a, b);
@@ -216,7 +229,7 @@ TEST(Bf16Products, LinearAddsAFloat32Bias) {
   };
   const Case cases[] = {{{2, 5, 48}, 40}, {{1, 96}, 200}, {{300, 64}, 130}, {{64, 128}, 520}};
   for (const Path &path : paths()) {
-    FallbackScope fallback(path.fallback);
+    FallbackScope fallback(path);
     for (const Case &c : cases) {
       const int64_t in = c.x[c.x.size() - 1], rows = Tensor::empty(c.x, DType::f32).numel() / in, O = c.out;
       SCOPED_TRACE(path.name + " " + to_string(c.x) + " -> " + std::to_string(O));
@@ -248,6 +261,34 @@ TEST(Bf16Products, LinearAddsAFloat32Bias) {
       expect_all_close(
           ys, [&](int64_t i) { return reference(hx, hwt, i) + read_element(hs, i % O); }, 1e-5);
     }
+  }
+}
+
+// Made dense, every block of a product reaches oneDNN's brgemm kernels (the ones with AMX tiles),
+// a weight gradient's too (A transposed, its blocks columns of dY), and one cut along N (NOTE
+// [ Dense blocks for oneDNN ] in blas.cpp); as the op profile names them.
+TEST(Bf16Products, DenseBlocksReachBrgemm) {
+  if (!cpu::bf16::native_kernels()) GTEST_SKIP() << "skipped: oneDNN has no bf16 kernels on this CPU";
+  struct DenseOn {
+    DenseOn() : was(cpu::blas::dense_blocks()) { cpu::blas::set_dense_blocks(true); }
+    ~DenseOn() { cpu::blas::set_dense_blocks(was); }
+    bool was;
+  } dense;
+  auto kernel_of = [](const Tensor &a, const Tensor &b) {
+    profile::Recording recording;
+    (void)ops::matmul(a, b, DType::f32);
+    const profile::Report r = recording.stop();
+    for (const auto &row : r.rows)
+      if (row.op == "matmul") return row.detail.substr(row.detail.find(", ") + 2);
+    return std::string("no matmul row");
+  };
+  const Tensor dy = bf16_input({1024, 384}, 1, Kind::contiguous, Device::cpu());
+  const Tensor x = bf16_input({1024, 96}, 2, Kind::contiguous, Device::cpu());
+  const Tensor w = bf16_input({96, 1024}, 3, Kind::contiguous, Device::cpu());
+  for (const auto &[a, b] : {std::pair{ops::transpose(dy, 0, 1), x},  // dW = dY^T X, cut along M or N
+                             std::pair{x, w}}) {                      // (1024, 1024), B (K, N)
+    const std::string kernel = kernel_of(a, b);
+    EXPECT_TRUE(kernel.starts_with("brg:")) << to_string(a.shape()) << " @ " << to_string(b.shape()) << ": " << kernel;
   }
 }
 

@@ -1,0 +1,41 @@
+#pragma once
+// One product on the calling thread through oneDNN's matmul, with the primitive made once per
+// product shape and thread and kept (NOTE [ oneDNN on the TBB pool ] in onednn_matmul.cpp).
+// blas::gemm cuts large products into blocks over the TBB pool and calls this per block: bfloat16
+// operands always (bf16_gemm.h), float32 ones where oneDNN has its brgemm kernels (NOTE [ float32
+// products through oneDNN ] in blas.cpp).
+#include <cstdint>
+#include <string>
+
+#include <mvgpt/tensor/dtype.h>
+
+namespace mvgpt::cpu::onednn {
+
+// C (M, N) = alpha op(A) op(B) + beta C (+ bias: N floats, one per column of C, added in the
+// product's output pass), row-major, lda/ldb/ldc the row strides of the matrices as stored. The
+// operands are float32 or bfloat16; C and the bias are float32.
+struct Product {
+  bool ta = false, tb = false;
+  int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+  bool bias = false;
+  DType operands = DType::f32;
+  bool operator==(const Product&) const = default;
+};
+
+// The implementation oneDNN picks for the product ("brg:avx512_core_amx_bf16", "brg:avx512_core",
+// "gemm:jit", "ref:any", ...), or "none (why)" where it has none. Each product's answer is kept (the
+// first costs a primitive descriptor: tens of microseconds).
+std::string implementation(const Product& p);
+
+// Whether multiply runs a product with this implementation: for bfloat16 operands any but oneDNN's
+// reference kernels (CPUs without AVX-512), for float32 ones only its brgemm kernels (elsewhere
+// OpenBLAS is the faster float32 GEMM).
+bool takes(DType operands, const std::string& implementation);
+
+// Runs the product on this thread and returns true, or returns false without touching C where
+// oneDNN has no implementation it takes (see takes). A and B point at the operands' first
+// elements, of the product's operand type.
+bool multiply(const Product& p, const void* A, const void* B, float* C, const float* bias = nullptr);
+
+}  // namespace mvgpt::cpu::onednn
