@@ -59,14 +59,15 @@ constexpr int64_t kBf16BlocksPerThread = 1;
 // with the blocks, measured on the 2-core AMD EPYC Zen 4 (AVX512-BF16): cut along M, the MLP's
 // input gradient's blocks (2048 x 1536, K 384) go to its brgemm kernels, which read A in place and
 // copy all of B into their layout for each block; cut along N (4096 x 768) they go to its gemm:jit
-// kernels (the op profile names each product's kernel). BM_Bf16Gemm M 4096 K 384 N 1536 ran at
-// 429-439 GFLOP/s cut along N against 383-397 along M (alternated twice); in the bf16 step that
-// product took 68-71 ms against 70-76 (alternated three times). Cut along N, M 4096 K 1536 N 384
-// (192-column blocks) lost, 401-418 against 415-437, and products whose B is a transposed weight
-// (the forward's) gained nothing; both keep the cut along M. On a CPU with AMX the kernels oneDNN
-// picks differ: to be measured there (step_profile's kernel names). Each output is still one call's
-// sum over the whole K, so a cut can differ from the other only in the order oneDNN adds the exact
-// products (a 6-step bf16 training run wrote the same weights with either).
+// kernels, since brgemm takes only dense blocks (NOTE [ Dense blocks for oneDNN ]; the op profile
+// names each product's kernel). BM_Bf16Gemm M 4096 K 384 N 1536 ran at 429-439 GFLOP/s cut along N
+// against 383-397 along M (alternated twice); in the bf16 step that product took 68-71 ms against
+// 70-76 (alternated three times). Cut along N, M 4096 K 1536 N 384 (192-column blocks) lost, 401-418
+// against 415-437, and products whose B is a transposed weight (the forward's) gained nothing; both
+// keep the cut along M. Where blocks are made dense (with AMX, whose tiles only brgemm has) the rule
+// is off: there every block goes to brgemm. Each output is still one call's sum over the whole K, so
+// a cut can differ from the other only in the order oneDNN adds the exact products (a 6-step bf16
+// training run wrote the same weights with either).
 constexpr int64_t kBf16CutNFrom = 1024;
 // NOTE [ float32 products through oneDNN ]
 // Where oneDNN has its float32 brgemm kernels (CPUs with AVX-512), a float32 product's blocks go to
@@ -109,8 +110,8 @@ void scale(T* y, int64_t n, int64_t incy, T beta) {
 // Whether this CPU's float32 products go to oneDNN (NOTE [ float32 products through oneDNN ]): its
 // answer for a typical shape.
 bool onednn_float32() {
-  static const bool yes =
-      onednn::takes(DType::f32, onednn::implementation({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false, DType::f32}));
+  static const bool yes = onednn::takes(
+      DType::f32, onednn::implementation({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false, DType::f32}));
   return yes;
 }
 bool float32_via_onednn(bool tb, int64_t N) { return (tb || N <= kOneDnnWidestPlainB) && onednn_float32(); }
@@ -350,7 +351,8 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       // The leading dimensions oneDNN sees: the block's own where it is made dense.
       const int64_t la = dense ? (ta ? m : K) : lda, lb = dense ? (tb ? K : n) : ldb, lc = dense ? n : ldc;
-      if constexpr (bf16_operands) return bf16::implementation(ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr);
+      if constexpr (bf16_operands)
+        return bf16::implementation(ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr);
       if (!via_onednn) return std::string("OpenBLAS");
       const std::string impl =
           onednn::implementation({ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr, DType::f32});
@@ -389,7 +391,8 @@ bool dense_blocks() {
     if (v == "1") return true;
     if (v == "0") return false;
     if (!v.empty())
-      throw std::runtime_error("MVGPT_DENSE_BLOCKS=" + v + " is not 0 or 1: leave it unset for this CPU's default (1 with AMX)");
+      throw std::runtime_error("MVGPT_DENSE_BLOCKS=" + v +
+                               " is not 0 or 1: leave it unset for this CPU's default (1 with AMX)");
     return bf16::cpu_support().amx_bf16;
   }();
   return by_default;

@@ -125,7 +125,8 @@ std::string implementation(const Product& p) {
 }
 
 bool multiply(const Product& k, const void* A, const void* B, float* C, const float* bias) {
-  if (k.bias != (bias != nullptr)) throw std::logic_error("onednn::multiply: a bias where the product has none, or none where it has one");
+  if (k.bias != (bias != nullptr))
+    throw std::logic_error("onednn::multiply: a bias where the product has none, or none where it has one");
   dnnl::stream& stream = thread_stream();
   thread_local std::unordered_map<Product, Plan, ProductHash> plans;
   auto it = plans.find(k);
