@@ -165,12 +165,7 @@ TEST(Bf16Products, GemvSumsExactProductsInFloat32) {
                   ASSERT_EQ(got, serial[size_t(i * ldc + j)]) << "cut over the pool, C[" << i << ", " << j << "]";
                 }
               // The padding between C's rows is untouched.
-              for (int64_t i = 0; i < M; ++i)
-                for (int64_t j = Nc; j < ldc; ++j) {
-                  ASSERT_EQ(serial[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
-                  if (beta != 0.0f) ASSERT_EQ(parallel[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
-                  else ASSERT_TRUE(std::isnan(parallel[size_t(i * ldc + j)]));
-                }
+              testing::expect_padding_untouched(parallel, serial, C0, M, Nc, ldc, beta == 0.0f);
             }
           }
         }

@@ -15,6 +15,8 @@
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/util/profile.h>
 
+#include "ops_test_util.h"
+
 namespace mvgpt {
 namespace {
 
@@ -93,12 +95,7 @@ TEST(Float32Products, SumLikeADoubleLoopInEveryLayout) {
               ASSERT_NEAR(alone, want, tolerance) << "variant " << variant << ", one call, C[" << i << ", " << j << "]";
             }
           // The padding between C's rows is untouched.
-          for (int64_t i = 0; i < M; ++i)
-            for (int64_t j = N; j < ldc; ++j) {
-              ASSERT_EQ(serial[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
-              if (beta != 0.0f) ASSERT_EQ(parallel[size_t(i * ldc + j)], C0[size_t(i * ldc + j)]);
-              else ASSERT_TRUE(std::isnan(parallel[size_t(i * ldc + j)]));
-            }
+          testing::expect_padding_untouched(parallel, serial, C0, M, N, ldc, beta == 0.0f);
         }
       }
     }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <mvgpt/backends/ops.h>
 
@@ -112,6 +113,22 @@ void expect_throw_with(F&& f, const std::string& needle) {
   } catch (const E& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
   }
+}
+
+// A row-major product's C (M rows of ldc floats, the first N of each its result) left the padding
+// past column N as it was: C0's values in `serial`, and in `parallel` C0's or, where the product
+// was called with beta = 0 on a C filled with NaN (nan_filled), NaN. Stops at the first mismatch.
+inline void expect_padding_untouched(const std::vector<float>& parallel, const std::vector<float>& serial,
+                                     const std::vector<float>& C0, int64_t M, int64_t N, int64_t ldc, bool nan_filled) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = N; j < ldc; ++j) {
+      const size_t at = size_t(i * ldc + j);
+      const bool kept = serial[at] == C0[at] && (nan_filled ? std::isnan(parallel[at]) : parallel[at] == C0[at]);
+      if (!kept) {
+        ADD_FAILURE() << "the padding of C changed at [" << i << ", " << j << "]";
+        return;
+      }
+    }
 }
 
 }  // namespace mvgpt::testing
