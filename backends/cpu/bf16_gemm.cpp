@@ -68,12 +68,12 @@ CpuSupport detect() {
 std::atomic<bool> g_force_fallback{false};
 
 // A product as oneDNN takes it: bfloat16 operands, float32 C.
-onednn::Product bf16_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                             float alpha, float beta, bool bias) {
+constexpr onednn::Product bf16_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                       int64_t ldc, float alpha, float beta, bool bias) {
   return {ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias, DType::bf16};
 }
 // The shape kernel_name and native_kernels ask oneDNN about.
-const onednn::Product kTypical = bf16_product(false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false);
+constexpr onednn::Product kTypical = bf16_product(false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false);
 
 // X stored as rows x cols with leading dimension ld, widened into a dense float32 buffer.
 const float* widen_into(const bfloat16* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buf) {

@@ -310,6 +310,10 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     });
     return;
   }
+  if (alpha == T(0) && !bias) {  // C = beta C, A and B unread (as BLAS does; oneDNN would make 0 x inf a NaN)
+    for (int64_t i = 0; i < M; ++i) scale(C + i * ldc, N, int64_t(1), beta);
+    return;
+  }
   constexpr bool float32 = std::is_same_v<TA, float>;
   const bool large = parallel && M * N * K >= kMinParallelGemm;  // worth cutting over the pool
   // Products that oneDNN may multiply: bfloat16 ones where it has kernels, float32 ones where it has
@@ -350,12 +354,13 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     if (parallel) profile::note_kernel([&] {  // the first block's
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       // The leading dimensions oneDNN sees: the block's own where it is made dense.
+      // A C block made dense is computed with beta 0 and beta C added after.
       const int64_t la = dense ? (ta ? m : K) : lda, lb = dense ? (tb ? K : n) : ldb, lc = dense ? n : ldc;
-      if constexpr (bf16_operands)
-        return bf16::implementation(ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr);
+      const float bt = dense && ldc != n ? 0.0f : float(beta);
+      if constexpr (bf16_operands) return bf16::implementation(ta, tb, m, n, K, la, lb, lc, alpha, bt, bias != nullptr);
       if (!via_onednn) return std::string("OpenBLAS");
       const std::string impl =
-          onednn::implementation({ta, tb, m, n, K, la, lb, lc, alpha, beta, bias != nullptr, DType::f32});
+          onednn::implementation({ta, tb, m, n, K, la, lb, lc, alpha, bt, bias != nullptr, DType::f32});
       return onednn::takes(DType::f32, impl) ? impl : std::string("OpenBLAS");
     });
   }

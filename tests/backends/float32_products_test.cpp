@@ -50,26 +50,32 @@ TEST(Float32Products, SumLikeADoubleLoopInEveryLayout) {
     for (auto &e : v) e = normal(rng);
     return v;
   };
+  // Blocks as they lie and made dense; operands stored dense (what oneDNN's brgemm takes as they
+  // are) and with rows wider than the matrices (padded: blocks oneDNN takes only made dense).
   for (bool dense : {false, true})
+  for (bool padded : {false, true})
   for (const Shape3 &s : kShapes) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         const DenseBlocksScope scope(dense);
         const int64_t M = s.M, N = s.N, K = s.K;
         SCOPED_TRACE(std::to_string(M) + " x " + std::to_string(K) + " x " + std::to_string(N) + (ta ? " ta" : "") +
-                     (tb ? " tb" : "") + (dense ? " dense blocks" : ""));
-        // Leading dimensions wider than the rows; sized to the last element, so that a read past it
-        // is out of the allocation.
+                     (tb ? " tb" : "") + (dense ? " dense blocks" : "") + (padded ? " padded" : ""));
+        // Sized to the last element, so that a read past it is out of the allocation.
         const int64_t arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
-        const int64_t lda = acols + 3, ldb = bcols + 5, ldc = N + 2;
-        const std::vector<float> A = values((arows - 1) * lda + acols), B = values((brows - 1) * ldb + bcols);
+        const int64_t lda = acols + (padded ? 3 : 0), ldb = bcols + (padded ? 5 : 0), ldc = N + (padded ? 2 : 0);
+        std::vector<float> A = values((arows - 1) * lda + acols);
+        const std::vector<float> B = values((brows - 1) * ldb + bcols);
         const std::vector<float> C0 = values(M * ldc), bias = values(N);
         auto a_at = [&](int64_t i, int64_t k) { return double(ta ? A[size_t(k * lda + i)] : A[size_t(i * lda + k)]); };
         auto b_at = [&](int64_t k, int64_t j) { return double(tb ? B[size_t(j * ldb + k)] : B[size_t(k * ldb + j)]); };
-        // (alpha, beta, bias): a plain product, C scaled and added to, and the bias in the output pass.
-        for (int variant = 0; variant < 3; ++variant) {
-          const float alpha = variant == 1 ? -1.5f : 1.0f, beta = variant == 1 ? 0.5f : 0.0f;
+        // (alpha, beta, bias): a plain product, C scaled and added to, the bias in the output pass,
+        // and alpha 0 with an infinity in A: C = beta C, A and B unread (as BLAS gives).
+        for (int variant = 0; variant < 4; ++variant) {
+          const float alpha = variant == 1 ? -1.5f : variant == 3 ? 0.0f : 1.0f;
+          const float beta = variant == 1 || variant == 3 ? 0.5f : 0.0f;
           const bool with_bias = variant == 2;
+          if (variant == 3) A[0] = INFINITY;
           std::vector<float> parallel = C0, serial = C0;
           if (beta == 0.0f)  // beta = 0 never keeps what C held: a NaN there does not survive
             for (auto &c : parallel) c = std::nanf("");
@@ -83,7 +89,7 @@ TEST(Float32Products, SumLikeADoubleLoopInEveryLayout) {
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < N; ++j) {
               double want = 0, size = 0;
-              for (int64_t k = 0; k < K; ++k) {
+              for (int64_t k = 0; k < K && alpha != 0.0f; ++k) {
                 want += a_at(i, k) * b_at(k, j);
                 size += std::abs(a_at(i, k) * b_at(k, j));
               }
