@@ -19,20 +19,24 @@ void set_bytes(benchmark::State& state, double bytes) {
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// op(A) (M x K) @ op(B) (K x N) with operands of type `operands`, each a transposed view where ta
+// or tb (A stored (K, M), B stored (N, K)); GFLOP/s, and GB/s of the operands read once and the
+// float32 result written, what bounds the one-row (GEMV) cases.
+void product_case(benchmark::State& state, DType operands, int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
+  Tensor a = ta ? ops::transpose(ops::to(input({K, M}), operands), 0, 1) : ops::to(input({M, K}), operands);
+  Tensor b = tb ? ops::transpose(ops::to(input({N, K}), operands), 0, 1) : ops::to(input({K, N}), operands);
+  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  set_bytes(state, double((M * K + K * N) * int64_t(dtype_size(operands)) + M * N * 4));
+}
+
 // (M x K) @ (K x N); the last argument 1 means the right operand is a transposed view (x @ W^T).
 // In float32 (BM_Sgemm), or with bfloat16 operands summed in float32 (BM_Bf16Gemm: oneDNN, or
 // for one row mvgpt's GEMV, bf16_gemm.h; the operands converted beforehand, as the precision
 // policy's weight copies are).
 void gemm_case(benchmark::State& state, DType operands) {
-  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
-  const bool transposed = state.range(3) != 0;
-  Tensor a = ops::to(input({M, K}), operands);
-  Tensor b = transposed ? ops::transpose(ops::to(input({N, K}), operands), 0, 1) : ops::to(input({K, N}), operands);
-  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  // The operands read once and the float32 result written: what bounds the one-row (GEMV) cases.
-  set_bytes(state, double((M * K + K * N) * int64_t(dtype_size(operands)) + M * N * 4));
+  product_case(state, operands, state.range(0), state.range(1), state.range(2), false, state.range(3) != 0);
 }
 void BM_Sgemm(benchmark::State& state) { gemm_case(state, DType::f32); }
 void BM_Bf16Gemm(benchmark::State& state) { gemm_case(state, DType::bf16); }
@@ -66,13 +70,7 @@ BENCHMARK(BM_Bf16Gemm)
 // backward has them (A = dY stored (K, M), a transposed view) and aT = 0 with dY^T stored dense:
 // oneDNN may hand the two to different kernels (the op profile names them).
 void BM_Bf16WeightGradient(benchmark::State& state) {
-  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
-  const bool transposed = state.range(3) != 0;
-  Tensor a = transposed ? ops::transpose(ops::to(input({K, M}), DType::bf16), 0, 1) : ops::to(input({M, K}), DType::bf16);
-  Tensor b = ops::to(input({K, N}), DType::bf16);
-  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  product_case(state, DType::bf16, state.range(0), state.range(1), state.range(2), state.range(3) != 0, false);
 }
 BENCHMARK(BM_Bf16WeightGradient)
     ->Args({1152, 4096, 384, 1})
@@ -87,19 +85,19 @@ BENCHMARK(BM_Bf16WeightGradient)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The series' float32 products as the step has them: the forward's x W^T (bT), the backward's
+// dY W and dW = dY^T X (aT); the classifier's three with 10,000 classes.
 void BM_SgemmModel(benchmark::State& state) {
-  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
-  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
-  Tensor a = ta ? ops::transpose(input({K, M}), 0, 1) : input({M, K});
-  Tensor b = tb ? ops::transpose(input({N, K}), 0, 1) : input({K, N});
-  for (auto _ : state) benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  product_case(state, DType::f32, state.range(0), state.range(1), state.range(2), state.range(3) != 0,
+               state.range(4) != 0);
 }
 BENCHMARK(BM_SgemmModel)
-    ->Args({4096, 384, 1152, 0, 1})->Args({4096, 384, 384, 0, 1})->Args({4096, 384, 1536, 0, 1})->Args({4096, 1536, 384, 0, 1})->Args({4096, 384, 10000, 0, 1})
-    ->Args({4096, 1152, 384, 0, 0})->Args({4096, 384, 384, 0, 0})->Args({4096, 1536, 384, 0, 0})->Args({4096, 384, 1536, 0, 0})->Args({4096, 10000, 384, 0, 0})
-    ->Args({1152, 4096, 384, 1, 0})->Args({384, 4096, 384, 1, 0})->Args({1536, 4096, 384, 1, 0})->Args({384, 4096, 1536, 1, 0})->Args({10000, 4096, 384, 1, 0})
+    ->Args({4096, 384, 1152, 0, 1})->Args({4096, 384, 384, 0, 1})->Args({4096, 384, 1536, 0, 1})
+    ->Args({4096, 1536, 384, 0, 1})->Args({4096, 384, 10000, 0, 1})
+    ->Args({4096, 1152, 384, 0, 0})->Args({4096, 384, 384, 0, 0})->Args({4096, 1536, 384, 0, 0})
+    ->Args({4096, 384, 1536, 0, 0})->Args({4096, 10000, 384, 0, 0})
+    ->Args({1152, 4096, 384, 1, 0})->Args({384, 4096, 384, 1, 0})->Args({1536, 4096, 384, 1, 0})
+    ->Args({384, 4096, 1536, 1, 0})->Args({10000, 4096, 384, 1, 0})
     ->ArgNames({"M", "K", "N", "aT", "bT"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -285,12 +285,7 @@ void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
   if (M <= 0 || N <= 0 || K <= 0) throw std::logic_error("bf16::gemm_one_thread: an empty product reached the kernel");
   // Where oneDNN does not multiply, the bias goes into C first and the product adds to it.
   auto float32 = [&] {
-    if (bias) {
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? bias[j] : beta * C[i * ldc + j] + bias[j];
-      beta = 1.0f;
-    }
-    gemm_float32(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_float32(ta, tb, M, N, K, alpha, A, lda, B, ldb, onednn::bias_first(M, N, bias, beta, C, ldc), C, ldc);
   };
   if (g_force_fallback.load(std::memory_order_relaxed)) return float32();
   if (!onednn::multiply(bf16_product(ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr), A, B, C, bias))

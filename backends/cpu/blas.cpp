@@ -123,12 +123,7 @@ inline void call_gemm(bool via_onednn, bool ta, bool tb, int64_t M, int64_t N, i
   if (via_onednn &&
       onednn::multiply({ta, tb, M, N, K, lda, ldb, ldc, alpha, beta, bias != nullptr, DType::f32}, A, B, C, bias))
     return;
-  if (bias) {
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? bias[j] : beta * C[i * ldc + j] + bias[j];
-    beta = 1.0f;
-  }
-  call_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  call_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, onednn::bias_first(M, N, bias, beta, C, ldc), C, ldc);
 }
 
 // NOTE [ float32 GEMV over rows ]

@@ -151,4 +151,11 @@ bool multiply(const Product& k, const void* A, const void* B, float* C, const fl
   return true;
 }
 
+float bias_first(int64_t M, int64_t N, const float* bias, float beta, float* C, int64_t ldc) {
+  if (!bias) return beta;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? bias[j] : beta * C[i * ldc + j] + bias[j];
+  return 1.0f;
+}
+
 }  // namespace mvgpt::cpu::onednn

@@ -38,4 +38,9 @@ bool takes(DType operands, const std::string& implementation);
 // elements, of the product's operand type.
 bool multiply(const Product& p, const void* A, const void* B, float* C, const float* bias = nullptr);
 
+// Where multiply returned false and another GEMM is to multiply instead: C (M, N) = beta C + bias
+// (C not read where beta is 0), and the beta, 1, that the other GEMM then adds its product with.
+// Without a bias, nothing is written and beta is returned as it is.
+float bias_first(int64_t M, int64_t N, const float* bias, float beta, float* C, int64_t ldc);
+
 }  // namespace mvgpt::cpu::onednn
