@@ -64,8 +64,8 @@ constexpr int64_t kBf16BlocksPerThread = 1;
 // against 383-397 along M (alternated twice); in the bf16 step that product took 68-71 ms against
 // 70-76 (alternated three times). Cut along N, M 4096 K 1536 N 384 (192-column blocks) lost, 401-418
 // against 415-437, and products whose B is a transposed weight (the forward's) gained nothing; both
-// keep the cut along M. Where blocks are made dense (with AMX, whose tiles only brgemm has) the rule
-// is off: there every block goes to brgemm. Each output is still one call's sum over the whole K, so
+// keep the cut along M. Where blocks are made dense (by default with AMX) the rule is off: there
+// every such block goes to brgemm. Each output is still one call's sum over the whole K, so
 // a cut can differ from the other only in the order oneDNN adds the exact products (a 6-step bf16
 // training run wrote the same weights with either).
 constexpr int64_t kBf16CutNFrom = 1024;
@@ -212,18 +212,21 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
 }
 
 // NOTE [ Dense blocks for oneDNN ]
-// oneDNN 2.6 runs a matmul with its brgemm kernels (the only ones with AMX tiles, and its float32
-// brgemm) only where A, B and C are each dense: rows exactly as long as they are, transposed or not.
+// oneDNN 2.6 runs a matmul with its brgemm kernels (its float32 brgemm, and the AMX tiles' fastest
+// road) only where A, B and C are each dense: rows exactly as long as they are, transposed or not.
 // A block of a larger matrix is not (its leading dimension is the whole matrix's), and oneDNN hands
-// it to gemm:jit instead, which has AVX512-BF16 dot products at best. Cut over the pool, that is
-// every weight gradient (A = dY transposed, cut along M: columns of dY), every product cut along N
-// (C's columns) and the classifier's blocks: on the 2-core AMD EPYC Zen 4 the bf16 step profile
-// names gemm:jit for half the products' time. So where dense_blocks() says so, each block is made
-// dense before oneDNN sees it: A's or B's block copied into the thread's buffer, C's computed into
-// the thread's buffer and then written into C (with beta C added there). The cut is the one that
-// copies less (cut_m_for_dense_blocks): along M copies A's blocks where A is transposed; along N,
-// B's where B is not, and every C block. Each output is still one call's sum over the whole K, so
-// the values do not depend on the cut.
+// it to gemm:jit instead. Cut over the pool, that is every product cut along N (C's columns), the
+// classifier's blocks and every weight gradient (A = dY transposed, cut along M: columns of dY). So
+// where dense_blocks() says so, each block of a product whose A is not transposed is made dense
+// before oneDNN sees it: B's block copied into the thread's buffer, C's computed into the thread's
+// buffer and then written into C (with beta C added there). The cut is the one that copies less
+// (cut_m_for_dense_blocks). Each output is still one call's sum over the whole K, so the values do
+// not depend on the cut.
+// Weight gradients keep their blocks as they lie. On the 2-core Intel Xeon with AMX (family 6
+// model 167) gemm:jit multiplies them with AMX too, faster than brgemm after the copy (brgemm
+// transposes A again itself): bf16 1,077-1,426 GFLOP/s against 853-973, and float32 through
+// OpenBLAS 250-297 against 236-286 (step profile, MVGPT_DENSE_BLOCKS=0 and 1); every other product
+// there is faster made dense (bf16 1,264-1,326 against 764-960).
 
 // x, stored (rows, cols) with row stride ld, dense: itself where it is, else copied into buf.
 template <typename E>
@@ -257,14 +260,10 @@ void dense_block(bool ta, bool tb, int64_t m, int64_t n, int64_t K, const TA* a,
   }
 }
 
-// Whether a product made of dense blocks is cut along M: the cut that copies fewer elements, where
-// each has a block per task to give.
-bool cut_m_for_dense_blocks(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t blocks) {
-  if (blocks > 1 && M < blocks * kAlign) return false;
-  if (blocks > 1 && N < blocks * kAlign) return true;
-  const int64_t along_m = ta ? K * M : 0, along_n = (tb ? 0 : K * N) + M * N;
-  return along_m <= along_n;
-}
+// Whether a product made of dense blocks (A not transposed) is cut along M: there A's and C's
+// blocks are rows, dense as they lie, so nothing but a strided B is copied; along N only where M has
+// too few rows for every task.
+bool cut_m_for_dense_blocks(int64_t M, int64_t blocks) { return blocks <= 1 || M >= blocks * kAlign; }
 
 // TA: the operands' type; T: the accumulation and result type. bias: only with bfloat16 operands,
 // or float32 ones that go to oneDNN, and M, N > 1 (gemm_bias sees to it).
@@ -317,12 +316,12 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   if constexpr (bf16_operands) onednn_product = bf16::native_kernels();
   if constexpr (float32) onednn_product = float32_via_onednn(tb, N);
   // NOTE [ Dense blocks for oneDNN ]
-  const bool dense = onednn_product && dense_blocks();
+  const bool dense = onednn_product && !ta && dense_blocks();
   // NOTE [ Cutting a bf16 product ]
   bool cut_m = M >= N;
   if constexpr (bf16_operands)
     if (!dense && !ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
-  if (dense) cut_m = cut_m_for_dense_blocks(ta, tb, M, N, K, large ? threads() * kBf16BlocksPerThread : 1);
+  if (dense) cut_m = cut_m_for_dense_blocks(M, large ? threads() * kBf16BlocksPerThread : 1);
   // float32 goes to oneDNN where its blocks are dense: made so, or rows of a plain A (cut along M);
   // elsewhere oneDNN would hand them to gemm:jit, and OpenBLAS is the faster.
   const bool via_onednn = float32 && onednn_product && (dense || !large || (cut_m && !ta));

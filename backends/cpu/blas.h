@@ -12,10 +12,10 @@ namespace mvgpt::cpu::blas {
 // before the first GEMM).
 void use_one_blas_thread();
 
-// Whether the products oneDNN multiplies are cut into dense blocks, copied where a block of A, B or
-// C is not (NOTE [ Dense blocks for oneDNN ] in blas.cpp): by default where the CPU has AMX, or as
-// MVGPT_DENSE_BLOCKS=1 or 0 says; set_dense_blocks overrides both for the rest of the process (tests
-// take each road on any CPU).
+// Whether the products oneDNN multiplies, but those with A transposed (weight gradients), are cut
+// into dense blocks, copied where a block of B or C is not (NOTE [ Dense blocks for oneDNN ] in
+// blas.cpp): by default where the CPU has AMX, or as MVGPT_DENSE_BLOCKS=1 or 0 says;
+// set_dense_blocks overrides both for the rest of the process (tests take each road on any CPU).
 bool dense_blocks();
 void set_dense_blocks(bool on);
 
