@@ -364,6 +364,20 @@ void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, 
     if (D == 64) return attend_row_registers<8>(qr, K, V, b, hk, n, scale, s, o, lse);
     if (D == 128) return attend_row_registers<16>(qr, K, V, b, hk, n, scale, s, o, lse);
   }
+  if constexpr (!std::is_same_v<KV, T>) {
+    // Other head sizes read a bf16 cache widened into float32 rows first: the loops below are then the
+    // same machine code for both caches. Compiled for each, the compiler was free to fuse a multiply
+    // and an add into one FMA in one and not the other (it did for D 5 with -march=native on the
+    // 2-core Intel Xeon with AMX, family 6 model 167), and the two caches' values differed in the
+    // last bit.
+    thread_local std::vector<T> widened;
+    widened.resize(size_t(2 * n * D));
+    T* kw = widened.data();
+    T* vw = kw + n * D;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < D; ++c) kw[j * D + c] = T(K.at(b, hk, j)[c]), vw[j * D + c] = T(V.at(b, hk, j)[c]);
+    return attend_row(qr, Heads<T>(kw, 0, 0, D), Heads<T>(vw, 0, 0, D), 0, 0, n, D, scale, s, o, lse);
+  }
   for (int64_t j = 0; j < n; ++j) {
     const KV* kr = K.at(b, hk, j);
     s[j] = scale * vec::row_dot(qr, kr, D);
