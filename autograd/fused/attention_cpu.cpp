@@ -352,34 +352,12 @@ void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& 
   *lse = m + std::log(l);
 }
 
-// One query row by loops: scores by dot products over D, then out = sum_j p_j v_j. Used for
-// single-row blocks (decode), where a GEMM call costs more than the work. KV: T, or bfloat16 with a
-// float32 T (a bf16 KV cache, each element widened as it is read: the values of T's loops over the
-// widened cache).
-template <typename T, typename KV>
-void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, int64_t hk, int64_t n, int64_t D,
-                T scale, T* s, T* o, T* lse) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (D == 32) return attend_row_registers<4>(qr, K, V, b, hk, n, scale, s, o, lse);
-    if (D == 64) return attend_row_registers<8>(qr, K, V, b, hk, n, scale, s, o, lse);
-    if (D == 128) return attend_row_registers<16>(qr, K, V, b, hk, n, scale, s, o, lse);
-  }
-  if constexpr (!std::is_same_v<KV, T>) {
-    // Other head sizes read a bf16 cache widened into float32 rows first: the loops below are then the
-    // same machine code for both caches. Compiled for each, the compiler was free to fuse a multiply
-    // and an add into one FMA in one and not the other (it did for D 5 with -march=native on the
-    // 2-core Intel Xeon with AMX, family 6 model 167), and the two caches' values differed in the
-    // last bit.
-    thread_local std::vector<T> widened;
-    widened.resize(size_t(2 * n * D));
-    T* kw = widened.data();
-    T* vw = kw + n * D;
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t c = 0; c < D; ++c) kw[j * D + c] = T(K.at(b, hk, j)[c]), vw[j * D + c] = T(V.at(b, hk, j)[c]);
-    return attend_row(qr, Heads<T>(kw, 0, 0, D), Heads<T>(vw, 0, 0, D), 0, 0, n, D, scale, s, o, lse);
-  }
+// One query row by loops over rows of T: scores by dot products over D, then out = sum_j p_j v_j.
+template <typename T>
+void attend_row_loops(const T* qr, const Heads<T>& K, const Heads<T>& V, int64_t b, int64_t hk, int64_t n, int64_t D,
+                      T scale, T* s, T* o, T* lse) {
   for (int64_t j = 0; j < n; ++j) {
-    const KV* kr = K.at(b, hk, j);
+    const T* kr = K.at(b, hk, j);
     s[j] = scale * vec::row_dot(qr, kr, D);
   }
   for (int64_t c = 0; c < D; ++c) o[c] = 0;
@@ -390,16 +368,44 @@ void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, 
   }
   const T l = vec::exp_shifted(s, n, m, T(1), s);
   for (int64_t j = 0; j < n; ++j) {
-    const KV* vr = V.at(b, hk, j);
+    const T* vr = V.at(b, hk, j);
     const T p = s[j];
     int64_t c = 0;
-    if constexpr (std::is_same_v<T, float>)  // eight at a time (the widening of a bf16 row stops the vectorizer)
-      for (; c + vec::kVec <= D; c += vec::kVec) vec::store8(o + c, vec::load8(o + c) + p * load8_kv(vr + c));
+    if constexpr (std::is_same_v<T, float>)  // eight at a time
+      for (; c + vec::kVec <= D; c += vec::kVec) vec::store8(o + c, vec::load8(o + c) + p * vec::load8(vr + c));
     for (; c < D; ++c) o[c] += p * T(vr[c]);
   }
   const T inv = T(1) / l;
   for (int64_t c = 0; c < D; ++c) o[c] *= inv;
   *lse = m + std::log(l);
+}
+
+// One query row, for single-row blocks (decode), where a GEMM call costs more than the work: the
+// registers' loops for the common head sizes, the plain loops for the rest. KV: T, or bfloat16 with a
+// float32 T (a bf16 KV cache: the values of T's loops over the widened cache).
+template <typename T, typename KV>
+void attend_row(const T* qr, const Heads<KV>& K, const Heads<KV>& V, int64_t b, int64_t hk, int64_t n, int64_t D,
+                T scale, T* s, T* o, T* lse) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (D == 32) return attend_row_registers<4>(qr, K, V, b, hk, n, scale, s, o, lse);
+    if (D == 64) return attend_row_registers<8>(qr, K, V, b, hk, n, scale, s, o, lse);
+    if (D == 128) return attend_row_registers<16>(qr, K, V, b, hk, n, scale, s, o, lse);
+  }
+  if constexpr (std::is_same_v<KV, T>) {
+    return attend_row_loops(qr, K, V, b, hk, n, D, scale, s, o, lse);
+  } else {
+    // Other head sizes read a bf16 cache widened into float32 rows first: the loops are then the same
+    // machine code for both caches. Compiled for each, the compiler was free to fuse a multiply and
+    // an add into one FMA in one and not the other (it did for D 5 with -march=native on the 2-core
+    // Intel Xeon with AMX, family 6 model 167), and the two caches' values differed in the last bit.
+    thread_local std::vector<T> widened;
+    widened.resize(size_t(2 * n * D));
+    T* kw = widened.data();
+    T* vw = kw + n * D;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < D; ++c) kw[j * D + c] = T(K.at(b, hk, j)[c]), vw[j * D + c] = T(V.at(b, hk, j)[c]);
+    return attend_row_loops(qr, Heads<T>(kw, 0, 0, D), Heads<T>(vw, 0, 0, D), 0, 0, n, D, scale, s, o, lse);
+  }
 }
 
 template <typename T>

@@ -219,9 +219,9 @@ inline void call_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
 // classifier's blocks and every weight gradient (A = dY transposed, cut along M: columns of dY). So
 // where dense_blocks() says so, each block of a product whose A is not transposed is made dense
 // before oneDNN sees it: B's block copied into the thread's buffer, C's computed into the thread's
-// buffer and then written into C (with beta C added there). The cut is the one that copies less
-// (cut_m_for_dense_blocks). Each output is still one call's sum over the whole K, so the values do
-// not depend on the cut.
+// buffer and then written into C (with beta C added there). The cut is along M where every task
+// gets rows (cut_m_for_dense_blocks), which copies nothing but a strided B. Each output is still one
+// call's sum over the whole K, so the values do not depend on the cut.
 // Weight gradients keep their blocks as they lie. On the 2-core Intel Xeon with AMX (family 6
 // model 167) gemm:jit multiplies them with AMX too, faster than brgemm after the copy (brgemm
 // transposes A again itself): bf16 1,077-1,426 GFLOP/s against 853-973, and float32 through
@@ -237,20 +237,20 @@ const E* dense_rows(const E* x, int64_t rows, int64_t cols, int64_t ld, std::vec
   return buf.data();
 }
 
-// One block (m, n) of a product with its operands and result made dense (NOTE [ Dense blocks for
-// oneDNN ]); run(a, lda, b, ldb, beta, c, ldc) multiplies them.
+// One block (m, n) of a product whose A is not transposed, with its operands and result made dense
+// (NOTE [ Dense blocks for oneDNN ]); run(a, lda, b, ldb, beta, c, ldc) multiplies them.
 template <typename TA, typename Run>
-void dense_block(bool ta, bool tb, int64_t m, int64_t n, int64_t K, const TA* a, int64_t lda, const TA* b,
-                 int64_t ldb, float beta, float* c, int64_t ldc, Run&& run) {
+void dense_block(bool tb, int64_t m, int64_t n, int64_t K, const TA* a, int64_t lda, const TA* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc, Run&& run) {
   // Each pool thread's own (the block runs whole on the thread that took it).
   thread_local std::vector<TA> a_buf, b_buf;
   thread_local std::vector<float> c_buf;
-  const int64_t acols = ta ? m : K, bcols = tb ? K : n;
-  a = dense_rows(a, ta ? K : m, acols, lda, a_buf);
+  const int64_t bcols = tb ? K : n;
+  a = dense_rows(a, m, K, lda, a_buf);
   b = dense_rows(b, tb ? n : K, bcols, ldb, b_buf);
-  if (ldc == n) return run(a, acols, b, bcols, beta, c, ldc);
+  if (ldc == n) return run(a, K, b, bcols, beta, c, ldc);
   c_buf.resize(size_t(m * n));
-  run(a, acols, b, bcols, 0.0f, c_buf.data(), n);
+  run(a, K, b, bcols, 0.0f, c_buf.data(), n);
   for (int64_t i = 0; i < m; ++i) {
     const float* from = c_buf.data() + i * n;
     float* to = c + i * ldc;
@@ -338,7 +338,7 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   auto block = [&](int64_t m, int64_t n, int64_t n0, const TA* a, const TA* b, T* c) {
     if constexpr (bf16_operands || float32)
       if (dense)
-        return dense_block(ta, tb, m, n, K, a, lda, b, ldb, beta, c, ldc,
+        return dense_block(tb, m, n, K, a, lda, b, ldb, beta, c, ldc,
                            [&](const TA* da, int64_t la, const TA* db, int64_t lb, float bt, float* dc, int64_t lc) {
                              multiply(m, n, n0, da, la, db, lb, bt, dc, lc);
                            });
@@ -349,7 +349,7 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       // The leading dimensions oneDNN sees: the block's own where it is made dense.
       // A C block made dense is computed with beta 0 and beta C added after.
-      const int64_t la = dense ? (ta ? m : K) : lda, lb = dense ? (tb ? K : n) : ldb, lc = dense ? n : ldc;
+      const int64_t la = dense ? K : lda, lb = dense ? (tb ? K : n) : ldb, lc = dense ? n : ldc;
       const float bt = dense && ldc != n ? 0.0f : float(beta);
       if constexpr (bf16_operands) return bf16::implementation(ta, tb, m, n, K, la, lb, lc, alpha, bt, bias != nullptr);
       if (!via_onednn) return std::string("OpenBLAS");

@@ -317,11 +317,6 @@ inline f32x16 load16_widened(const bfloat16* p) {
   return (f32x16)(__builtin_convertvector(h, bf16_u32x16) << 16);
 }
 #endif
-// sum_i a[i] float(b[i]): row_dot over b widened, in the same order (the same float32 sums).
-inline float row_dot(const float* a, const bfloat16* b, int64_t n) {
-  return vsum(n, [&](int64_t i) { return load8(a + i) * load8_widened(b + i); },
-              [&](int64_t i) { return a[i] * float(b[i]); });
-}
 
 // out[i] = bfloat16(x[i]) for n contiguous floats, sixteen (AVX-512) or eight at a time. A loop of bfloat16(x) does not
 // vectorize.
