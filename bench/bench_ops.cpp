@@ -196,6 +196,32 @@ void BM_GeluRounded(benchmark::State& state) {
 }
 BENCHMARK(BM_GeluRounded)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+void BM_GeluRoundedCold(benchmark::State& state) {
+  Tensor a = input({4096, 1536});
+  std::vector<float> sweep(size_t(state.range(0)) << 20);
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t i = 0; i < sweep.size(); i += 16) sweep[i] += 1.0f;
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(fused::gelu_rounded(a));
+  }
+  set_bytes(state, 6.0 * double(a.numel()));
+}
+BENCHMARK(BM_GeluRoundedCold)->Arg(0)->Arg(4)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_ConvertCold(benchmark::State& state) {
+  Tensor a = input({4096, 1536});
+  std::vector<float> sweep(size_t(state.range(0)) << 20);
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t i = 0; i < sweep.size(); i += 16) sweep[i] += 1.0f;
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(ops::to(a, DType::bf16));
+  }
+  set_bytes(state, 6.0 * double(a.numel()));
+}
+BENCHMARK(BM_ConvertCold)->Arg(0)->Arg(4)->Arg(16)->Arg(64)->Arg(128)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // Its backward as the first layer's operand: bfloat16(grad * gelu'(x)) and the bias gradient in one
 // pass, against BM_GeluBackward and then a conversion and a column sum (BM_Sum/cols0_rows1_all2:0).
 void BM_GeluBackwardRounded(benchmark::State& state) {

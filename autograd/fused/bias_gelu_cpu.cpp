@@ -69,7 +69,11 @@ void gelu_rounded(const Tensor& x, const Tensor& out) {
   parallel_for(x.numel(), cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
 #ifdef __AVX512F__
-    for (; i + 16 <= i1; i += 16) cpu::fused::store16_rounded(o + i, cpu::gelu_v(cpu::load16(xp + i)));
+    for (; i + 16 <= i1; i += 16) {
+      cpu::prefetch_ahead(xp + i);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
+      cpu::prefetch_ahead_for_write(o + i);
+      cpu::fused::store16_rounded(o + i, cpu::gelu_v(cpu::load16(xp + i)));
+    }
 #endif
     for (; i < i1; ++i) o[i] = bfloat16(cpu::gelu_v(cpu::splat(xp[i]))[0]);
   });
@@ -141,7 +145,12 @@ void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx
           };
           int64_t j = 0;
 #ifdef __AVX512F__
-          for (; j + 16 <= C; j += 16) columns(cpu::f32x16{}, j);
+          for (; j + 16 <= C; j += 16) {
+            cpu::prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
+            cpu::prefetch_ahead(gr + j);
+            cpu::prefetch_ahead_for_write(dr + j);
+            columns(cpu::f32x16{}, j);
+          }
 #endif
           for (; j + 8 <= C; j += 8) columns(cpu::f32x8{}, j);
           for (; j < C; ++j) {

@@ -29,6 +29,22 @@ inline f32x8 load_partial(const float* p, int64_t n) {
 }
 inline void store_partial(float* p, f32x8 v, int64_t n) { std::memcpy(p, &v, size_t(n) * sizeof(float)); }
 
+// NOTE [ Prefetching ahead ]
+// A pass that computes for tens of cycles a cache line (an exp, a division) leaves the hardware
+// prefetchers behind on some machines: on the 2-core AMX Xeon (a VM), GELU over a 25 MB float32
+// tensor out of cache ran at 6 GB/s, 3.4x its time in cache, where a conversion (a few cycles a
+// line) lost only 2x. Such a pass asks for the line kPrefetchAhead bytes ahead of each stream it
+// reads or writes, once per 64 bytes it passes: GELU then ran at 20 GB/s out of cache. Where the
+// hardware keeps up, the extra instruction is one load-port slot a line. A prefetch never faults,
+// so the address may lie past the end of the tensor (it is formed as an integer, not a pointer).
+inline constexpr uintptr_t kPrefetchAhead = 2048;
+inline void prefetch_ahead(const void* p) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + kPrefetchAhead));
+}
+inline void prefetch_ahead_for_write(const void* p) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + kPrefetchAhead), 1);
+}
+
 // NOTE [ Sixteen lanes ]
 // The functions below are written once for any lane count: V is f32x8, or f32x16 where the build
 // targets AVX-512 (one zmm register; Zen 5 and the Xeons execute it at full width, Zen 4 in two
