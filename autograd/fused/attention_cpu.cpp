@@ -97,6 +97,8 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 // (q and k rotated as they are read from the projection; see rotary_attention).
 // The cache lines of [p, p + bytes), bytes > 0: one a 64 bytes, and the last byte's (a row that
 // starts inside a line ends in one more).
+// Contiguous rows are fetched ahead too: on the 2-core AMX Xeon the hardware prefetchers left these
+// passes waiting as well (NOTE [ Prefetching ahead ] in backends/cpu/vec_math.h).
 inline void prefetch_bytes(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i);
@@ -106,11 +108,19 @@ inline void prefetch_row_ahead(const float* x, int64_t ld, int64_t cols, int64_t
   if (r + 8 >= r1) return;
   prefetch_bytes(x + (r + 8) * ld, cols * int64_t(sizeof(float)));
 }
+// The same for rows about to be written: fetched for ownership, so a store does not wait for it.
+inline void prefetch_row_ahead_for_write(float* x, int64_t ld, int64_t cols, int64_t r, int64_t r1) {
+  if (r + 8 >= r1) return;
+  const char* c = reinterpret_cast<const char*>(x + (r + 8) * ld);
+  const int64_t bytes = cols * int64_t(sizeof(float));
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 1);
+  __builtin_prefetch(c + bytes - 1, 1);
+}
 
 // Rows [r0, r1) of X (leading dimension ld, cols wide) rounded to bfloat16 into out (dense, cols wide).
 void round_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, bfloat16* out) {
   for (int64_t r = r0; r < r1; ++r) {
-    if (ld != cols) prefetch_row_ahead(x, ld, cols, r, r1);
+    prefetch_row_ahead(x, ld, cols, r, r1);
     vec::round_to_bf16(x + r * ld, cols, out + r * cols);
   }
 }
@@ -148,7 +158,7 @@ void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t 
 void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, float* out, const Rotation* rot,
                   int64_t first_position) {
   for (int64_t r = r0; r < r1; ++r) {
-    if (ld != cols) prefetch_row_ahead(x, ld, cols, r, r1);
+    prefetch_row_ahead(x, ld, cols, r, r1);
     if (rot) rot->rotate(x + r * ld, first_position + r, out + r * cols);
     else std::copy(x + r * ld, x + r * ld + cols, out + r * cols);
   }
@@ -694,7 +704,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
     const size_t block_elems = size_t(blk_rows * width_max);
     float* P = thread_scratch<float, Slot::s>(int64_t(block_elems));
     float* dP = thread_scratch<float, Slot::dp>(int64_t(block_elems));
-    float* Di = thread_scratch<float, Slot::di>(blk_rows);
+    float* Dh = thread_scratch<float, Slot::di>(d.Tq);  // rowsum(dO * O) of the head's rows
     E* qh = thread_scratch<E, Slot::q>(d.Tq * d.D);
     E* kh = thread_scratch<E, Slot::k>(d.Tk * d.D);
     // The bf16 products' other operands; float32 products read dout, v, P and dS where they are.
@@ -717,6 +727,11 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
       const E* dos;
       const E* vs;
       int64_t dold, vld;
+      for (int64_t r = 0; r < d.Tq; ++r) {  // rowsum(dO * O), its rows fetched ahead
+        prefetch_row_ahead(dO.at(b, h), dO.st, d.D, r, d.Tq);
+        prefetch_row_ahead(O.at(b, h), O.st, d.D, r, d.Tq);
+        Dh[r] = vec::row_dot(dO.at(b, h, r), O.at(b, h, r), d.D);
+      }
       if constexpr (bf16) {
         round_rows(dO.at(b, h), dO.st, d.D, 0, d.Tq, doh);
         round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh);
@@ -746,8 +761,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
             vec::exp_shifted(pr, n, lb[r], 1.0f, pr);
           std::fill(pr + n, pr + width, 0.0f);
           if constexpr (bf16) vec::round_to_bf16(pr, width, pb + r * width);
-          Di[r] = vec::row_dot(dO.at(b, h, i0 + r), O.at(b, h, i0 + r), d.D);  // rowsum(dO * O)
         }
+        const float* Di = Dh + i0;
         const E* pe;
         if constexpr (bf16) pe = pb;
         else pe = P;
@@ -772,10 +787,12 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         float* dqm = dq_in_place ? dqb : dq_scratch;
         gemm(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
         gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
-        if (inv)
-          for (int64_t r = 0; r < rows; ++r) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
-        else if (!dq_in_place)
-          for (int64_t r = 0; r < rows; ++r) std::copy(dqm + r * d.D, dqm + (r + 1) * d.D, dqb + r * dQ.st);
+        if (inv || !dq_in_place)
+          for (int64_t r = 0; r < rows; ++r) {
+            prefetch_row_ahead_for_write(dqb, dQ.st, d.D, r, rows);
+            if (inv) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
+            else std::copy(dqm + r * d.D, dqm + (r + 1) * d.D, dqb + r * dQ.st);
+          }
       }
       if (grouped) continue;
       if (kv_in_place) {
@@ -784,6 +801,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         continue;
       }
       for (int64_t t = 0; t < d.Tk; ++t) {  // the head's rows into their strided places
+        prefetch_row_ahead_for_write(dK.at(b, hk), dK.st, d.D, t, d.Tk);
+        prefetch_row_ahead_for_write(dV.at(b, hk), dV.st, d.D, t, d.Tk);
         if (inv) inv->rotate(dkh + t * d.D, t, dK.at(b, hk, t));
         else std::copy(dkh + t * d.D, dkh + (t + 1) * d.D, dK.at(b, hk, t));
         std::copy(dvh + t * d.D, dvh + (t + 1) * d.D, dV.at(b, hk, t));

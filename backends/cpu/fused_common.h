@@ -152,9 +152,18 @@ inline float exp_approx(float x) {
 inline double exp_approx(double x) { return std::exp(x); }
 
 // max_j x[j] (-inf for n = 0).
+// A first read of rows out of cache (cross-entropy's logits): lines are fetched ahead (NOTE
+// [ Prefetching ahead ] in vec_math.h).
 inline float row_max(const float* x, int64_t n) {
   f32x8 acc = f32x8{} - INFINITY;
   int64_t j = 0;
+  for (; j + 2 * kVec <= n; j += 2 * kVec) {
+    prefetch_ahead(x + j);
+    const f32x8 v = load8(x + j);
+    acc = v > acc ? v : acc;
+    const f32x8 w = load8(x + j + kVec);
+    acc = w > acc ? w : acc;
+  }
   for (; j + kVec <= n; j += kVec) {
     const f32x8 v = load8(x + j);
     acc = v > acc ? v : acc;
@@ -319,12 +328,17 @@ inline f32x16 load16_widened(const bfloat16* p) {
 #endif
 
 // out[i] = bfloat16(x[i]) for n contiguous floats, sixteen (AVX-512) or eight at a time. A loop of bfloat16(x) does not
-// vectorize.
+// vectorize. Conversions stream whole activations: lines are fetched ahead (NOTE [ Prefetching
+// ahead ] in vec_math.h).
 inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
   static_assert(sizeof(bfloat16) == sizeof(uint16_t));
   int64_t i = 0;
 #ifdef __AVX512F__
-  for (; i + 2 * kVec <= n; i += 2 * kVec) store16_rounded(out + i, load16(x + i));
+  for (; i + 2 * kVec <= n; i += 2 * kVec) {
+    prefetch_ahead(x + i);
+    prefetch_ahead_for_write(out + i);
+    store16_rounded(out + i, load16(x + i));
+  }
 #endif
   for (; i + kVec <= n; i += kVec) {
     bf16_u32x8 u;
@@ -340,7 +354,11 @@ inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
 inline void round_to_bf16(const float* x, int64_t n, float scale, bfloat16* out) {
   int64_t i = 0;
 #ifdef __AVX512F__
-  for (; i + 2 * kVec <= n; i += 2 * kVec) store16_rounded(out + i, load16(x + i) * scale);
+  for (; i + 2 * kVec <= n; i += 2 * kVec) {
+    prefetch_ahead(x + i);
+    prefetch_ahead_for_write(out + i);
+    store16_rounded(out + i, load16(x + i) * scale);
+  }
 #endif
   for (; i + kVec <= n; i += kVec) {
     const f32x8 y = load8(x + i) * scale;
