@@ -32,15 +32,26 @@ void adamw_impl(const Tensor& param, const Tensor& grad, const Tensor& m, const 
     if constexpr (std::is_same_v<T, float>) {
       // Explicit vectors: the scalar loop does not vectorize because of std::sqrt (errno).
       using vec::f32x8;
-      for (; i + vec::kVec <= i1; i += vec::kVec) {
-        const f32x8 g = vec::load8(gp + i), m0 = vec::load8(mp + i), v0 = vec::load8(vp + i);
-        const f32x8 pi = vec::no_contract(vec::load8(pp + i) * decay);
-        const f32x8 mi = vec::no_contract(m0 * b1) + one_minus_b1 * g;
-        const f32x8 vi = vec::no_contract(v0 * b2) + one_minus_b2 * g * g;
-        vec::store8(mp + i, mi);
-        vec::store8(vp + i, vi);
-        vec::store8(pp + i, pi - step_size * mi / (vec::sqrt8(vi) / bias2_sqrt + eps));
+      auto eight = [&](int64_t j) {
+        const f32x8 g = vec::load8(gp + j), m0 = vec::load8(mp + j), v0 = vec::load8(vp + j);
+        const f32x8 pj = vec::no_contract(vec::load8(pp + j) * decay);
+        const f32x8 mj = vec::no_contract(m0 * b1) + one_minus_b1 * g;
+        const f32x8 vj = vec::no_contract(v0 * b2) + one_minus_b2 * g * g;
+        vec::store8(mp + j, mj);
+        vec::store8(vp + j, vj);
+        vec::store8(pp + j, pj - step_size * mj / (vec::sqrt8(vj) / bias2_sqrt + eps));
+      };
+      // A cache line of each stream at a time, its lines 2 KB ahead asked for (NOTE [ Prefetching
+      // ahead ] in backends/cpu/vec_math.h).
+      for (; i + 2 * vec::kVec <= i1; i += 2 * vec::kVec) {
+        cpu::prefetch_ahead_for_write(pp + i);
+        cpu::prefetch_ahead(gp + i);
+        cpu::prefetch_ahead_for_write(mp + i);
+        cpu::prefetch_ahead_for_write(vp + i);
+        eight(i);
+        eight(i + vec::kVec);
       }
+      for (; i + vec::kVec <= i1; i += vec::kVec) eight(i);
     }
     for (; i < i1; ++i) {
       const T g = gp[i];

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <mvgpt/backends/cpu/parallel.h>
+#include <mvgpt/backends/cpu/vec_math.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/multi_tensor.h>
 
@@ -22,6 +23,7 @@ double sum_squares_f32(const float* x, int64_t n) {
   f64x4 a = {}, b = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    if (i % 16 == 0) cpu::prefetch_ahead(x + i);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
     f32x4 u, v;
     std::memcpy(&u, x + i, sizeof u);
     std::memcpy(&v, x + i + 4, sizeof v);

@@ -44,6 +44,15 @@ inline void prefetch_ahead(const void* p) {
 inline void prefetch_ahead_for_write(const void* p) {
   __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + kPrefetchAhead), 1);
 }
+// Row by row passes: the lines of the `bytes` bytes starting `ahead` bytes past p (a row a few
+// rows on, in contiguous rows), asked for at the start of a row.
+inline void prefetch_lines(const void* p, int64_t ahead, int64_t bytes, bool for_write = false) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) + uintptr_t(ahead);
+  for (uintptr_t a = first & ~uintptr_t(63); a < first + uintptr_t(bytes); a += 64) {
+    if (for_write) __builtin_prefetch(reinterpret_cast<const void*>(a), 1);
+    else __builtin_prefetch(reinterpret_cast<const void*>(a));
+  }
+}
 
 // NOTE [ Sixteen lanes ]
 // The functions below are written once for any lane count: V is f32x8, or f32x16 where the build
