@@ -99,7 +99,12 @@ void map_binary_f32x8(const Tensor& a, const Tensor& b, const Tensor& out, F8 f8
     if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
       int64_t i = 0;
 #ifdef __AVX512F__
-      for (; i + 2 * kVec <= n; i += 2 * kVec) store16(o + i, f8(load16(x + i), load16(y + i)));  // NOTE [ Sixteen lanes ]
+      for (; i + 2 * kVec <= n; i += 2 * kVec) {  // NOTE [ Sixteen lanes ], NOTE [ Prefetching ahead ]
+        prefetch_ahead(x + i);
+        prefetch_ahead(y + i);
+        prefetch_ahead_for_write(o + i);
+        store16(o + i, f8(load16(x + i), load16(y + i)));
+      }
 #endif
       for (; i + kVec <= n; i += kVec) store8(o + i, f8(load8(x + i), load8(y + i)));
       if (i < n) store_partial(o + i, f8(load_partial(x + i, n - i), load_partial(y + i, n - i)), n - i);

@@ -206,7 +206,11 @@ template <typename F>
 inline void map8(const float* x, float* y, int64_t n, F f8) {
   int64_t i = 0;
 #ifdef __AVX512F__
-  for (; i + 2 * kVec <= n; i += 2 * kVec) store16(y + i, f8(load16(x + i)));
+  for (; i + 2 * kVec <= n; i += 2 * kVec) {
+    prefetch_ahead(x + i);  // an exp or a division a line: NOTE [ Prefetching ahead ]
+    prefetch_ahead_for_write(y + i);
+    store16(y + i, f8(load16(x + i)));
+  }
 #endif
   for (; i + kVec <= n; i += kVec) store8(y + i, f8(load8(x + i)));
   if (i < n) store_partial(y + i, f8(load_partial(x + i, n - i)), n - i);
