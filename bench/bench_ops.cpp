@@ -207,6 +207,22 @@ void BM_GeluRoundedCold(benchmark::State& state) {
   }
   set_bytes(state, 6.0 * double(a.numel()));
 }
+void BM_Bf16GemmCold(benchmark::State& state) {
+  const int64_t M = 4096, K = 384, N = 1536;
+  Tensor a = ops::to(input({M, K}), DType::bf16);
+  Tensor b = ops::transpose(ops::to(input({N, K}), DType::bf16), 0, 1);
+  std::vector<float> sweep(size_t(state.range(0)) << 20);
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t i = 0; i < sweep.size(); i += 16) sweep[i] += 1.0f;
+    if (state.range(1)) { benchmark::DoNotOptimize(ops::sum(ops::to(a, DType::f32))); benchmark::DoNotOptimize(ops::sum(ops::to(ops::contiguous(b), DType::f32))); }
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Bf16GemmCold)->Args({0,0})->Args({64,0})->Args({64,1})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_GeluRoundedCold)->Arg(0)->Arg(4)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_ConvertCold(benchmark::State& state) {

@@ -35,7 +35,7 @@ void cross_entropy_rows(const Tensor& logits, const Tensor& targets, int64_t ign
   parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
     for (int64_t n = r0; n < r1; ++n) {
       const T* x = xp + n * V;
-      const T m = vec::row_max(x, V);
+      const T m = vec::row_max(x, V, /*fetch_ahead=*/true);
       // An all -inf row has lse -inf (and a nan loss unless ignored), as in PyTorch.
       const T s = m == -INFINITY ? T(0) : vec::exp_shifted(x, V, m, T(1), static_cast<T*>(nullptr));
       const T log_s = std::log(s);
@@ -76,7 +76,7 @@ void cross_entropy_rows_backward(const Tensor& dlosses, const Tensor& logits, co
       const T g = gp[n];
       vec::exp_shifted(xp + n * V, V, sp[n], g, out);  // softmax * g
       out[t] -= g;
-      if constexpr (rounded) vec::round_to_bf16(out, V, d);
+      if constexpr (rounded) vec::round_to_bf16(out, V, d, vec::Ahead::out);
     }
   });
 }
@@ -109,7 +109,7 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
       bfloat16* d = dp + n * V;
       const int64_t t = target_at(targets, n);
       const bool ignored = t == ignore_index;
-      const float m = vec::row_max(x, V);
+      const float m = vec::row_max(x, V, /*fetch_ahead=*/true);
       if (m == -INFINITY) {  // as cross_entropy_rows and its backward give it
         const float log_s = std::log(0.0f);
         sp[n] = m;
@@ -120,7 +120,7 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
         }
         vec::exp_shifted(x, V, sp[n], gp[n], row.data());
         row[size_t(t)] -= gp[n];
-        vec::round_to_bf16(row.data(), V, d);
+        vec::round_to_bf16(row.data(), V, d, vec::Ahead::out);
         continue;
       }
       const float s = vec::exp_shifted(x, V, m, 1.0f, ignored ? nullptr : row.data());  // (V) exp(x - m)
@@ -132,7 +132,7 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
         continue;
       }
       const float g = gp[n], c = g / s;
-      vec::round_to_bf16(row.data(), V, c, d);  // softmax * g
+      vec::round_to_bf16(row.data(), V, c, d, vec::Ahead::out);  // softmax * g
       const float at_target = vec::no_contract(row[size_t(t)] * c);  // rounded, as the row's other entries
       d[t] = bfloat16(at_target - g);
     }

@@ -50,7 +50,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
         const S* a = sp + off[1];
         if (s[0] == 1 && s[1] == 1) {
           // float32 -> bfloat16 runs eight at a time (a product's operand under --precision bf16).
-          if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bfloat16>) fused::round_to_bf16(a, n, o);
+          if constexpr (std::is_same_v<S, float> && std::is_same_v<D, bfloat16>) fused::round_to_bf16(a, n, o, fused::Ahead::both);
           else for (int64_t i = 0; i < n; ++i) o[i] = convert<D>(a[i]);
         } else if (s[0] == 1 && s[1] == 0) {
           const D v = convert<D>(*a);

@@ -152,13 +152,13 @@ inline float exp_approx(float x) {
 inline double exp_approx(double x) { return std::exp(x); }
 
 // max_j x[j] (-inf for n = 0).
-// A first read of rows out of cache (cross-entropy's logits): lines are fetched ahead (NOTE
-// [ Prefetching ahead ] in vec_math.h).
-inline float row_max(const float* x, int64_t n) {
+// fetch_ahead: a first read of a row from memory (cross-entropy's logits) asks for its lines ahead
+// (NOTE [ Prefetching ahead ] in vec_math.h).
+inline float row_max(const float* x, int64_t n, bool fetch_ahead = false) {
   f32x8 acc = f32x8{} - INFINITY;
   int64_t j = 0;
   for (; j + 2 * kVec <= n; j += 2 * kVec) {
-    prefetch_ahead(x + j);
+    if (fetch_ahead) prefetch_ahead(x + j);
     const f32x8 v = load8(x + j);
     acc = v > acc ? v : acc;
     const f32x8 w = load8(x + j + kVec);
@@ -173,7 +173,7 @@ inline float row_max(const float* x, int64_t n) {
   for (; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
 }
-inline double row_max(const double* x, int64_t n) {
+inline double row_max(const double* x, int64_t n, bool = false) {
   double m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
@@ -327,16 +327,20 @@ inline f32x16 load16_widened(const bfloat16* p) {
 }
 #endif
 
-// out[i] = bfloat16(x[i]) for n contiguous floats, sixteen (AVX-512) or eight at a time. A loop of bfloat16(x) does not
-// vectorize. Conversions stream whole activations: lines are fetched ahead (NOTE [ Prefetching
-// ahead ] in vec_math.h).
-inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
+// Which lines a rounding pass fetches ahead (NOTE [ Prefetching ahead ] in vec_math.h): none for
+// rows the cache holds (attention's blocks), out's for a result streamed to memory (cross-entropy's
+// gradient), both for a conversion of a whole activation.
+enum class Ahead { none, out, both };
+
+// out[i] = bfloat16(x[i]) for n contiguous floats, sixteen (AVX-512) or eight at a time. A loop of
+// bfloat16(x) does not vectorize.
+inline void round_to_bf16(const float* x, int64_t n, bfloat16* out, Ahead ahead = Ahead::none) {
   static_assert(sizeof(bfloat16) == sizeof(uint16_t));
   int64_t i = 0;
 #ifdef __AVX512F__
   for (; i + 2 * kVec <= n; i += 2 * kVec) {
-    prefetch_ahead(x + i);
-    prefetch_ahead_for_write(out + i);
+    if (ahead == Ahead::both) prefetch_ahead(x + i);
+    if (ahead != Ahead::none) prefetch_ahead_for_write(out + i);
     store16_rounded(out + i, load16(x + i));
   }
 #endif
@@ -351,12 +355,12 @@ inline void round_to_bf16(const float* x, int64_t n, bfloat16* out) {
 
 // out[i] = bfloat16(x[i] * scale): the float32 product, then rounded as above (one pass where a
 // scaling and a rounding would take two).
-inline void round_to_bf16(const float* x, int64_t n, float scale, bfloat16* out) {
+inline void round_to_bf16(const float* x, int64_t n, float scale, bfloat16* out, Ahead ahead = Ahead::none) {
   int64_t i = 0;
 #ifdef __AVX512F__
   for (; i + 2 * kVec <= n; i += 2 * kVec) {
-    prefetch_ahead(x + i);
-    prefetch_ahead_for_write(out + i);
+    if (ahead == Ahead::both) prefetch_ahead(x + i);
+    if (ahead != Ahead::none) prefetch_ahead_for_write(out + i);
     store16_rounded(out + i, load16(x + i) * scale);
   }
 #endif
