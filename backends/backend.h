@@ -104,6 +104,11 @@ class Backend {
   // default is matmul then an in-place add; a backend may fold the bias into its GEMM instead.
   // dtypes as matmul's; the bias has out's dtype.
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+  // Whether matmul and linear also take bf16 operands with a bf16 out: the f32 sums rounded to
+  // nearest even as they are written (ops::matmul and ops::linear ask for it where a bfloat16
+  // result is wanted; elsewhere they narrow an f32 out afterwards, the same values up to the
+  // order of the sums).
+  virtual bool rounds_products_to_bf16() const { return false; }
 
   // --- precision ---
   // Whether this device computes bfloat16 products natively (AMX or AVX512-BF16 on the CPU, tensor

@@ -21,7 +21,12 @@ DType result_dtype(const Tensor& a, std::optional<DType> out, const char* op) {
                                 " operands is not supported (only bfloat16 operands may give float32)");
   return want;
 }
-DType kernel_dtype(DType operands) { return operands == DType::bf16 ? DType::f32 : operands; }
+// The dtype the backend writes: a bfloat16 result where the backend rounds its products' sums as
+// it writes them (Backend::rounds_products_to_bf16), else float32 for bfloat16 operands.
+DType kernel_dtype(DType operands, DType result, const Backend& backend) {
+  if (operands != DType::bf16) return operands;
+  return result == DType::bf16 && backend.rounds_products_to_bf16() ? DType::bf16 : DType::f32;
+}
 
 // A product's row in the op profile: its operands' dtype and shape, "float32 [batch x ]M x K x N", and its flops.
 profile::Detail product_detail(DType operands, int64_t batch, int64_t M, int64_t K, int64_t N) {
@@ -58,9 +63,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) 
   sa.push_back(M), sa.push_back(K);
   sb.push_back(K), sb.push_back(N);
   so.push_back(M), so.push_back(N);
-  Tensor out = Tensor::empty(so, kernel_dtype(a.dtype()), a.device());
+  Backend& backend = detail::backend_of(a);
+  Tensor out = Tensor::empty(so, kernel_dtype(a.dtype(), result, backend), a.device());
   const profile::Span span("matmul", [&] { return product_detail(a.dtype(), numel(batch), M, K, N); });
-  detail::backend_of(a).matmul(detail::expand_to(wa, sa), detail::expand_to(wb, sb), out);
+  backend.matmul(detail::expand_to(wa, sa), detail::expand_to(wb, sb), out);
   if (b_vec) out = views::squeeze(out, -1);
   if (a_vec) out = views::squeeze(out, b_vec ? -1 : -2);
   return detail::narrow_result(out, result);
@@ -90,10 +96,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::op
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   Tensor x2 = reshape(x, {rows, in_features});
-  Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype()), x.device());
+  Backend& backend = detail::backend_of(x);
+  Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype(), result, backend), x.device());
   if (out.numel() > 0) {
     const profile::Span span("linear", [&] { return product_detail(x.dtype(), 1, rows, in_features, out_features); });
-    detail::backend_of(x).linear(x2, weight, bias.defined() ? detail::widen(bias) : bias, out);
+    backend.linear(x2, weight, bias.defined() ? detail::widen(bias) : bias, out);
   }
   Shape out_shape = x.shape();
   out_shape[out_shape.size() - 1] = out_features;

@@ -280,6 +280,30 @@ void widen(const bfloat16* X, int64_t rows, int64_t cols, int64_t ld, float* out
   }
 }
 
+void gemm_one_thread_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
+                             const bfloat16* B, int64_t ldb, bfloat16* C, int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0 || K <= 0)
+    throw std::logic_error("bf16::gemm_one_thread_rounded: an empty product reached the kernel");
+  if (!g_force_fallback.load(std::memory_order_relaxed)) {
+    onednn::Product p = bf16_product(ta, tb, M, N, K, lda, ldb, ldc, 1.0f, 0.0f, bias != nullptr);
+    p.result = DType::bf16;
+    if (onednn::multiply(p, A, B, C, bias)) return;
+  }
+  thread_local std::vector<float> product;
+  product.resize(size_t(M * N));
+  gemm_one_thread(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, product.data(), N, bias);
+  for (int64_t i = 0; i < M; ++i) fused::round_to_bf16(product.data() + i * N, N, C + i * ldc);
+}
+
+std::string implementation_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                   int64_t ldc, bool bias) {
+  if (g_force_fallback.load()) return "float32 fallback";
+  onednn::Product p = bf16_product(ta, tb, M, N, K, lda, ldb, ldc, 1.0f, 0.0f, bias);
+  p.result = DType::bf16;
+  const std::string impl = onednn::implementation(p);
+  return onednn::takes(DType::bf16, impl) ? impl : "float32 fallback";
+}
+
 void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0 || K <= 0) throw std::logic_error("bf16::gemm_one_thread: an empty product reached the kernel");

@@ -32,6 +32,14 @@ std::string kernel_name();
 // of exact products, in another order.
 void gemm_one_thread(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                      const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
+// C (M, N) = bfloat16(op(A) op(B) (+ bias)): the float32 sums rounded to nearest even as oneDNN
+// writes them (a product whose result only feeds bf16 consumers: half the bytes to write and read).
+// Where oneDNN does not multiply, the float32 product above into this thread's buffer, then rounded.
+void gemm_one_thread_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
+                             const bfloat16* B, int64_t ldb, bfloat16* C, int64_t ldc, const float* bias = nullptr);
+// The implementation such a product runs on ("float32 fallback" where it is not oneDNN's).
+std::string implementation_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                   int64_t ldc, bool bias);
 
 // The matrix-vector products of decoding (one row of activations against a weight), written here
 // rather than sent to oneDNN, whose per-call cost is as large as the product itself, or widened

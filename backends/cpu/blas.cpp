@@ -470,4 +470,45 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
   gemm_bias_impl(float32_via_onednn(tb, N), ta, tb, M, N, K, A, lda, B, ldb, bias, C, ldc, parallel);
 }
 
+// NOTE [ bf16 results ]
+// A product whose result only feeds bfloat16 consumers (the MLP's pre-activation, which the GELU
+// reads and rounds, and its gradient) is written in bfloat16 by oneDNN itself: half the bytes to
+// write and to read back, and on the 2-core AMX Xeon a product's output is what it waits for when
+// memory is cold (BM_Bf16GemmCold, 4096 x 384 x 1536: 2.1 ms with its 25 MB float32 output in the
+// cache, 3.8-3.9 ms without). Cut along M over the pool (along N where M has too few rows), each
+// block one oneDNN call; one-row and one-column products, empty sums and CPUs without bf16 kernels
+// compute the float32 product and round it, the same values up to the order of the sums.
+void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+                  int64_t ldb, const float* bias, bfloat16* C, int64_t ldc, bool parallel) {
+  if (M <= 0 || N <= 0) return;
+  if (M > 1 && N > 1 && K > 0 && bf16::native_kernels()) {
+    const bool large = parallel && M * N * K >= kMinParallelGemm;
+    const int64_t blocks = large ? threads() * kBf16BlocksPerThread : 1;
+    const bool cut_m = cut_m_for_dense_blocks(M, blocks);
+    if (parallel) profile::note_kernel([&] {
+      const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
+      return bf16::implementation_rounded(ta, tb, m, n, K, lda, ldb, ldc, bias != nullptr) + ", bf16 result";
+    });
+    if (cut_m)
+      for_blocks(M, blocks, [&](int64_t m0, int64_t m1) {
+        bf16::gemm_one_thread_rounded(ta, tb, m1 - m0, N, K, ta ? A + m0 : A + m0 * lda, lda, B, ldb, C + m0 * ldc,
+                                      ldc, bias);
+      });
+    else
+      for_blocks(N, blocks, [&](int64_t n0, int64_t n1) {
+        bf16::gemm_one_thread_rounded(ta, tb, M, n1 - n0, K, A, lda, tb ? B + n0 * ldb : B + n0, ldb, C + n0, ldc,
+                                      bias ? bias + n0 : nullptr);
+      });
+    return;
+  }
+  std::vector<float> product(size_t(M * N));
+  if (bias) gemm_bias(ta, tb, M, N, K, A, lda, B, ldb, bias, product.data(), N, parallel);
+  else gemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, product.data(), N, parallel);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) fused::round_to_bf16(product.data() + r * N, N, C + r * ldc);
+  };
+  if (parallel && M * N >= kMinParallelGemv) parallel_for(M, std::max<int64_t>(1, kMinParallelGemv / N), rows);
+  else rows(0, M);
+}
+
 }  // namespace mvgpt::cpu::blas

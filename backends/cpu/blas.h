@@ -39,5 +39,10 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16
                int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel = true);
 void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                int64_t ldb, const float* bias, float* C, int64_t ldc, bool parallel = true);
+// C (M, N) = bfloat16(op(A) op(B) (+ bias)), bfloat16 operands: the float32 sums (and bias) rounded
+// to nearest even as oneDNN writes them, where a product's result only feeds bf16 consumers (NOTE
+// [ bf16 results ] in blas.cpp). bias may be null.
+void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+                  int64_t ldb, const float* bias, bfloat16* C, int64_t ldc, bool parallel = true);
 
 }  // namespace mvgpt::cpu::blas

@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  bool rounds_products_to_bf16() const override { return true; }
 
   void index_select(const Tensor& src, int axis, const Tensor& index, const Tensor& out) override;
   void gather(const Tensor& src, int axis, const Tensor& index, const Tensor& out) override;

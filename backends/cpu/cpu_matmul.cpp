@@ -34,6 +34,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const TA* A, int64_
           bool parallel = true) {
   blas::gemm(ta, tb, M, N, K, T(1), A, lda, B, ldb, T(0), C, N, parallel);
 }
+// A bfloat16 result (NOTE [ bf16 results ] in blas.cpp).
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+          int64_t ldb, bfloat16* C, bool parallel = true) {
+  blas::gemm_rounded(ta, tb, M, N, K, A, lda, B, ldb, nullptr, C, N, parallel);
+}
 
 // TA: the operands' type; T: the accumulation and result type (bfloat16 operands: float).
 template <typename TA, typename T>
@@ -89,21 +94,33 @@ void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out
   const MatLayout lx = blas_layout(N, I, x.strides()[0], x.strides()[1]);
   const MatLayout lw = blas_layout(O, I, weight.strides()[0], weight.strides()[1]);
   T* c = out.data<T>();
-  if (bias.defined()) {
-    Tensor b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
-    if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
-    const T* bp = b.data<T>();
-    if constexpr (std::is_same_v<T, float>) {
-      return blas::gemm_bias(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,
-                             static_cast<const TA*>(weight.raw_data()), lw.ld, bp, c, O);
+  if constexpr (std::is_same_v<T, bfloat16>) {  // bfloat16 operands and result: the bias in oneDNN's pass
+    const float* bp = nullptr;
+    Tensor b;
+    if (bias.defined()) {
+      b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
+      if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
+      bp = b.data<float>();
     }
-    parallel_for(N, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(O, 1)), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + O, c + r * O);
-    });
+    return blas::gemm_rounded(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,
+                              static_cast<const TA*>(weight.raw_data()), lw.ld, bp, c, O);
+  } else {
+    if (bias.defined()) {
+      Tensor b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
+      if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
+      const T* bp = b.data<T>();
+      if constexpr (std::is_same_v<T, float>) {
+        return blas::gemm_bias(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,
+                               static_cast<const TA*>(weight.raw_data()), lw.ld, bp, c, O);
+      }
+      parallel_for(N, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(O, 1)), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) std::copy(bp, bp + O, c + r * O);
+      });
+    }
+    // op(B) = weight^T: a row-major weight is read transposed, a transposed view as it is.
+    blas::gemm(lx.trans, !lw.trans, N, O, I, T(1), static_cast<const TA*>(x.raw_data()), lx.ld,
+               static_cast<const TA*>(weight.raw_data()), lw.ld, bias.defined() ? T(1) : T(0), c, O);
   }
-  // op(B) = weight^T: a row-major weight is read transposed, a transposed view as it is.
-  blas::gemm(lx.trans, !lw.trans, N, O, I, T(1), static_cast<const TA*>(x.raw_data()), lx.ld,
-             static_cast<const TA*>(weight.raw_data()), lw.ld, bias.defined() ? T(1) : T(0), c, O);
 }
 
 }  // namespace
@@ -111,6 +128,8 @@ void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   if (out.numel() == 0) return;
   if (x.dtype() == DType::bf16 && out.dtype() == DType::f32) return linear_typed<bfloat16, float>(x, weight, bias, out);
+  if (x.dtype() == DType::bf16 && out.dtype() == DType::bf16)
+    return linear_typed<bfloat16, bfloat16>(x, weight, bias, out);
   switch (out.dtype()) {
     case DType::f32: return linear_typed<float, float>(x, weight, bias, out);
     case DType::f64: return linear_typed<double, double>(x, weight, bias, out);
@@ -127,6 +146,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     return;
   }
   if (a.dtype() == DType::bf16 && out.dtype() == DType::f32) return matmul_typed<bfloat16, float>(a, b, out);
+  if (a.dtype() == DType::bf16 && out.dtype() == DType::bf16) return matmul_typed<bfloat16, bfloat16>(a, b, out);
   switch (out.dtype()) {
     case DType::f32: return matmul_typed<float, float>(a, b, out);
     case DType::f64: return matmul_typed<double, double>(a, b, out);

@@ -51,7 +51,8 @@ struct ProductHash {
   size_t operator()(const Product& k) const {
     size_t h = std::hash<int64_t>()(k.M);
     for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc,
-                      int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.bias) + int64_t(k.operands) * 8})
+                      int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.bias) + int64_t(k.operands) * 8 +
+                          int64_t(k.result) * 256})
       h = h * 1000003u ^ std::hash<int64_t>()(v);
     return h * 1000003u ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
   }
@@ -76,7 +77,10 @@ Plan make_plan(const Product& k) {
   const dt op = k.operands == DType::f32 ? dt::f32 : dt::bf16;
   const dnnl::memory::desc a({k.M, k.K}, op, k.ta ? dims{1, k.lda} : dims{k.lda, 1});
   const dnnl::memory::desc b({k.K, k.N}, op, k.tb ? dims{1, k.ldb} : dims{k.ldb, 1});
-  const dnnl::memory::desc c({k.M, k.N}, dt::f32, dims{k.ldc, 1});
+  if (k.result != DType::f32 && !(k.result == DType::bf16 && k.operands == DType::bf16))
+    throw std::logic_error("onednn::multiply: a " + std::string(dtype_name(k.result)) + " result of " +
+                           std::string(dtype_name(k.operands)) + " operands");
+  const dnnl::memory::desc c({k.M, k.N}, k.result == DType::bf16 ? dt::bf16 : dt::f32, dims{k.ldc, 1});
   const dnnl::memory::desc bias = k.bias ? dnnl::memory::desc({1, k.N}, dt::f32, dims{k.N, 1}) : dnnl::memory::desc();
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -124,7 +128,7 @@ std::string implementation(const Product& p) {
   return it->second;
 }
 
-bool multiply(const Product& k, const void* A, const void* B, float* C, const float* bias) {
+bool multiply(const Product& k, const void* A, const void* B, void* C, const float* bias) {
   if (k.bias != (bias != nullptr))
     throw std::logic_error("onednn::multiply: a bias where the product has none, or none where it has one");
   dnnl::stream& stream = thread_stream();

@@ -13,13 +13,15 @@ namespace mvgpt::cpu::onednn {
 
 // C (M, N) = alpha op(A) op(B) + beta C (+ bias: N floats, one per column of C, added in the
 // product's output pass), row-major, lda/ldb/ldc the row strides of the matrices as stored. The
-// operands are float32 or bfloat16; C and the bias are float32.
+// operands are float32 or bfloat16; the bias is float32; C is float32, or bfloat16 (result) for
+// bfloat16 operands: the float32 sums rounded to nearest even as they are written.
 struct Product {
   bool ta = false, tb = false;
   int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
   float alpha = 1.0f, beta = 0.0f;
   bool bias = false;
   DType operands = DType::f32;
+  DType result = DType::f32;
   bool operator==(const Product&) const = default;
 };
 
@@ -35,8 +37,8 @@ bool takes(DType operands, const std::string& implementation);
 
 // Runs the product on this thread and returns true, or returns false without touching C where
 // oneDNN has no implementation it takes (see takes). A and B point at the operands' first
-// elements, of the product's operand type.
-bool multiply(const Product& p, const void* A, const void* B, float* C, const float* bias = nullptr);
+// elements, of the product's operand type; C at the result's, of its result type.
+bool multiply(const Product& p, const void* A, const void* B, void* C, const float* bias = nullptr);
 
 // Where multiply returned false and another GEMM is to multiply instead: C (M, N) = beta C + bias
 // (C not read where beta is 0), and the beta, 1, that the other GEMM then adds its product with.
