@@ -240,12 +240,15 @@ BENCHMARK(BM_ConvertCold)->Arg(0)->Arg(4)->Arg(16)->Arg(64)->Arg(128)->Unit(benc
 
 // Its backward as the first layer's operand: bfloat16(grad * gelu'(x)) and the bias gradient in one
 // pass, against BM_GeluBackward and then a conversion and a column sum (BM_Sum/cols0_rows1_all2:0).
+// bf16:1, the MLP's under bf16 products: x and grad in bfloat16 (NOTE [ The MLP's activations in
+// bf16 ] in autograd/fused/bias_gelu.h).
 void BM_GeluBackwardRounded(benchmark::State& state) {
-  Tensor a = input({4096, 1536}), g = input({4096, 1536});
+  const DType dt = state.range(0) ? DType::bf16 : DType::f32;
+  Tensor a = ops::to(input({4096, 1536}), dt), g = ops::to(input({4096, 1536}), dt);
   for (auto _ : state) benchmark::DoNotOptimize(fused::gelu_backward_rounded(a, g));
-  set_bytes(state, 10.0 * double(a.numel()));
+  set_bytes(state, (2.0 * double(dtype_size(dt)) + 2.0) * double(a.numel()));
 }
-BENCHMARK(BM_GeluBackwardRounded)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GeluBackwardRounded)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // nn.Linear at the MLP's first layer, bias folded into the GEMM.
 void BM_Linear(benchmark::State& state) {

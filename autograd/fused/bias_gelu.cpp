@@ -55,37 +55,56 @@ Tensor bias_gelu_backward(const Tensor& grad, const Tensor& x, const Tensor& bia
   return cast_back(dx, x.dtype());
 }
 
+namespace {
+// x, or grad, as a kernel reads it: float32 or bfloat16 on the CPU; the CUDA kernels read float32,
+// so a bfloat16 tensor is widened for them first (exact: the same values).
+Tensor kernel_input(const Tensor& t, const char* op, const char* what) {
+  if (t.dtype() != DType::f32 && t.dtype() != DType::bf16)
+    fail(op, std::string(what) + " must be float32 or bfloat16, found " + std::string(dtype_name(t.dtype())));
+  if (t.dtype() == DType::bf16 && !t.device().is_cpu()) return ops::to(t, DType::f32);
+  return ops::contiguous(t);
+}
+}  // namespace
+
 Tensor gelu_rounded(const Tensor& x) {
   const char* op = "gelu_rounded";
-  require_floating(x, op, "x");
-  if (x.dtype() != DType::f32) fail(op, std::string("x must be float32, found ") + std::string(dtype_name(x.dtype())));
+  require_defined(x, op, "x");
   Tensor out = Tensor::empty(x.shape(), DType::bf16, x.device());
+  const Tensor xin = kernel_input(x, op, "x");
   if (out.numel() > 0) {
     const profile::Span span("gelu_rounded");
-    kernels(x.device()).gelu_rounded(ops::contiguous(x), out);
+    kernels(x.device()).gelu_rounded(xin, out);
   }
   return out;
 }
 
 std::pair<Tensor, Tensor> gelu_backward_rounded(const Tensor& x, const Tensor& grad) {
   const char* op = "gelu_backward_rounded";
-  require_floating(x, op, "x");
-  if (x.dtype() != DType::f32) fail(op, std::string("x must be float32, found ") + std::string(dtype_name(x.dtype())));
+  require_defined(x, op, "x");
+  const Tensor xin = kernel_input(x, op, "x");
   if (x.dim() != 2) fail(op, "x must be (N, C), found shape " + to_string(x.shape()));
-  check_grad_like(op, grad, x, "grad");
-  if (grad.dtype() != DType::f32)
-    fail(op, std::string("grad must be float32, found ") + std::string(dtype_name(grad.dtype())));
+  require_defined(grad, op, "grad");
+  if (grad.shape() != x.shape() || grad.device() != x.device())
+    fail(op, "grad must have x's shape " + to_string(x.shape()) + " and device, found " + to_string(grad.shape()) +
+                 " on " + grad.device().str());
+  const Tensor gin = kernel_input(grad, op, "grad");
   Tensor dx = Tensor::empty(x.shape(), DType::bf16, x.device());
   Tensor sums = Tensor::empty({x.size(1)}, DType::f32, x.device());
   if (x.size(1) > 0) {
     const profile::Span span("gelu_backward_rounded");
-    kernels(x.device()).gelu_backward_rounded(ops::contiguous(x), ops::contiguous(grad), dx, sums);
+    kernels(x.device()).gelu_backward_rounded(xin, gin, dx, sums);
   }
   return {dx, sums};
 }
 
 namespace reference {
 Tensor bias_gelu(const Tensor& x, const Tensor& bias) { return ops::gelu(ops::add(x, bias)); }
+
+Tensor linear_gelu_linear_bf16(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
+                               const Tensor& b2) {
+  const auto r = [](const Tensor& t) { return mvgpt::to(mvgpt::to(t, DType::bf16), t.dtype()); };
+  return mvgpt::linear(r(mvgpt::gelu(r(mvgpt::linear(x, w1, b1)))), w2, b2);
+}
 }  // namespace reference
 }  // namespace fused
 
@@ -119,16 +138,18 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
   const bool fits = x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.size(1) &&
                     w2.size(1) == w1.size(0) && w1.size(0) > 1 && x.device() == w1.device() &&
                     x.device() == w2.device();
-  if (!fits || !autograd::detail::bf16_products(x, w1) || !autograd::detail::bf16_products(x, w2))
+  if (!autograd::detail::bf16_products(x, w1) || !autograd::detail::bf16_products(x, w2))
     return linear(linear_gelu(x, w1, b1), w2, b2);
+  if (!fits) return fused::reference::linear_gelu_linear_bf16(x, w1, b1, w2, b2);
   const autograd::InternalOps internal;
   const int64_t in = w1.size(1), hidden = w1.size(0), out = w2.size(0);
-  // The forward of linear, gelu and linear under bf16 products (autograd/linalg.cpp), the GELU rounded
-  // in its own pass.
+  // The forward of linear, gelu and linear under bf16 products (autograd/linalg.cpp), with the hidden
+  // activations in bfloat16 as autocast keeps them (NOTE [ The MLP's activations in bf16 ] in
+  // bias_gelu.h): the first product writes its result rounded, the GELU reads and rounds it.
   Tensor xb = autograd::detail::product_operand(x);     // (..., in) bfloat16
   Tensor w1b = autograd::detail::product_operand(w1);   // (hidden, in)
   Tensor w2b = autograd::detail::product_operand(w2);   // (out, hidden)
-  Tensor pre = ops::linear(xb, w1b, b1, DType::f32);      // (..., hidden)
+  Tensor pre = ops::linear(xb, w1b, b1, DType::bf16);     // (..., hidden) bfloat16
   Tensor h = fused::gelu_rounded(pre);                    // (..., hidden) bfloat16
   Tensor y = ops::linear(h, w2b, b2, DType::f32);         // (..., out)
   if (!needs_grad(x, w1, b1, w2, b2)) return y;
@@ -153,7 +174,7 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
           dw2 = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(sh.unpack("linear_gelu_linear"), {rows, hidden}),
                             DType::f32);
         if (!spre.defined()) return {dx, dw1, db1, dw2, db2};
-        Tensor dh = ops::matmul(gp, sw2.unpack("linear_gelu_linear"), DType::f32);  // (N, hidden)
+        Tensor dh = ops::matmul(gp, sw2.unpack("linear_gelu_linear"), DType::bf16);  // (N, hidden) bfloat16
         // The GELU's backward, already the first layer's rounded operand, and its bias gradient.
         auto [dpre, sums] =
             fused::gelu_backward_rounded(ops::reshape(spre.unpack("linear_gelu_linear"), {rows, hidden}), dh);

@@ -52,9 +52,9 @@ __global__ void gelu_backward_rounded_kernel(int64_t N, int64_t C, int64_t chunk
     double acc = 0;
     for (int64_t r = chunk * kSumRows; r < r1; ++r) {
       const int64_t at = r * C + j;
-      const float d = grad[at] * math::gelu_tanh_grad(x[at]);
-      dx[at] = math::float_to_bf16_bits(d);
-      acc += double(d);
+      const uint16_t d = math::float_to_bf16_bits(grad[at] * math::gelu_tanh_grad(x[at]));
+      dx[at] = d;
+      acc += double(math::bf16_bits_to_float(d));  // the sums of dx's rounded values (bias_gelu.h)
     }
     partial[chunk * C + j] = acc;
   }

@@ -58,38 +58,53 @@ void backward(const Tensor& grad, const Tensor& x, const Tensor& bias, const Ten
   }
 }
 
-// bfloat16(gelu(x)): the unary GELU kernel's lanes (cpu::gelu_v, lane by lane the same in any
-// width), each rounded as it is stored.
-void gelu_rounded(const Tensor& x, const Tensor& out) {
-  if (!x.is_contiguous() || !out.is_contiguous() || x.dtype() != DType::f32 || out.dtype() != DType::bf16 ||
-      x.numel() != out.numel())
-    throw std::logic_error("gelu_rounded (cpu): a contiguous float32 x and bfloat16 out of its size expected");
-  const float* xp = x.data<float>();
-  bfloat16* o = out.data<bfloat16>();
-  parallel_for(x.numel(), cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+// x as float32 lanes: float32 as it is, bfloat16 widened (exact).
+inline cpu::f32x8 load(const float* p, cpu::f32x8) { return cpu::load8(p); }
+inline cpu::f32x8 load(const bfloat16* p, cpu::f32x8) { return cpu::fused::load8_widened(p); }
+#ifdef __AVX512F__
+inline cpu::f32x16 load(const float* p, cpu::f32x16) { return cpu::load16(p); }
+inline cpu::f32x16 load(const bfloat16* p, cpu::f32x16) { return cpu::fused::load16_widened(p); }
+#endif
+
+// bfloat16(gelu(x)), x float32 or bfloat16 (the MLP's pre-activation as its product wrote it): the
+// unary GELU kernel's lanes (cpu::gelu_v, lane by lane the same in any width), each rounded as it
+// is stored.
+template <typename In>
+void gelu_rounded_impl(const In* xp, bfloat16* o, int64_t n) {
+  parallel_for(n, cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
 #ifdef __AVX512F__
     for (; i + 16 <= i1; i += 16) {
       cpu::prefetch_ahead(xp + i);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
       cpu::prefetch_ahead_for_write(o + i);
-      cpu::fused::store16_rounded(o + i, cpu::gelu_v(cpu::load16(xp + i)));
+      cpu::fused::store16_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x16{})));
     }
 #endif
-    for (; i < i1; ++i) o[i] = bfloat16(cpu::gelu_v(cpu::splat(xp[i]))[0]);
+    for (; i < i1; ++i) o[i] = bfloat16(cpu::gelu_v(cpu::splat(float(xp[i])))[0]);
   });
 }
+void gelu_rounded(const Tensor& x, const Tensor& out) {
+  if (!x.is_contiguous() || !out.is_contiguous() || (x.dtype() != DType::f32 && x.dtype() != DType::bf16) ||
+      out.dtype() != DType::bf16 || x.numel() != out.numel())
+    throw std::logic_error("gelu_rounded (cpu): a contiguous float32 or bfloat16 x and bfloat16 out of its size expected");
+  if (x.dtype() == DType::bf16) gelu_rounded_impl(x.data<bfloat16>(), out.data<bfloat16>(), x.numel());
+  else gelu_rounded_impl(x.data<float>(), out.data<bfloat16>(), x.numel());
+}
 
-inline void store_rounded(bfloat16* out, cpu::f32x8 v) {
+// d rounded into out, and the rounded values as float32 lanes (what the column sums add).
+inline cpu::f32x8 store_rounded(bfloat16* out, cpu::f32x8 v) {
   cpu::fused::bf16_u32x8 u;
   std::memcpy(&u, &v, sizeof u);
   const cpu::fused::bf16_u16x8 h = cpu::fused::round8_to_bf16(u);
   std::memcpy(static_cast<void*>(out), &h, sizeof h);
+  return cpu::fused::load8_widened(out);
 }
 #ifdef __AVX512F__
-inline void store_rounded(bfloat16* out, cpu::f32x16 v) { cpu::fused::store16_rounded(out, v); }
-inline cpu::f32x16 load(const float* p, cpu::f32x16) { return cpu::load16(p); }
+inline cpu::f32x16 store_rounded(bfloat16* out, cpu::f32x16 v) {
+  cpu::fused::store16_rounded(out, v);
+  return cpu::fused::load16_widened(out);
+}
 #endif
-inline cpu::f32x8 load(const float* p, cpu::f32x8) { return cpu::load8(p); }
 inline void store(float* p, cpu::f32x8 v) { cpu::store8(p, v); }
 #ifdef __AVX512F__
 inline void store(float* p, cpu::f32x16 v) { cpu::store16(p, v); }
@@ -99,24 +114,11 @@ inline void store(float* p, cpu::f32x16 v) { cpu::store16(p, v); }
 // so the column sums below are ops::sum(dx, {0})'s bits.
 constexpr int64_t kSumRowBlock = cpu::kColumnSumRowBlock, kSumRowGroup = cpu::kColumnSumRowGroup;
 
-// dx = grad * gelu'(x) (the unary GELU backward's lanes), stored rounded to bfloat16, and its column
-// sums from the float32 values, in one pass over x and grad.
-void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx, const Tensor& sums) {
-  const bool fits = x.dim() == 2 && x.is_contiguous() && grad.is_contiguous() && dx.is_contiguous() &&
-                    sums.is_contiguous() && x.dtype() == DType::f32 && grad.dtype() == DType::f32 &&
-                    dx.dtype() == DType::bf16 && sums.dtype() == DType::f32 && grad.shape() == x.shape() &&
-                    dx.shape() == x.shape() && sums.numel() == x.size(1);
-  if (!fits)
-    throw std::logic_error("gelu_backward_rounded (cpu): contiguous float32 x and grad (N, C), bfloat16 dx (N, C) and "
-                           "float32 sums (C) expected");
-  const int64_t N = x.size(0), C = x.size(1);
-  if (C == 0) return;
-  if (N == 0) {  // no rows: every sum is 0
-    std::fill(sums.data<float>(), sums.data<float>() + C, 0.0f);
-    return;
-  }
-  const float *xp = x.data<float>(), *gp = grad.data<float>();
-  bfloat16* dp = dx.data<bfloat16>();
+// dx = bfloat16(grad * gelu'(x)) (the unary GELU backward's lanes on x and grad as float32), and
+// the column sums of dx's rounded values (the bias gradient of the product that made x, whose
+// result is dx), in one pass over x and grad. x and grad: float32 or bfloat16 each.
+template <typename TX, typename TG>
+void gelu_backward_rounded_impl(const TX* xp, const TG* gp, int64_t N, int64_t C, bfloat16* dp, float* o) {
   const int64_t blocks = (N + kSumRowBlock - 1) / kSumRowBlock;
   Tensor scratch = Tensor::empty({blocks, C}, DType::f64);  // each block's sums
   double* part = scratch.data<double>();
@@ -132,15 +134,14 @@ void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx
       for (int64_t g0 = r0; g0 < r1; g0 += kSumRowGroup) {
         const int64_t n = std::min(kSumRowGroup, r1 - g0);
         for (int64_t r = g0; r < g0 + n; ++r) {
-          const float* xr = xp + r * C;
-          const float* gr = gp + r * C;
+          const TX* xr = xp + r * C;
+          const TG* gr = gp + r * C;
           bfloat16* dr = dp + r * C;
           const bool first = r == g0;
           // Columns [j, j + lanes of V).
           auto columns = [&](auto tag, int64_t j) {
             using V = decltype(tag);
-            const V d = load(gr + j, tag) * cpu::gelu_grad_v(load(xr + j, tag));
-            store_rounded(dr + j, d);
+            const V d = store_rounded(dr + j, load(gr + j, tag) * cpu::gelu_grad_v(load(xr + j, tag)));
             store(s + j, first ? d : load(s + j, tag) + d);
           };
           int64_t j = 0;
@@ -154,8 +155,8 @@ void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx
 #endif
           for (; j + 8 <= C; j += 8) columns(cpu::f32x8{}, j);
           for (; j < C; ++j) {
-            const float d = (cpu::splat(gr[j]) * cpu::gelu_grad_v(cpu::splat(xr[j])))[0];
-            dr[j] = bfloat16(d);
+            dr[j] = bfloat16((cpu::splat(float(gr[j])) * cpu::gelu_grad_v(cpu::splat(float(xr[j]))))[0]);
+            const float d = float(dr[j]);
             s[j] = first ? d : s[j] + d;
           }
         }
@@ -163,12 +164,36 @@ void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx
       }
     }
   });
-  float* o = sums.data<float>();
   parallel_for(C, 2048, [&](int64_t j0, int64_t j1) {
     for (int64_t b = 1; b < blocks; ++b)
       for (int64_t j = j0; j < j1; ++j) part[j] += part[b * C + j];
     for (int64_t j = j0; j < j1; ++j) o[j] = float(part[j]);
   });
+}
+
+template <typename TX>
+void gelu_backward_rounded_of(const TX* xp, const Tensor& grad, int64_t N, int64_t C, bfloat16* dp, float* o) {
+  if (grad.dtype() == DType::bf16) gelu_backward_rounded_impl(xp, grad.data<bfloat16>(), N, C, dp, o);
+  else gelu_backward_rounded_impl(xp, grad.data<float>(), N, C, dp, o);
+}
+
+void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx, const Tensor& sums) {
+  auto float_or_bf16 = [](const Tensor& t) { return t.dtype() == DType::f32 || t.dtype() == DType::bf16; };
+  const bool fits = x.dim() == 2 && x.is_contiguous() && grad.is_contiguous() && dx.is_contiguous() &&
+                    sums.is_contiguous() && float_or_bf16(x) && float_or_bf16(grad) && dx.dtype() == DType::bf16 &&
+                    sums.dtype() == DType::f32 && grad.shape() == x.shape() && dx.shape() == x.shape() &&
+                    sums.numel() == x.size(1);
+  if (!fits)
+    throw std::logic_error("gelu_backward_rounded (cpu): contiguous float32 or bfloat16 x and grad (N, C), bfloat16 "
+                           "dx (N, C) and float32 sums (C) expected");
+  const int64_t N = x.size(0), C = x.size(1);
+  if (C == 0) return;
+  if (N == 0) {  // no rows: every sum is 0
+    std::fill(sums.data<float>(), sums.data<float>() + C, 0.0f);
+    return;
+  }
+  if (x.dtype() == DType::bf16) gelu_backward_rounded_of(x.data<bfloat16>(), grad, N, C, dx.data<bfloat16>(), sums.data<float>());
+  else gelu_backward_rounded_of(x.data<float>(), grad, N, C, dx.data<bfloat16>(), sums.data<float>());
 }
 
 }  // namespace

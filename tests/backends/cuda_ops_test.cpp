@@ -306,6 +306,18 @@ std::vector<OpCase> op_cases() {
     }
     return r;
   }, 1e-5);
+  // bfloat16 operands with a bfloat16 result: written rounded by the product where the backend
+  // rounds_products_to_bf16 (the CPU's oneDNN), an f32 product narrowed after elsewhere; the same
+  // values up to the order of the sums (one bfloat16 step at most).
+  add("bf16_results", [](Device d) {
+    const Tensor a = ops::to(input(d, {40, 24}, DType::f32, 111), DType::bf16);
+    const Tensor b = ops::to(input(d, {24, 30}, DType::f32, 112), DType::bf16);
+    const Tensor w = ops::to(input(d, {30, 24}, DType::f32, 113), DType::bf16);
+    const Tensor bias = input(d, {30}, DType::f32, 114);
+    return std::vector<Tensor>{ops::to(ops::matmul(a, b, DType::bf16), DType::f32),
+                               ops::to(ops::linear(a, w, bias, DType::bf16), DType::f32),
+                               ops::to(ops::linear(a, w, Tensor(), DType::bf16), DType::f32)};
+  }, 1e-2);
   // Rows of -inf (a fully masked row), with a NaN, or with +inf: the same NaN/inf pattern as the CPU.
   add("nonfinite_rows", [](Device d) {
     std::vector<float> v(4 * 6);
@@ -358,6 +370,7 @@ const std::map<std::string, std::vector<std::string>>& case_coverage() {
       {"join", {"copy"}},
       {"gelu_silu_backward", {"unary_backward"}},
       {"linear_bias", {"linear"}},
+      {"bf16_results", {"matmul", "linear", "rounds_products_to_bf16"}},
       {"nonfinite_rows", {"softmax", "reduce", "unary"}},
       {"past_grid_limits", {"softmax", "reduce"}},
     };

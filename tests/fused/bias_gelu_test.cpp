@@ -49,11 +49,17 @@ TEST(BiasGelu, LinearGeluIsTheCompositionBitForBitOnTheCpu) {
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(grads[0][i], grads[1][i])) << "gradient " << i;
 }
 
-// Under bf16 products, linear_gelu_linear's passes write the products' rounded operands; the result
-// and every gradient are still the composition's (the same roundings of the same floats, the bias
-// sums in ops::sum's order). 150 rows: sums over two full blocks of 64 and a part, groups of 8 and
-// a shorter last one; a hidden width of 44: sixteen-lane, eight-lane and scalar columns.
+// Under bf16 products, linear_gelu_linear's passes write the products' rounded operands and its
+// hidden activations are bfloat16; the result and every gradient are still the composition's
+// (NOTE [ The MLP's activations in bf16 ]: reference::linear_gelu_linear_bf16, the same roundings of
+// the same floats, the bias sums in ops::sum's order); under float32 products, the plain
+// composition's. 150 rows: sums over two full blocks of 64 and a part, groups of 8 and a shorter
+// last one; a hidden width of 44: sixteen-lane, eight-lane and scalar columns.
 TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
+  auto composition = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
+    if (autograd::product_precision() == Precision::bf16) return fused::reference::linear_gelu_linear_bf16(x, w1, b1, w2, b2);
+    return linear(gelu(linear(x, w1, b1)), w2, b2);
+  };
   Tensor x = random_tensor({2, 75, 12}, DType::f32, 8, -2, 2), w1 = random_tensor({44, 12}, DType::f32, 9);
   Tensor b1 = random_tensor({44}, DType::f32, 10), w2 = random_tensor({20, 44}, DType::f32, 11);
   Tensor b2 = random_tensor({20}, DType::f32, 12), g = random_tensor({2, 75, 20}, DType::f32, 13);
@@ -65,7 +71,7 @@ TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
       std::vector<Tensor> in = {ops::clone(x), ops::clone(w1), ops::clone(b1), ops::clone(w2), ops::clone(b2)};
       for (Tensor& t : in) t.requires_grad_(true);
       Tensor y = fused_path ? linear_gelu_linear(in[0], in[1], in[2], in[3], in[4])
-                            : linear(gelu(linear(in[0], in[1], in[2])), in[3], in[4]);
+                            : composition(in[0], in[1], in[2], in[3], in[4]);
       backward(sum(mul(y, g)));
       outs.push_back(y.detach());
       grads.emplace_back();
@@ -78,7 +84,7 @@ TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
   PrecisionGuard guard(Precision::bf16);
   // Without gradients (inference), and without biases.
   EXPECT_TRUE(testing::bitwise_equal(linear_gelu_linear(x, w1, Tensor(), w2, Tensor()),
-                                     linear(gelu(linear(x, w1, Tensor())), w2, Tensor())));
+                                     composition(x, w1, Tensor(), w2, Tensor())));
   // Gradients for some inputs only (each set its own node's early exits): the weights, x, b1, b2, w2.
   for (const std::vector<int>& wanted : std::vector<std::vector<int>>{{1, 3}, {0}, {2}, {4}, {3}}) {
     std::vector<std::vector<Tensor>> got(2);
@@ -86,7 +92,7 @@ TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
       std::vector<Tensor> in = {ops::clone(x), ops::clone(w1), ops::clone(b1), ops::clone(w2), ops::clone(b2)};
       for (int i : wanted) in[size_t(i)].requires_grad_(true);
       Tensor y = path == 0 ? linear_gelu_linear(in[0], in[1], in[2], in[3], in[4])
-                           : linear(gelu(linear(in[0], in[1], in[2])), in[3], in[4]);
+                           : composition(in[0], in[1], in[2], in[3], in[4]);
       backward(sum(mul(y, g)));
       for (int i : wanted) got[size_t(path)].push_back(in[size_t(i)].grad());
     }
@@ -100,7 +106,7 @@ TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
   for (int path = 0; path < 2; ++path) {
     Tensor w = ops::clone(w1n), b = ops::clone(b1n);
     w.requires_grad_(true), b.requires_grad_(true);
-    Tensor y = path == 0 ? linear_gelu_linear(x, w, b, w2n, b2) : linear(gelu(linear(x, w, b)), w2n, b2);
+    Tensor y = path == 0 ? linear_gelu_linear(x, w, b, w2n, b2) : composition(x, w, b, w2n, b2);
     backward(sum(mul(y, g)));
     narrow[size_t(path)] = {w.grad(), b.grad()};
   }
@@ -109,18 +115,25 @@ TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
 
 TEST(BiasGelu, GeluBackwardRoundedIsTheUnaryBackwardRoundedAndSummed) {
   Tensor x = random_tensor({150, 44}, DType::f32, 14, -9, 9), g = random_tensor({150, 44}, DType::f32, 15);
-  auto [dx, sums] = fused::gelu_backward_rounded(x, g);
-  const Tensor want = ops::unary_backward(UnaryOp::gelu, x, g, 0);
-  EXPECT_TRUE(testing::bitwise_equal(dx, ops::to(want, DType::bf16)));
-  EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(want, {0})));
+  // x and grad float32 or bfloat16, each read as float32; the sums are of dx's rounded values.
+  for (DType xd : {DType::f32, DType::bf16})
+    for (DType gd : {DType::f32, DType::bf16}) {
+      const Tensor xi = ops::to(x, xd), gi = ops::to(g, gd);
+      auto [dx, sums] = fused::gelu_backward_rounded(xi, gi);
+      const Tensor want = ops::to(ops::unary_backward(UnaryOp::gelu, ops::to(xi, DType::f32), ops::to(gi, DType::f32), 0),
+                                  DType::bf16);
+      EXPECT_TRUE(testing::bitwise_equal(dx, want)) << dtype_name(xd) << " " << dtype_name(gd);
+      EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(ops::to(want, DType::f32), {0})))
+          << dtype_name(xd) << " " << dtype_name(gd);
+    }
   const Tensor none = Tensor::empty({0, 5}, DType::f32);
   auto [empty_dx, empty_sums] = fused::gelu_backward_rounded(none, none);
   EXPECT_EQ(empty_dx.shape(), (Shape{0, 5}));
   EXPECT_TRUE(testing::bitwise_equal(empty_sums, ops::zeros({5}, DType::f32, Device::cpu())));
   expect_error([&] { fused::gelu_backward_rounded(x, random_tensor({150, 43}, DType::f32, 1)); },
                "gelu_backward_rounded");
-  expect_error([&] { fused::gelu_backward_rounded(x, ops::to(g, DType::bf16)); },
-               "gelu_backward_rounded: grad must be float32");
+  expect_error([&] { fused::gelu_backward_rounded(x, ops::to(g, DType::f64)); },
+               "gelu_backward_rounded: grad must be float32 or bfloat16");
   expect_error([&] { fused::gelu_backward_rounded(ops::reshape(x, {3, 50, 44}), ops::reshape(g, {3, 50, 44})); },
                "gelu_backward_rounded: x must be (N, C)");
 }
@@ -132,8 +145,12 @@ TEST(BiasGelu, GeluRoundedRoundsTheUnaryGelu) {
     Tensor got = fused::gelu_rounded(x);
     EXPECT_EQ(got.dtype(), DType::bf16);
     EXPECT_TRUE(testing::bitwise_equal(got, ops::to(ops::gelu(x), DType::bf16)));
+    // A bfloat16 x (the MLP's pre-activation) is read as its float32 values.
+    const Tensor xb = ops::to(x, DType::bf16);
+    EXPECT_TRUE(testing::bitwise_equal(fused::gelu_rounded(xb), ops::to(ops::gelu(ops::to(xb, DType::f32)), DType::bf16)));
   }
-  expect_error([] { fused::gelu_rounded(random_tensor({4}, DType::f64, 1)); }, "gelu_rounded: x must be float32");
+  expect_error([] { fused::gelu_rounded(random_tensor({4}, DType::f64, 1)); },
+               "gelu_rounded: x must be float32 or bfloat16");
 }
 
 TEST(BiasGelu, ZeroWidthGivesEmptyGradients) {
