@@ -66,31 +66,6 @@ inline cpu::f32x16 load(const float* p, cpu::f32x16) { return cpu::load16(p); }
 inline cpu::f32x16 load(const bfloat16* p, cpu::f32x16) { return cpu::fused::load16_widened(p); }
 #endif
 
-// bfloat16(gelu(x)), x float32 or bfloat16 (the MLP's pre-activation as its product wrote it): the
-// unary GELU kernel's lanes (cpu::gelu_v, lane by lane the same in any width), each rounded as it
-// is stored.
-template <typename In>
-void gelu_rounded_impl(const In* xp, bfloat16* o, int64_t n) {
-  parallel_for(n, cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
-    int64_t i = i0;
-#ifdef __AVX512F__
-    for (; i + 16 <= i1; i += 16) {
-      cpu::prefetch_ahead(xp + i);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
-      cpu::prefetch_ahead_for_write(o + i);
-      cpu::fused::store16_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x16{})));
-    }
-#endif
-    for (; i < i1; ++i) o[i] = bfloat16(cpu::gelu_v(cpu::splat(float(xp[i])))[0]);
-  });
-}
-void gelu_rounded(const Tensor& x, const Tensor& out) {
-  if (!x.is_contiguous() || !out.is_contiguous() || (x.dtype() != DType::f32 && x.dtype() != DType::bf16) ||
-      out.dtype() != DType::bf16 || x.numel() != out.numel())
-    throw std::logic_error("gelu_rounded (cpu): a contiguous float32 or bfloat16 x and bfloat16 out of its size expected");
-  if (x.dtype() == DType::bf16) gelu_rounded_impl(x.data<bfloat16>(), out.data<bfloat16>(), x.numel());
-  else gelu_rounded_impl(x.data<float>(), out.data<bfloat16>(), x.numel());
-}
-
 // d rounded into out, and the rounded values as float32 lanes (what the column sums add).
 inline cpu::f32x8 store_rounded(bfloat16* out, cpu::f32x8 v) {
   cpu::fused::bf16_u32x8 u;
@@ -105,6 +80,32 @@ inline cpu::f32x16 store_rounded(bfloat16* out, cpu::f32x16 v) {
   return cpu::fused::load16_widened(out);
 }
 #endif
+// bfloat16(gelu(x)), x float32 or bfloat16 (the MLP's pre-activation as its product wrote it): the
+// unary GELU kernel's lanes (cpu::gelu_v, lane by lane the same in any width), each rounded as it
+// is stored.
+template <typename In>
+void gelu_rounded_impl(const In* xp, bfloat16* o, int64_t n) {
+  parallel_for(n, cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
+    int64_t i = i0;
+#ifdef __AVX512F__
+    for (; i + 16 <= i1; i += 16) {
+      cpu::prefetch_ahead(xp + i);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
+      cpu::prefetch_ahead_for_write(o + i);
+      cpu::fused::store16_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x16{})));
+    }
+#endif
+    for (; i + 8 <= i1; i += 8) store_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x8{})));
+    for (; i < i1; ++i) o[i] = bfloat16(cpu::gelu_v(cpu::splat(float(xp[i])))[0]);
+  });
+}
+void gelu_rounded(const Tensor& x, const Tensor& out) {
+  if (!x.is_contiguous() || !out.is_contiguous() || (x.dtype() != DType::f32 && x.dtype() != DType::bf16) ||
+      out.dtype() != DType::bf16 || x.numel() != out.numel())
+    throw std::logic_error("gelu_rounded (cpu): a contiguous float32 or bfloat16 x and bfloat16 out of its size expected");
+  if (x.dtype() == DType::bf16) gelu_rounded_impl(x.data<bfloat16>(), out.data<bfloat16>(), x.numel());
+  else gelu_rounded_impl(x.data<float>(), out.data<bfloat16>(), x.numel());
+}
+
 inline void store(float* p, cpu::f32x8 v) { cpu::store8(p, v); }
 #ifdef __AVX512F__
 inline void store(float* p, cpu::f32x16 v) { cpu::store16(p, v); }
