@@ -5,7 +5,8 @@
 //    inputs (expanded views with stride 0) and allocated `out` (contiguous unless stated);
 //  - inputs may be any strided view; math kernels see only f32 or f64 (the ops layer widens bf16),
 //    except copy/fill/index ops, which handle every dtype, the comparisons, which also take ints,
-//    and the products (matmul, linear), which also take bf16 operands and write f32 (summed in f32);
+//    and the products (matmul, linear), which also take bf16 operands and write f32 (summed in f32),
+//    or bf16 where the backend rounds_products_to_bf16;
 //  - nothing here knows about autograd.
 #include <cstdint>
 #include <memory>
@@ -98,11 +99,12 @@ class Backend {
 
   // --- linear algebra ---
   // out (..., M, N) = a (..., M, K) @ b (..., K, N); batch dims already broadcast to out's. Operands
-  // f32 or f64 with out of their dtype, or both bf16 with out f32 (products summed in f32).
+  // f32 or f64 with out of their dtype, or both bf16 with out f32 (products summed in f32), or with
+  // out bf16 where rounds_products_to_bf16.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out (N, O) = x (N, I) @ weight (O, I)^T + bias (O), bias possibly undefined (nn.Linear). The
   // default is matmul then an in-place add; a backend may fold the bias into its GEMM instead.
-  // dtypes as matmul's; the bias has out's dtype.
+  // dtypes as matmul's; the bias has out's dtype, f32 for bf16 operands.
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
   // Whether matmul and linear also take bf16 operands with a bf16 out: the f32 sums rounded to
   // nearest even as they are written (ops::matmul and ops::linear ask for it where a bfloat16

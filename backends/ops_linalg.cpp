@@ -11,8 +11,8 @@ namespace mvgpt::ops {
 
 namespace {
 
-// The dtype of a product's result, and of the tensor the backend writes: bfloat16 operands are
-// summed in float32 (NOTE in backend.h), narrowed afterwards if bfloat16 was asked for.
+// The dtype of a product's result: bfloat16 operands are summed in float32 (NOTE in backend.h), and
+// give a float32 result or (the default) a bfloat16 one.
 DType result_dtype(const Tensor& a, std::optional<DType> out, const char* op) {
   const DType want = out.value_or(a.dtype());
   if (want != a.dtype() && !(a.dtype() == DType::bf16 && want == DType::f32))
@@ -21,11 +21,14 @@ DType result_dtype(const Tensor& a, std::optional<DType> out, const char* op) {
                                 " operands is not supported (only bfloat16 operands may give float32)");
   return want;
 }
-// The dtype the backend writes: a bfloat16 result where the backend rounds its products' sums as
-// it writes them (Backend::rounds_products_to_bf16), else float32 for bfloat16 operands.
-DType kernel_dtype(DType operands, DType result, const Backend& backend) {
+// The dtype the backend writes. bfloat16 operands: a bfloat16 result where one was asked for by name
+// and the backend rounds its products' sums as it writes them (Backend::rounds_products_to_bf16: a
+// consumer that reads bfloat16 wants half the bytes, NOTE [ bf16 results ] in
+// backends/cpu/blas.cpp); otherwise float32, narrowed afterwards where the result is bfloat16
+// (the default keeps those bits: our rounding, denormals included).
+DType kernel_dtype(DType operands, std::optional<DType> asked, const Backend& backend) {
   if (operands != DType::bf16) return operands;
-  return result == DType::bf16 && backend.rounds_products_to_bf16() ? DType::bf16 : DType::f32;
+  return asked == DType::bf16 && backend.rounds_products_to_bf16() ? DType::bf16 : DType::f32;
 }
 
 // A product's row in the op profile: its operands' dtype and shape, "float32 [batch x ]M x K x N", and its flops.
@@ -64,7 +67,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, std::optional<DType> out_dtype) 
   sb.push_back(K), sb.push_back(N);
   so.push_back(M), so.push_back(N);
   Backend& backend = detail::backend_of(a);
-  Tensor out = Tensor::empty(so, kernel_dtype(a.dtype(), result, backend), a.device());
+  Tensor out = Tensor::empty(so, kernel_dtype(a.dtype(), out_dtype, backend), a.device());
   const profile::Span span("matmul", [&] { return product_detail(a.dtype(), numel(batch), M, K, N); });
   backend.matmul(detail::expand_to(wa, sa), detail::expand_to(wb, sb), out);
   if (b_vec) out = views::squeeze(out, -1);
@@ -97,7 +100,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, std::op
   for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   Tensor x2 = reshape(x, {rows, in_features});
   Backend& backend = detail::backend_of(x);
-  Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype(), result, backend), x.device());
+  Tensor out = Tensor::empty({rows, out_features}, kernel_dtype(x.dtype(), out_dtype, backend), x.device());
   if (out.numel() > 0) {
     const profile::Span span("linear", [&] { return product_detail(x.dtype(), 1, rows, in_features, out_features); });
     backend.linear(x2, weight, bias.defined() ? detail::widen(bias) : bias, out);

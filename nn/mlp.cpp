@@ -12,14 +12,17 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-  // GPT-2's GELU after a plain c_fc: one fused unit (autograd/fused/bias_gelu.h), where a GPU adds
-  // the bias inside the GELU's pass in float32; the CPU computes exactly the composition below. With
-  // a plain c_proj too, the whole MLP is one op, whose passes under bf16 products write the
-  // products' bfloat16 operands (linear_gelu_linear): the same values.
-  if (activation == Activation::gelu && !c_fc->lora_A) {
-    c_fc->check_input(x);
-    if (!c_proj->lora_A) return linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
-    return c_proj->forward(linear_gelu(x, c_fc->weight, c_fc->bias));
+  // GPT-2's GELU: with plain layers the whole MLP is one op (linear_gelu_linear), whose passes under
+  // bf16 products write the products' bfloat16 operands and keep the hidden activations in bfloat16
+  // (NOTE [ The MLP's activations in bf16 ] in autograd/fused/bias_gelu.h). With an adapter on either
+  // layer, the same hidden activation from the layers' own forwards (mlp_hidden_gelu), so a fresh
+  // adapter gives the plain MLP's values.
+  if (activation == Activation::gelu) {
+    if (!c_fc->lora_A && !c_proj->lora_A) {
+      c_fc->check_input(x);
+      return linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+    }
+    return c_proj->forward(mlp_hidden_gelu(c_fc->forward(x), c_fc->weight));
   }
   const Tensor h = c_fc->forward(x);
   switch (activation) {

@@ -132,6 +132,12 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias_gelu(linear(x, weight, Tensor()), bias);
 }
 
+Tensor mlp_hidden_gelu(const Tensor& pre, const Tensor& weight) {
+  if (!autograd::detail::bf16_products(pre, weight)) return gelu(pre);
+  const auto r = [](const Tensor& t) { return to(to(t, DType::bf16), t.dtype()); };
+  return r(gelu(r(pre)));
+}
+
 Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
   // Shapes the layers would refuse take the composition, for its messages; so does a hidden width of
   // 1, whose bias sum ops::sum adds in another order (as a row, not columns).

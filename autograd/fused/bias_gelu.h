@@ -17,6 +17,13 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias);
 // linear folds it (the CPU: the composition itself, bit for bit) and in bias_gelu's pass elsewhere.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+// Differentiable: the MLP's hidden activation gelu(pre) of a pre-activation pre = c_fc(x), as
+// linear_gelu_linear makes it: under bf16 products (pre and weight as a product would see them)
+// rounded with its pre-activation, r(gelu(r(pre))) (NOTE [ The MLP's activations in bf16 ]);
+// elsewhere gelu(pre). For an MLP whose layers are not plain products (an adapter on c_fc or
+// c_proj): a fresh adapter then gives the plain MLP's values.
+Tensor mlp_hidden_gelu(const Tensor& pre, const Tensor& weight);
+
 // Differentiable: the MLP, linear(gelu(linear(x, w1, b1)), w2, b2). Under bf16 products (NOTE
 // [ Precision policy ] in autograd/precision.h) its hidden activations are bfloat16 (NOTE [ The
 // MLP's activations in bf16 ]) and its passes write what the products multiply: the GELU's pass

@@ -289,8 +289,7 @@ void gemm_one_thread_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
     p.result = DType::bf16;
     if (onednn::multiply(p, A, B, C, bias)) return;
   }
-  thread_local std::vector<float> product;
-  product.resize(size_t(M * N));
+  std::vector<float> product(size_t(M * N));  // rare (oneDNN declined): not kept between calls
   gemm_one_thread(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, product.data(), N, bias);
   for (int64_t i = 0; i < M; ++i) fused::round_to_bf16(product.data() + i * N, N, C + i * ldc);
 }

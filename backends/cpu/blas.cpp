@@ -475,16 +475,23 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
 // reads and rounds, and its gradient) is written in bfloat16 by oneDNN itself: half the bytes to
 // write and to read back, and on the 2-core AMX Xeon a product's output is what it waits for when
 // memory is cold (BM_Bf16GemmCold, 4096 x 384 x 1536: 2.1 ms with its 25 MB float32 output in the
-// cache, 3.8-3.9 ms without). Cut along M over the pool (along N where M has too few rows), each
-// block one oneDNN call; one-row and one-column products, empty sums and CPUs without bf16 kernels
-// compute the float32 product and round it, the same values up to the order of the sums.
+// cache, 3.8-3.9 ms without). Cut over the pool as gemm_impl cuts a bf16 product (NOTE [ Cutting a
+// bf16 product ]; along M where its blocks are made dense), each block one oneDNN call, its
+// operands where they lie; one-row and one-column products, empty sums and CPUs without bf16 kernels
+// compute the float32 product and round it: the same values up to the order of the sums, except
+// that oneDNN's rounding (VCVTNEPS2BF16) makes a denormal result 0 where ours keeps it, so only a
+// caller that names a bf16 result gets this road (ops::matmul and ops::linear's default narrows a
+// float32 product).
 void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
                   int64_t ldb, const float* bias, bfloat16* C, int64_t ldc, bool parallel) {
   if (M <= 0 || N <= 0) return;
   if (M > 1 && N > 1 && K > 0 && bf16::native_kernels()) {
     const bool large = parallel && M * N * K >= kMinParallelGemm;
     const int64_t blocks = large ? threads() * kBf16BlocksPerThread : 1;
-    const bool cut_m = cut_m_for_dense_blocks(M, blocks);
+    const bool dense = !ta && dense_blocks();
+    bool cut_m = M >= N;
+    if (!dense && !ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
+    if (dense) cut_m = cut_m_for_dense_blocks(M, blocks);
     if (parallel) profile::note_kernel([&] {
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       return bf16::implementation_rounded(ta, tb, m, n, K, lda, ldb, ldc, bias != nullptr) + ", bf16 result";

@@ -63,9 +63,9 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
     const T* x = ap + off[1];
     const T* y = bp + off[2];
     if (s[0] == 1 && s[1] == 1 && s[2] == 1) {
-      // In pieces of 1 KB of out, the lines 2 KB on asked for first (NOTE [ Prefetching ahead ] in
+      // In pieces of at most 1 KB a stream, the lines 2 KB on asked for first (NOTE [ Prefetching ahead ] in
       // vec_math.h): the step's residual adds and gradient sums stream whole activations.
-      constexpr int64_t piece = std::max<int64_t>(1, 1024 / int64_t(sizeof(O)));
+      constexpr int64_t piece = std::max<int64_t>(1, 1024 / int64_t(std::max(sizeof(T), sizeof(O))));
       for (int64_t i0 = 0; i0 < n; i0 += piece) {
         const int64_t i1 = std::min(n, i0 + piece);
         prefetch_lines(x + i0, int64_t(kPrefetchAhead), (i1 - i0) * int64_t(sizeof(T)));

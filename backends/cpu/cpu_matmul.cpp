@@ -40,7 +40,8 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, 
   blas::gemm_rounded(ta, tb, M, N, K, A, lda, B, ldb, nullptr, C, N, parallel);
 }
 
-// TA: the operands' type; T: the accumulation and result type (bfloat16 operands: float).
+// TA: the operands' type; T: the accumulation and result type (bfloat16 operands: float, or a
+// bfloat16 result rounded as it is written).
 template <typename TA, typename T>
 void matmul_typed(Tensor a, Tensor b, const Tensor& out) {
   const matmul_plan::MatmulPlan p = matmul_plan::plan(a, b, out, packed_copy);
@@ -82,7 +83,8 @@ Tensor blas_readable(const Tensor& t) {
   return blas_layout(t.size(0), t.size(1), t.strides()[0], t.strides()[1]).ok ? t : packed_copy(t);
 }
 
-// out (N, O) = x (N, I) weight^T (+ bias): bfloat16 and float32 operands go to blas::gemm_bias, where
+// out (N, O) = x (N, I) weight^T (+ bias): a bfloat16 result goes to blas::gemm_rounded, the bias
+// (float32) in oneDNN's output pass; bfloat16 and float32 operands go to blas::gemm_bias, where
 // oneDNN adds the bias as it writes out (no pass at all) and OpenBLAS adds the product to the bias
 // written into every row of out first (beta = 1, which saves a pass: it would otherwise zero out).
 // float64: the latter here.

@@ -34,7 +34,8 @@ inline void store_partial(float* p, f32x8 v, int64_t n) { std::memcpy(p, &v, siz
 // prefetchers behind on some machines: on the 2-core AMX Xeon (a VM), GELU over a 25 MB float32
 // tensor out of cache ran at 6 GB/s, 3.4x its time in cache, where a conversion (a few cycles a
 // line) lost only 2x. Such a pass asks for the line kPrefetchAhead bytes ahead of each stream it
-// reads or writes, once per 64 bytes it passes: GELU then ran at 20 GB/s out of cache. Where the
+// reads or writes, once per vector of sixteen it passes (64 bytes of float32, 32 of bfloat16: a
+// line asked for twice costs one more slot): GELU then ran at 20 GB/s out of cache. Where the
 // hardware keeps up, the extra instruction is one load-port slot a line. A prefetch never faults,
 // so the address may lie past the end of the tensor (it is formed as an integer, not a pointer).
 inline constexpr uintptr_t kPrefetchAhead = 2048;

@@ -120,8 +120,13 @@ TEST(Bf16Products, MatmulSumsBf16ProductsInFloat32) {
           Tensor ea = ops::expand(ha, sa), eb = ops::expand(hb, sb);
           expect_all_close(
               y, [&](int64_t i) { return reference(ea, eb, i); }, 1e-5, what);
-          // A bfloat16 result is the float32 one rounded.
-          expect_rounded_within_a_step(ops::matmul(a, b), y, what);
+          // A bfloat16 result is the float32 one rounded: by default exactly (narrowed after), and
+          // where it is asked for by name, written rounded by the product.
+          Tensor yd = ops::to(ops::matmul(a, b), Device::cpu());
+          ASSERT_EQ(yd.dtype(), DType::bf16);
+          expect_all_close(
+              yd, [&](int64_t i) { return double(float(bfloat16(float(read_element(y, i))))); }, 0, what);
+          expect_rounded_within_a_step(ops::matmul(a, b, DType::bf16), y, what);
         }
       }
     }

@@ -7,6 +7,7 @@
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/gradcheck.h>
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/nn/lora.h>
 #include <mvgpt/nn/mlp.h>
 #include "nn/test_util.h"
@@ -77,6 +78,25 @@ TEST(LoRA, OnlyTheAdaptersTrainAndTheyStartAsTheIdentity) {
   add_lora(other, {.targets = {"c_fc", "mlp.c_proj"}});  // the MLP's, not attention's c_proj
   EXPECT_TRUE(other.mlp->c_fc->lora_A && other.mlp->c_proj->lora_A);
   EXPECT_FALSE(other.c_proj->lora_A);
+}
+
+// A fresh adapter on either MLP layer takes the MLP off its one-op road (linear_gelu_linear); its
+// hidden activation is then made as that op makes it, so under bf16 products too (the pre-activation
+// and the GELU kept in bfloat16: NOTE [ The MLP's activations in bf16 ]) the adapted model is the
+// model.
+TEST(LoRA, AFreshMlpAdapterIsTheIdentityUnderBf16ProductsToo) {
+  using autograd::Precision;
+  const Tensor x = testing::randn({40, 6}, 7);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    autograd::PrecisionGuard guard(p);
+    for (const std::vector<std::string>& targets :
+         std::vector<std::vector<std::string>>{{"c_fc"}, {"mlp.c_proj"}, {"c_fc", "mlp.c_proj"}}) {
+      Tiny plain(DType::f32), adapted(DType::f32);
+      add_lora(adapted, {.targets = targets});
+      EXPECT_EQ(max_abs_diff(adapted(x), plain(x)), 0.0)
+          << (p == Precision::bf16 ? "bf16" : "fp32") << ", adapters on " << targets.size() << " layer(s)";
+    }
+  }
 }
 
 TEST(LoRA, MergedEqualsUnmergedAndLeavesAnOrdinaryModel) {
