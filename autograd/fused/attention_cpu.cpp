@@ -91,30 +91,17 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   cpu::blas::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
 }
 
-// Eight rows ahead of row r of X, fetched into the cache: rows split out of a packed (B, T, 3C)
-// projection are 3C apart, a new page every row or so, where the hardware prefetchers stop. In the
-// bf16 step on the 2-core AMD EPYC Zen 4, attention's forward took 32-33 ms against 39-40 without
-// (q and k rotated as they are read from the projection; see rotary_attention).
-// The cache lines of [p, p + bytes), bytes > 0: one a 64 bytes, and the last byte's (a row that
-// starts inside a line ends in one more).
-// Contiguous rows are fetched ahead too: on the 2-core AMX Xeon the hardware prefetchers left these
-// passes waiting as well (NOTE [ Prefetching ahead ] in backends/cpu/vec_math.h).
-inline void prefetch_bytes(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i);
-  __builtin_prefetch(c + bytes - 1);
-}
-inline void prefetch_row_ahead(const float* x, int64_t ld, int64_t cols, int64_t r, int64_t r1) {
+// Eight rows ahead of row r of X, fetched into the cache (cpu::prefetch_lines, for ownership where
+// the row is about to be written): rows split out of a packed (B, T, 3C) projection are 3C apart, a
+// new page every row or so, where the hardware prefetchers stop. In the bf16 step on the 2-core AMD
+// EPYC Zen 4, attention's forward took 32-33 ms against 39-40 without (q and k rotated as they are
+// read from the projection; see rotary_attention). Contiguous rows are fetched ahead too: on the
+// 2-core AMX Xeon the hardware prefetchers left these passes waiting as well (NOTE [ Prefetching
+// ahead ] in backends/cpu/vec_math.h).
+inline void prefetch_row_ahead(const float* x, int64_t ld, int64_t cols, int64_t r, int64_t r1,
+                               bool for_write = false) {
   if (r + 8 >= r1) return;
-  prefetch_bytes(x + (r + 8) * ld, cols * int64_t(sizeof(float)));
-}
-// The same for rows about to be written: fetched for ownership, so a store does not wait for it.
-inline void prefetch_row_ahead_for_write(float* x, int64_t ld, int64_t cols, int64_t r, int64_t r1) {
-  if (r + 8 >= r1) return;
-  const char* c = reinterpret_cast<const char*>(x + (r + 8) * ld);
-  const int64_t bytes = cols * int64_t(sizeof(float));
-  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 1);
-  __builtin_prefetch(c + bytes - 1, 1);
+  cpu::prefetch_lines(x + (r + 8) * ld, 0, cols * int64_t(sizeof(float)), for_write);
 }
 
 // Rows [r0, r1) of X (leading dimension ld, cols wide) rounded to bfloat16 into out (dense, cols wide).
@@ -309,7 +296,7 @@ void attend_row_registers(const float* qr, const Heads<KV>& K, const Heads<KV>& 
     constexpr int NW = NV / 2;
     f32x16 q16[NW];
     for (int i = 0; i < NW; ++i) q16[i] = vec::load16(qr + i * 2 * vec::kVec);
-    auto prefetch_row = [](const KV* row) { prefetch_bytes(row, D * int64_t(sizeof(KV))); };
+    auto prefetch_row = [](const KV* row) { cpu::prefetch_lines(row, 0, D * int64_t(sizeof(KV))); };
     for (; j + 8 <= n; j += 8) {
       f32x16 acc[8];
       for (int k = 0; k < 8; ++k) {
@@ -789,7 +776,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
         if (inv || !dq_in_place)
           for (int64_t r = 0; r < rows; ++r) {
-            prefetch_row_ahead_for_write(dqb, dQ.st, d.D, r, rows);
+            prefetch_row_ahead(dqb, dQ.st, d.D, r, rows, /*for_write=*/true);
             if (inv) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
             else std::copy(dqm + r * d.D, dqm + (r + 1) * d.D, dqb + r * dQ.st);
           }
@@ -801,8 +788,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         continue;
       }
       for (int64_t t = 0; t < d.Tk; ++t) {  // the head's rows into their strided places
-        prefetch_row_ahead_for_write(dK.at(b, hk), dK.st, d.D, t, d.Tk);
-        prefetch_row_ahead_for_write(dV.at(b, hk), dV.st, d.D, t, d.Tk);
+        prefetch_row_ahead(dK.at(b, hk), dK.st, d.D, t, d.Tk, /*for_write=*/true);
+        prefetch_row_ahead(dV.at(b, hk), dV.st, d.D, t, d.Tk, /*for_write=*/true);
         if (inv) inv->rotate(dkh + t * d.D, t, dK.at(b, hk, t));
         else std::copy(dkh + t * d.D, dkh + (t + 1) * d.D, dK.at(b, hk, t));
         std::copy(dvh + t * d.D, dvh + (t + 1) * d.D, dV.at(b, hk, t));

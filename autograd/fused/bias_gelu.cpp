@@ -99,12 +99,6 @@ std::pair<Tensor, Tensor> gelu_backward_rounded(const Tensor& x, const Tensor& g
 
 namespace reference {
 Tensor bias_gelu(const Tensor& x, const Tensor& bias) { return ops::gelu(ops::add(x, bias)); }
-
-Tensor linear_gelu_linear_bf16(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-                               const Tensor& b2) {
-  const auto r = [](const Tensor& t) { return mvgpt::to(mvgpt::to(t, DType::bf16), t.dtype()); };
-  return mvgpt::linear(r(mvgpt::gelu(r(mvgpt::linear(x, w1, b1)))), w2, b2);
-}
 }  // namespace reference
 }  // namespace fused
 
@@ -146,7 +140,7 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
                     x.device() == w2.device();
   if (!autograd::detail::bf16_products(x, w1) || !autograd::detail::bf16_products(x, w2))
     return linear(linear_gelu(x, w1, b1), w2, b2);
-  if (!fits) return fused::reference::linear_gelu_linear_bf16(x, w1, b1, w2, b2);
+  if (!fits) return linear(mlp_hidden_gelu(linear(x, w1, b1), w1), w2, b2);
   const autograd::InternalOps internal;
   const int64_t in = w1.size(1), hidden = w1.size(0), out = w2.size(0);
   // The forward of linear, gelu and linear under bf16 products (autograd/linalg.cpp), with the hidden

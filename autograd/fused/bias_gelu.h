@@ -39,8 +39,9 @@ Tensor mlp_hidden_gelu(const Tensor& pre, const Tensor& weight);
 // a linear's output and its gradient. The first product and dh's product write their results in
 // bfloat16 themselves (NOTE [ bf16 results ] in backends/cpu/blas.cpp): the (N, 4C) float32 tensors
 // that only the GELU's passes read, 25 MB each in the series' step, are gone, and with them half
-// the bytes those passes stream. The result and every gradient are that composition's, up to the
-// order of the two products' float32 sums (a hidden width of 1 takes the composition itself). On
+// the bytes those passes stream. The result and every gradient are that composition's,
+// linear(mlp_hidden_gelu(linear(x, w1, b1), w1), w2, b2) from the autograd ops, up to the order of
+// the two products' float32 sums (a hidden width of 1 takes the composition itself). On
 // the 2-core AMX Xeon: see docs/performance.md.
 Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2);
 
@@ -63,10 +64,6 @@ std::pair<Tensor, Tensor> gelu_backward_rounded(const Tensor& x, const Tensor& g
 namespace reference {
 // From primitives: ops::gelu(ops::add(x, bias)).
 Tensor bias_gelu(const Tensor& x, const Tensor& bias);
-// Differentiable, from the autograd ops: linear_gelu_linear under bf16 products as its NOTE [ The
-// MLP's activations in bf16 ] defines it (its hidden activations rounded, and their gradients).
-Tensor linear_gelu_linear_bf16(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-                               const Tensor& b2);
 }  // namespace reference
 
 // The kernels of one device: x and grad contiguous (N, C), bias (C), out and dx contiguous (N, C),

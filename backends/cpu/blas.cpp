@@ -265,6 +265,15 @@ void dense_block(bool tb, int64_t m, int64_t n, int64_t K, const TA* a, int64_t 
 // too few rows for every task.
 bool cut_m_for_dense_blocks(int64_t M, int64_t blocks) { return blocks <= 1 || M >= blocks * kAlign; }
 
+// Whether a product is cut along M (else along N): along the longer side, a bf16 product that is
+// not made dense along N from kBf16CutNFrom columns (NOTE [ Cutting a bf16 product ]), one made
+// dense as cut_m_for_dense_blocks says for its dense_blocks blocks.
+bool cut_along_m(bool bf16_operands, bool ta, bool tb, int64_t M, int64_t N, bool dense, int64_t dense_blocks) {
+  if (dense) return cut_m_for_dense_blocks(M, dense_blocks);
+  if (bf16_operands && !ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) return false;
+  return M >= N;
+}
+
 // TA: the operands' type; T: the accumulation and result type. bias: only with bfloat16 operands,
 // or float32 ones that go to oneDNN, and M, N > 1 (gemm_bias sees to it).
 template <typename TA, typename T>
@@ -318,10 +327,8 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   // NOTE [ Dense blocks for oneDNN ]
   const bool dense = onednn_product && !ta && dense_blocks();
   // NOTE [ Cutting a bf16 product ]
-  bool cut_m = M >= N;
-  if constexpr (bf16_operands)
-    if (!dense && !ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
-  if (dense) cut_m = cut_m_for_dense_blocks(M, large ? threads() * kBf16BlocksPerThread : 1);
+  const bool cut_m =
+      cut_along_m(bf16_operands, ta, tb, M, N, dense, large ? threads() * kBf16BlocksPerThread : 1);
   // float32 goes to oneDNN where its blocks are dense: made so, or rows of a plain A (cut along M);
   // elsewhere oneDNN would hand them to gemm:jit, and OpenBLAS is the faster.
   const bool via_onednn = float32 && onednn_product && (dense || !large || (cut_m && !ta));
@@ -488,10 +495,7 @@ void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
   if (M > 1 && N > 1 && K > 0 && bf16::native_kernels()) {
     const bool large = parallel && M * N * K >= kMinParallelGemm;
     const int64_t blocks = large ? threads() * kBf16BlocksPerThread : 1;
-    const bool dense = !ta && dense_blocks();
-    bool cut_m = M >= N;
-    if (!dense && !ta && !tb && N >= kBf16CutNFrom && M <= 8 * N) cut_m = false;
-    if (dense) cut_m = cut_m_for_dense_blocks(M, blocks);
+    const bool cut_m = cut_along_m(true, ta, tb, M, N, !ta && dense_blocks(), blocks);
     if (parallel) profile::note_kernel([&] {
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       return bf16::implementation_rounded(ta, tb, m, n, K, lda, ldb, ldc, bias != nullptr) + ", bf16 result";

@@ -96,20 +96,18 @@ void linear_typed(Tensor x, Tensor weight, const Tensor& bias, const Tensor& out
   const MatLayout lx = blas_layout(N, I, x.strides()[0], x.strides()[1]);
   const MatLayout lw = blas_layout(O, I, weight.strides()[0], weight.strides()[1]);
   T* c = out.data<T>();
+  // The bias as the GEMMs read it: contiguous (a copy of a strided one).
+  Tensor b = bias;
+  if (bias.defined() && !bias.is_contiguous()) {
+    b = Tensor::empty(bias.shape(), bias.dtype());
+    backend_for(Device::cpu()).copy(bias, b);
+  }
   if constexpr (std::is_same_v<T, bfloat16>) {  // bfloat16 operands and result: the bias in oneDNN's pass
-    const float* bp = nullptr;
-    Tensor b;
-    if (bias.defined()) {
-      b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
-      if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
-      bp = b.data<float>();
-    }
     return blas::gemm_rounded(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,
-                              static_cast<const TA*>(weight.raw_data()), lw.ld, bp, c, O);
+                              static_cast<const TA*>(weight.raw_data()), lw.ld,
+                              b.defined() ? b.data<float>() : nullptr, c, O);
   } else {
-    if (bias.defined()) {
-      Tensor b = bias.is_contiguous() ? bias : Tensor::empty(bias.shape(), bias.dtype());
-      if (!b.same(bias)) backend_for(Device::cpu()).copy(bias, b);
+    if (b.defined()) {
       const T* bp = b.data<T>();
       if constexpr (std::is_same_v<T, float>) {
         return blas::gemm_bias(lx.trans, !lw.trans, N, O, I, static_cast<const TA*>(x.raw_data()), lx.ld,

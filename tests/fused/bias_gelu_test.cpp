@@ -51,15 +51,14 @@ TEST(BiasGelu, LinearGeluIsTheCompositionBitForBitOnTheCpu) {
 
 // Under bf16 products, linear_gelu_linear's passes write the products' rounded operands and its
 // hidden activations are bfloat16; the result and every gradient are still the composition's
-// (NOTE [ The MLP's activations in bf16 ]: reference::linear_gelu_linear_bf16, the same roundings of
-// the same floats, the bias sums in ops::sum's order; the products' float32 sums in the same order
-// here, one oneDNN call each whether it writes bfloat16 or float32); under float32 products, the
-// plain composition's. 150 rows: sums over two full blocks of 64 and a part, groups of 8 and a
+// (NOTE [ The MLP's activations in bf16 ]: linear(mlp_hidden_gelu(linear(x, w1, b1), w1), w2, b2)
+// from the autograd ops, the same roundings of the same floats, the bias sums in ops::sum's order;
+// the products' float32 sums in the same order here, one oneDNN call each whether it writes
+// bfloat16 or float32); under float32 products, the plain composition's. 150 rows: sums over two full blocks of 64 and a part, groups of 8 and a
 // shorter last one; a hidden width of 44: sixteen-lane, eight-lane and scalar columns.
 TEST(BiasGelu, LinearGeluLinearIsTheCompositionBitForBitUnderBf16Products) {
   auto composition = [](const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2) {
-    if (autograd::product_precision() == Precision::bf16) return fused::reference::linear_gelu_linear_bf16(x, w1, b1, w2, b2);
-    return linear(gelu(linear(x, w1, b1)), w2, b2);
+    return linear(mlp_hidden_gelu(linear(x, w1, b1), w1), w2, b2);  // gelu(pre) under float32 products
   };
   Tensor x = random_tensor({2, 75, 12}, DType::f32, 8, -2, 2), w1 = random_tensor({44, 12}, DType::f32, 9);
   Tensor b1 = random_tensor({44}, DType::f32, 10), w2 = random_tensor({20, 44}, DType::f32, 11);
