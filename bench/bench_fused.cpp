@@ -8,6 +8,7 @@
 #include <random>
 
 #include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/amx.h>
 #include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/adamw.h>
@@ -208,6 +209,39 @@ void BM_AttentionBlockProduct(benchmark::State& state) {
 BENCHMARK(BM_AttentionBlockProduct)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {64, 256}, {1, 0}})
     ->ArgNames({"product", "width", "bf16"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// The same products on AMX tiles (backends/cpu/amx.h) as the attention kernels run them there: B
+// packed beforehand (once a head), A read where it lies; the transposed products as their
+// transposes (dV^T += dO^T P, dK^T += Q^T dS), whose B (P, dS) is packed here, each block.
+void BM_AmxBlockProduct(benchmark::State& state) {
+  namespace amx = cpu::amx;
+  if (!amx::usable()) return state.SkipWithError("skipped: no AMX tiles on this CPU");
+  const int64_t kind = state.range(0), w = state.range(1), R = 64, D = 64;
+  // (M, N, K) as AMX multiplies them; B packed per block for products 2 and 5.
+  struct Shape3 {
+    int64_t M, N, K;
+  };
+  const Shape3 shapes[] = {{R, w, D}, {R, D, w}, {D, w, R}, {R, w, D}, {R, D, w}, {D, w, R}};
+  const Shape3 s = shapes[kind];
+  const bool per_block = kind == 2 || kind == 5;
+  Tensor a = ops::to(filled({s.M, amx::round_up(s.K, 32)}), DType::bf16);
+  Tensor b = ops::to(filled({s.K, s.N}), DType::bf16);
+  std::vector<bfloat16> packed(size_t(amx::vnni_elems(s.K, s.N)));
+  amx::pack_vnni(b.data<bfloat16>(), s.N, s.K, s.N, packed.data());
+  Tensor c = filled({s.M, s.N});
+  for (auto _ : state) {
+    if (per_block) amx::pack_vnni(b.data<bfloat16>(), s.N, s.K, s.N, packed.data());
+    amx::gemm(s.M, s.N, s.K, 1.0f, a.data<bfloat16>(), amx::round_up(s.K, 32), packed.data(), s.K, per_block ? 1.0f : 0.0f,
+              c.data<float>(), s.N);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * double(s.M * s.N * s.K) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AmxBlockProduct)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {64, 256}})
+    ->ArgNames({"product", "width"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
