@@ -56,6 +56,7 @@
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/amx.h>
 #include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/parallel.h>
@@ -171,7 +172,7 @@ class SingleThreadedBlas {
 // they read, and vectors made per task run cleared a few hundred KB a head (on the 2-core AMD EPYC
 // Zen 4, memset was 4.5% of BM_AttentionBackward/bf16:1's time). A task body makes no nested
 // parallel call, so a thread runs one body at a time and each slot has one user.
-enum class Slot { s, q, p, k, v, dp, ds, dout, di, dq, dk, dv };
+enum class Slot { s, q, p, k, v, dp, ds, dout, di, dq, dk, dv, k_tiles, v_tiles, kt_tiles, vt_tiles, p_tiles, qt, dot, dk_t, dv_t };
 template <typename T, Slot slot>
 T* thread_scratch(int64_t n) {
   thread_local std::vector<T> buf;
@@ -216,6 +217,10 @@ Dims4 dims_of(const Tensor& q, const Tensor& k) {
 inline int64_t visible_keys(const Dims4& d, bool causal, int64_t i) {
   return causal ? std::clamp<int64_t>(d.offset + i + 1, 0, d.Tk) : d.Tk;
 }
+
+// Whether the bf16 kernels multiply on AMX tiles (NOTE [ Attention on AMX tiles ] in
+// backends/cpu/amx.cpp): where the CPU has them and a head's rows are whole tiles along D.
+bool on_tiles(const Dims4& d) { return cpu::amx::usable() && d.D % cpu::amx::kTileDepth == 0; }
 
 // Softmax of the (already scaled) rows of s (rows, ld) in place over their visible keys; writes lse
 // and zeroes the masked tail up to `width`.
@@ -584,6 +589,10 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   // buffers: none are made (kb and vb, 64 KB of zeros per task at Tk 256, cost as much as the row's
   // attention). Rotated rows exist only in the buffers: with a rotation every block makes them.
   const bool products = blk_rows > 1 || rot;
+  // On AMX tiles the products read K^T and V packed (a head's keys packed as they are rounded), P
+  // with rows padded to whole tiles, and S comes unscaled (the softmax pass scales it).
+  const bool tiles = bf16 && products && on_tiles(d);
+  const int64_t rows_pad = cpu::amx::round_up(blk_rows, cpu::amx::kTileRows);
   // Tasks are (batch, head, query block), in that order. Where there are heads enough to keep every
   // thread busy (four a thread), a run takes all of a head's blocks: the head's keys and values are
   // then rounded once, a block's new rows at a time, not again for every block (on the 2-core AMD
@@ -591,10 +600,13 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   const int64_t per_run = d.B * d.H >= 4 * int64_t(tbb::this_task_arena::max_concurrency()) ? nblocks : 1;
   parallel_for(d.B * d.H * nblocks / per_run, 1, [&](int64_t r0, int64_t r1) {
     float* scratch = thread_scratch<float, Slot::s>(blk_rows * width_max);
-    E* qb = products ? thread_scratch<E, Slot::q>(blk_rows * d.D) : nullptr;
+    E* qb = products ? thread_scratch<E, Slot::q>(rows_pad * d.D) : nullptr;
     E* kb = products ? thread_scratch<E, Slot::k>(width_max * d.D) : nullptr;
-    bfloat16* pb = bf16 && products ? thread_scratch<bfloat16, Slot::p>(blk_rows * width_max) : nullptr;
+    const int64_t pb_cols = tiles ? cpu::amx::round_up(width_max, cpu::amx::kTileDepth) : width_max;
+    bfloat16* pb = bf16 && products ? thread_scratch<bfloat16, Slot::p>(rows_pad * pb_cols) : nullptr;
     bfloat16* vb = bf16 && products ? thread_scratch<bfloat16, Slot::v>(width_max * d.D) : nullptr;
+    bfloat16* k_tiles = tiles ? thread_scratch<bfloat16, Slot::kt_tiles>(cpu::amx::vnni_elems(d.D, width_max)) : nullptr;
+    bfloat16* v_tiles = tiles ? thread_scratch<bfloat16, Slot::v_tiles>(cpu::amx::vnni_elems(width_max, d.D)) : nullptr;
     // kb (and vb) hold the first `rounded` rows of kv head (rounded_b, rounded_hk): a head's blocks
     // only add keys, and the next head of a group reads the same ones.
     int64_t rounded_b = -1, rounded_hk = -1, rounded = 0;
@@ -619,7 +631,13 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
       if (b != rounded_b || hk != rounded_hk) rounded_b = b, rounded_hk = hk, rounded = 0;
       if (width > rounded) {
         operand_rows(K.at(b, hk), K.st, d.D, rounded, width, kb, rot, 0);
-        if constexpr (bf16) round_rows(V.at(b, hk), V.st, d.D, rounded, width, vb);
+        if constexpr (bf16) {
+          round_rows(V.at(b, hk), V.st, d.D, rounded, width, vb);
+          if (tiles) {
+            cpu::amx::pack_vnni_transposed_cols(kb, d.D, d.D, rounded, width, k_tiles);
+            cpu::amx::pack_vnni_rows(vb, d.D, rounded, width, d.D, width_max, v_tiles);
+          }
+        }
         rounded = width;
       }
       if constexpr (!bf16) {
@@ -634,26 +652,34 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         gemm(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, d.D);
         continue;
       }
-      // S (rows, width) = scale Q_blk K^T.
-      gemm(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
-      // P = softmax(S) in bfloat16, its normalization and rounding one pass.
+      // S (rows, width) = scale Q_blk K^T (on tiles unscaled, scaled below as each row is read).
+      if constexpr (bf16) {
+        if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qb, d.D, k_tiles, d.D, 0.0f, s, width);
+        else gemm(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
+      }
+      // P = softmax(S) in bfloat16, its normalization and rounding one pass; its rows pld apart,
+      // zeros past the visible keys (on tiles up to a whole tile: the product reads them).
+      const int64_t pld = tiles ? cpu::amx::round_up(width, cpu::amx::kTileDepth) : width;
       for (int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * width;
-        bfloat16* pr = pb + r * width;
+        bfloat16* pr = pb + r * pld;
         const int64_t n = visible_keys(d, causal, i0 + r);
+        if (tiles)
+          for (int64_t j = 0; j < n; ++j) sr[j] *= scale;
         const float m = vec::row_max(sr, n);
         if (n == 0 || m == -INFINITY) {
-          std::fill(pr, pr + width, bfloat16());
+          std::fill(pr, pr + pld, bfloat16());
           l[r] = -INFINITY;
           continue;
         }
         const float sum = vec::exp_shifted(sr, n, m, 1.0f, sr);
         vec::round_to_bf16(sr, n, 1.0f / sum, pr);
-        std::fill(pr + n, pr + width, bfloat16());
+        std::fill(pr + n, pr + pld, bfloat16());
         l[r] = m + std::log(sum);
       }
       // O (rows, D) = P V.
-      gemm(false, false, rows, d.D, width, 1.0f, pb, width, vb, d.D, 0, o, d.D);
+      if (tiles) cpu::amx::gemm(rows, d.D, width, 1.0f, pb, pld, v_tiles, width_max, 0.0f, o, d.D);
+      else gemm(false, false, rows, d.D, width, 1.0f, pb, width, vb, d.D, 0, o, d.D);
     }
   });
 }
@@ -686,18 +712,38 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
   std::vector<float> dk_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
   std::vector<float> dv_part(grouped ? size_t(d.B * d.H * d.Tk * d.D) : 0);
   SingleThreadedBlas single;
+  // On AMX tiles (NOTE [ Attention on AMX tiles ] in backends/cpu/amx.cpp) a head's keys and values
+  // are packed once for its blocks, and the two products that sum over a block's query rows are
+  // made transposed, dV^T += dO^T P and dK^T += scale Q^T dS, so that their B, P and dS, are packed
+  // from the rows just written rather than transposed; dK^T and dV^T go back to rows once a head's
+  // blocks are summed.
+  const bool tiles = bf16 && on_tiles(d);
+  using cpu::amx::round_up;
   parallel_for(d.B * d.H, 1, [&](int64_t t0, int64_t t1) {
     const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
     const size_t block_elems = size_t(blk_rows * width_max);
+    const int64_t tq_pad = round_up(d.Tq, cpu::amx::kTileDepth);  // the transposed rows' length
+    const int64_t ds_cols = tiles ? round_up(width_max, cpu::amx::kTileDepth) : width_max;
     float* P = thread_scratch<float, Slot::s>(int64_t(block_elems));
     float* dP = thread_scratch<float, Slot::dp>(int64_t(block_elems));
     float* Dh = thread_scratch<float, Slot::di>(d.Tq);  // rowsum(dO * O) of the head's rows
-    E* qh = thread_scratch<E, Slot::q>(d.Tq * d.D);
+    E* qh = thread_scratch<E, Slot::q>(round_up(d.Tq, cpu::amx::kTileRows) * d.D);
     E* kh = thread_scratch<E, Slot::k>(d.Tk * d.D);
     // The bf16 products' other operands; float32 products read dout, v, P and dS where they are.
     bfloat16* pb = bf16 ? thread_scratch<bfloat16, Slot::p>(int64_t(block_elems)) : nullptr;
-    bfloat16* dsb = bf16 ? thread_scratch<bfloat16, Slot::ds>(int64_t(block_elems)) : nullptr;
-    bfloat16* doh = bf16 ? thread_scratch<bfloat16, Slot::dout>(d.Tq * d.D) : nullptr;
+    bfloat16* dsb = bf16 ? thread_scratch<bfloat16, Slot::ds>(round_up(blk_rows, cpu::amx::kTileRows) * ds_cols) : nullptr;
+    bfloat16* doh = bf16 ? thread_scratch<bfloat16, Slot::dout>(round_up(d.Tq, cpu::amx::kTileRows) * d.D) : nullptr;
+    // Tiles: K^T, V^T and K packed, q and dout transposed (D, tq_pad), P and dS packed each block,
+    // dK^T and dV^T (D, Tk) summed.
+    using cpu::amx::vnni_elems;
+    bfloat16* kt_tiles = tiles ? thread_scratch<bfloat16, Slot::kt_tiles>(vnni_elems(d.D, width_max)) : nullptr;
+    bfloat16* vt_tiles = tiles ? thread_scratch<bfloat16, Slot::vt_tiles>(vnni_elems(d.D, width_max)) : nullptr;
+    bfloat16* k_tiles = tiles ? thread_scratch<bfloat16, Slot::k_tiles>(vnni_elems(width_max, d.D)) : nullptr;
+    bfloat16* p_tiles = tiles ? thread_scratch<bfloat16, Slot::p_tiles>(vnni_elems(blk_rows, width_max)) : nullptr;
+    bfloat16* qt = tiles ? thread_scratch<bfloat16, Slot::qt>(d.D * tq_pad) : nullptr;
+    bfloat16* dot = tiles ? thread_scratch<bfloat16, Slot::dot>(d.D * tq_pad) : nullptr;
+    float* dkt = tiles ? thread_scratch<float, Slot::dk_t>(d.D * width_max) : nullptr;
+    float* dvt = tiles ? thread_scratch<float, Slot::dv_t>(d.D * width_max) : nullptr;
     bfloat16* vh = bf16 ? thread_scratch<bfloat16, Slot::v>(d.Tk * d.D) : nullptr;
     float* dk_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dk>(d.Tk * d.D);
     float* dv_scratch = grouped || kv_in_place ? nullptr : thread_scratch<float, Slot::dv>(d.Tk * d.D);
@@ -706,8 +752,10 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
       const int64_t h = task % d.H, b = task / d.H, hk = h / d.group;
       float* dkh = grouped ? dk_part.data() + task * d.Tk * d.D : kv_in_place ? dK.at(b, hk) : dk_scratch;
       float* dvh = grouped ? dv_part.data() + task * d.Tk * d.D : kv_in_place ? dV.at(b, hk) : dv_scratch;
-      std::fill(dkh, dkh + d.Tk * d.D, 0.0f);
-      std::fill(dvh, dvh + d.Tk * d.D, 0.0f);
+      float* dk_sum = tiles ? dkt : dkh;  // where the blocks sum dK (transposed on tiles)
+      float* dv_sum = tiles ? dvt : dvh;
+      std::fill(dk_sum, dk_sum + d.Tk * d.D, 0.0f);
+      std::fill(dv_sum, dv_sum + d.Tk * d.D, 0.0f);
       operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
       operand_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh, rot, 0);
       // dout's and v's rows as the products read them: (pointer, leading dimension).
@@ -723,6 +771,13 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         round_rows(dO.at(b, h), dO.st, d.D, 0, d.Tq, doh);
         round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh);
         dos = doh, vs = vh, dold = vld = d.D;
+        if (tiles) {
+          cpu::amx::pack_vnni_transposed(kh, d.D, d.D, d.Tk, kt_tiles);
+          cpu::amx::pack_vnni_transposed(vh, d.D, d.D, d.Tk, vt_tiles);
+          cpu::amx::pack_vnni(kh, d.D, d.Tk, d.D, k_tiles);
+          cpu::amx::transpose(qh, d.D, d.Tq, d.D, qt, tq_pad);
+          cpu::amx::transpose(doh, d.D, d.Tq, d.D, dot, tq_pad);
+        }
       } else {
         dos = dO.at(b, h), dold = dO.st, vs = V.at(b, hk), vld = V.st;
       }
@@ -737,11 +792,19 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         const float* lb = lp + (b * d.H + h) * d.Tq + i0;
         const E* qblk = qh + i0 * d.D;
         const E* doblk = dos + i0 * dold;
-        // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS.
-        gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
+        // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS (on
+        // tiles S comes unscaled and is scaled here).
+        if constexpr (bf16) {
+          if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qblk, d.D, kt_tiles, d.D, 0.0f, P, width);
+          else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
+        } else {
+          gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
+        }
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
+          if (tiles)
+            for (int64_t j = 0; j < n; ++j) pr[j] *= scale;
           if (lb[r] == -INFINITY)
             std::fill(pr, pr + n, 0.0f);
           else
@@ -753,17 +816,32 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         const E* pe;
         if constexpr (bf16) pe = pb;
         else pe = P;
-        // dV (width, D) += P^T dO.
-        gemm(true, false, width, d.D, rows, 1.0f, pe, width, doblk, dold, 1.0f, dvh, d.D);
+        // dV (width, D) += P^T dO (on tiles dV^T (D, width) += dO^T P).
+        if (tiles) {
+          cpu::amx::pack_vnni(pb, width, rows, width, p_tiles);
+          cpu::amx::gemm(d.D, width, rows, 1.0f, dot + i0, tq_pad, p_tiles, rows, 1.0f, dvt, d.Tk);
+        } else {
+          gemm(true, false, width, d.D, rows, 1.0f, pe, width, doblk, dold, 1.0f, dvh, d.D);
+        }
         // dP (rows, width) = dO V^T.
-        gemm(false, true, rows, width, d.D, 1.0f, doblk, dold, vs, vld, 0, dP, width);
-        // dS = P * (dP - Di), rounded for bf16 products.
+        if constexpr (bf16) {
+          if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, doblk, dold, vt_tiles, d.D, 0.0f, dP, width);
+          else gemm(false, true, rows, width, d.D, 1.0f, doblk, dold, vs, vld, 0, dP, width);
+        } else {
+          gemm(false, true, rows, width, d.D, 1.0f, doblk, dold, vs, vld, 0, dP, width);
+        }
+        // dS = P * (dP - Di), rounded for bf16 products (rows dsld apart, on tiles zeros up to a
+        // whole tile: dQ's product reads them).
+        const int64_t dsld = tiles ? round_up(width, cpu::amx::kTileDepth) : width;
         for (int64_t r = 0; r < rows; ++r) {
           float* dpr = dP + r * width;
           const float* pr = P + r * width;
           const float di = Di[r];
           for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
-          if constexpr (bf16) vec::round_to_bf16(dpr, width, dsb + r * width);
+          if constexpr (bf16) {
+            vec::round_to_bf16(dpr, width, dsb + r * dsld);
+            std::fill(dsb + r * dsld + width, dsb + (r + 1) * dsld, bfloat16());
+          }
         }
         const E* dse;
         if constexpr (bf16) dse = dsb;
@@ -772,14 +850,24 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         // A strided dq (a packed gradient's block) is made in scratch, as a contiguous one is, and
         // reaches its rows in the rotation's pass (or a copy).
         float* dqm = dq_in_place ? dqb : dq_scratch;
-        gemm(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
-        gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
+        if (tiles) {  // dK^T (D, width) += scale Q^T dS
+          cpu::amx::gemm(rows, d.D, width, scale, dsb, dsld, k_tiles, d.Tk, 0.0f, dqm, d.D);
+          cpu::amx::pack_vnni(dsb, dsld, rows, width, p_tiles);
+          cpu::amx::gemm(d.D, width, rows, scale, qt + i0, tq_pad, p_tiles, rows, 1.0f, dkt, d.Tk);
+        } else {
+          gemm(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
+          gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
+        }
         if (inv || !dq_in_place)
           for (int64_t r = 0; r < rows; ++r) {
             prefetch_row_ahead(dqb, dQ.st, d.D, r, rows, /*for_write=*/true);
             if (inv) inv->rotate(dqm + r * d.D, i0 + r, dqb + r * dQ.st);
             else std::copy(dqm + r * d.D, dqm + (r + 1) * d.D, dqb + r * dQ.st);
           }
+      }
+      if (tiles) {  // the head's sums back to rows
+        cpu::amx::transpose(dkt, d.Tk, d.D, d.Tk, dkh, d.D);
+        cpu::amx::transpose(dvt, d.Tk, d.D, d.Tk, dvh, d.D);
       }
       if (grouped) continue;
       if (kv_in_place) {

@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <stdexcept>
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
@@ -36,6 +38,13 @@ namespace mvgpt::cpu::amx {
 namespace {
 
 std::atomic<bool> g_enabled{true};
+
+// MVGPT_AMX_TILES=0 routes around the tile kernels (to compare the two roads, or where a CPU's
+// tiles misbehave).
+bool env_says_off() {
+  const char* v = std::getenv("MVGPT_AMX_TILES");
+  return v && std::string(v) == "0";
+}
 
 #ifdef MVGPT_AMX
 struct alignas(64) TileConfig {
@@ -100,7 +109,7 @@ inline __m512i interleave(const bfloat16* r0, const bfloat16* r1, int64_t n) {
 
 bool usable() {
 #ifdef MVGPT_AMX
-  static const bool granted = bf16::cpu_support().amx_bf16;
+  static const bool granted = bf16::cpu_support().amx_bf16 && !env_says_off();
   return granted && g_enabled.load(std::memory_order_relaxed);
 #else
   return false;
@@ -176,6 +185,24 @@ void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat
       for (int64_t c = 0; c < n; ++c)
         for (int64_t k = 0; k < 2 * kTileRows; ++k)
           out[(c0 + c) * ldo + r0 + k] = r0 + k < rows ? X[(r0 + k) * ld + c0 + c] : bfloat16();
+#endif
+    }
+}
+
+void transpose(const float* X, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t ldo) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTileCols) {
+      const int64_t nr = std::min(kTileRows, rows - r0), nc = std::min(kTileCols, cols - c0);
+#ifdef MVGPT_AMX
+      __m512i r[16];
+      for (int64_t i = 0; i < kTileRows; ++i)
+        r[i] = i < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes16(nc), X + (r0 + i) * ld + c0))
+                      : _mm512_setzero_si512();
+      transpose16x16(r);
+      for (int64_t c = 0; c < nc; ++c) _mm512_mask_storeu_ps(out + (c0 + c) * ldo + r0, lanes16(nr), _mm512_castsi512_ps(r[c]));
+#else
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t i = 0; i < nr; ++i) out[(c0 + c) * ldo + r0 + i] = X[(r0 + i) * ld + c0 + c];
 #endif
     }
 }

@@ -13,7 +13,8 @@
 namespace mvgpt::cpu::amx {
 
 // Whether the products below run here: built for AMX (-march on an AMX CPU), the CPU has AMX-BF16
-// and Linux granted the tile state. Where false, callers take their other road (oneDNN or OpenBLAS).
+// and Linux granted the tile state, and MVGPT_AMX_TILES is not 0. Where false, callers take their
+// other road (oneDNN or OpenBLAS).
 bool usable();
 // Tests: route around AMX on a CPU that has it (process-wide), so both roads run on one machine.
 void set_enabled(bool on);
@@ -49,6 +50,10 @@ inline void pack_vnni_transposed(const bfloat16* Bt, int64_t ld, int64_t K, int6
 // dimension ld. Rows [rows, round_up(rows, 32)) of out's columns are written as zeros, so out can be
 // read as a product's A with K = rows.
 void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat16* out, int64_t ldo);
+
+// out (cols, rows), leading dimension ldo, = X^T for float32 X (rows, cols), leading dimension ld
+// (sums made transposed, dK^T and dV^T, put back as rows).
+void transpose(const float* X, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t ldo);
 
 // C (M, N) = alpha A B + beta C on this thread, float32 sums of exact products (AMX's order); beta =
 // 0 does not read C. A is bf16, row-major with leading dimension lda; the tiles read whole tiles, so

@@ -113,6 +113,19 @@ TEST(AmxPacking, PackingInPiecesGivesTheWholeLayout) {
   EXPECT_EQ(bits(whole_t), bits(pieces_t));
 }
 
+TEST(AmxPacking, Float32TransposeWritesOnlyTheTransposedBlock) {
+  for (const auto& s : kPackShapes) {
+    const int64_t rows = s.K, cols = s.N, ld = cols + 3, ldo = rows + 5;
+    std::vector<float> X(size_t(rows * ld));
+    for (size_t i = 0; i < X.size(); ++i) X[i] = float(i) * 0.5f - 3.0f;
+    std::vector<float> out(size_t(cols * ldo), 7.0f);
+    amx::transpose(X.data(), ld, rows, cols, out.data(), ldo);
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t r = 0; r < ldo; ++r)
+        ASSERT_EQ(out[size_t(c * ldo + r)], r < rows ? X[size_t(r * ld + c)] : 7.0f) << rows << " x " << cols;
+  }
+}
+
 struct GemmCase {
   int64_t M, N, K;
   float alpha, beta;

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include <mvgpt/backends/cpu/amx.h>
 #include <mvgpt/backends/cpu/fused_common.h>  // round_to_bf16
 #include <mvgpt/autograd/engine.h>
 #include <mvgpt/autograd/ops.h>
@@ -240,12 +241,24 @@ TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
     int64_t B, H, Hkv, Tq, Tk, D;
     bool causal, packed;
   };
+  // Head sizes of whole AMX tiles (32, 64) take the tile kernels where the CPU has them, and oneDNN's
+  // with the tiles switched off (NOTE [ Attention on AMX tiles ] in backends/cpu/amx.cpp).
   const Case cases[] = {{1, 4, 2, 130, 140, 16, true, false}, {2, 2, 2, 70, 70, 8, false, false},
-                        {2, 3, 3, 100, 100, 16, true, true}, {4, 8, 2, 130, 140, 16, true, false}};
+                        {2, 3, 3, 100, 100, 16, true, true},  {4, 8, 2, 130, 140, 16, true, false},
+                        {2, 4, 2, 130, 140, 64, true, false}, {1, 3, 3, 100, 100, 32, true, true},
+                        {2, 2, 2, 70, 77, 64, false, false}};
+  struct TilesScope {
+    explicit TilesScope(bool on) { cpu::amx::set_enabled(on); }
+    ~TilesScope() { cpu::amx::set_enabled(true); }
+  };
+  for (const bool tiles : {true, false})
   for (const bool one_thread : {false, true})
   for (const Case& c : cases) {
-    SCOPED_TRACE("T " + std::to_string(c.Tq) + "/" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
-                 (c.packed ? " packed" : "") + (one_thread ? " on one thread" : ""));
+    if (!tiles && c.D % 32 != 0) continue;
+    const TilesScope scope(tiles);
+    SCOPED_TRACE("T " + std::to_string(c.Tq) + "/" + std::to_string(c.Tk) + " D " + std::to_string(c.D) +
+                 (c.causal ? " causal" : "") + (c.packed ? " packed" : "") + (one_thread ? " on one thread" : "") +
+                 (tiles ? "" : " without AMX tiles"));
     const double scale = 0.3;
     Tensor q, k, v;
     if (c.packed) {
