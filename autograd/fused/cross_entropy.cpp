@@ -132,7 +132,8 @@ CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tenso
   const char* op = "cross_entropy_with_gradient";
   const Tensor kernel_targets = check_cross_entropy(op, logits, targets, ignore_index);
   const int64_t N = logits.size(0);
-  if (logits.dtype() != DType::f32) fail(op, "logits must be float32, found " + std::string(dtype_name(logits.dtype())));
+  if (logits.dtype() != DType::f32 && logits.dtype() != DType::bf16)
+    fail(op, "logits must be float32 or bfloat16, found " + std::string(dtype_name(logits.dtype())));
   require_floating(dlosses, op, "dlosses");
   require_device(dlosses, logits, op, "dlosses");
   require_shape(dlosses, Shape{N}, op, "dlosses");
@@ -148,7 +149,7 @@ CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tenso
   r.lse = Tensor::empty({N}, DType::f32, logits.device());
   {
     const profile::Span span("cross_entropy with gradient");
-    kernel(prepared(logits, DType::f32), kernel_targets, ignore_index, prepared(dlosses, DType::f32), r.losses, r.lse,
+    kernel(prepared(logits, logits.dtype()), kernel_targets, ignore_index, prepared(dlosses, DType::f32), r.losses, r.lse,
            dlogits);
   }
   return r;
@@ -248,6 +249,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
 // step on the Zen 4 the gradient's pass took 10.5-10.7 ms against 11.7-12.1. Other devices take a
 // block at once (their caches are not what the passes wait for, and each call checks its targets
 // again).
+// NOTE [ bf16 logits ]
+// Under the bf16 policy, on a device whose kernel makes the loss and its gradient in one visit (the
+// CPU's), the classifier's product writes its logits in bfloat16, as autocast's linear does, and the
+// loss and its gradient are computed in float32 from them, as autocast's cross_entropy upcasts: the
+// loss is that of the rounded logits, with or without a graph. The product writes half the bytes and
+// the loss reads half; on the 2-core AMX Xeon (family 6 model 167) see docs/performance.md.
 namespace {
 constexpr int64_t kLogitsBlockBytes = int64_t(40) << 20;  // 4 blocks of 1,024 rows for 16 x 256 tokens, 10,000 classes
 constexpr int64_t kLogitsSliceBytes = int64_t(8) << 20;   // the loss, then its gradient: 209 rows of 10,000
@@ -275,6 +282,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   const bool bf16 = p.bf16;
   const Tensor &xa = p.a, &wa = p.b;
   const std::optional<DType> out = p.out();
+  const bool bf16_logits = bf16 && fused::has_loss_with_gradient(x.device());  // NOTE [ bf16 logits ]
+  const std::optional<DType> logits_dtype = bf16_logits ? std::optional<DType>(DType::bf16) : out;
   const bool grad = needs_grad(x, weight);
   const Tensor scale = mean_scale(t2, ignore_index);  // () float64
   Tensor losses, dlogits, dscale;                     // (N), (N, V), ()
@@ -285,8 +294,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   for (int64_t r0 = 0; r0 < N; r0 += block) {
     const int64_t rows = std::min(block, N - r0);
     const Tensor tb = ops::narrow(t2, 0, r0, rows);
-    const Tensor logits = ops::linear(ops::narrow(xa, 0, r0, rows), wa, Tensor(), out);  // (rows, V)
-    if (grad && bf16 && logits.dtype() == DType::f32 && fused::has_loss_with_gradient(x.device())) {
+    const Tensor logits = ops::linear(ops::narrow(xa, 0, r0, rows), wa, Tensor(), logits_dtype);  // (rows, V)
+    if (grad && bf16 && fused::has_loss_with_gradient(x.device())) {
       // Each row's exps made once for the loss and its rounded gradient (see the note).
       if (!losses.defined()) {
         losses = Tensor::empty({N}, DType::f32, x.device());

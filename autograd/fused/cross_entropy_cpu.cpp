@@ -96,20 +96,24 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
                                       const Tensor& dlosses, const Tensor& losses, const Tensor& lse,
                                       const Tensor& dlogits) {
   const int64_t N = logits.size(0), V = logits.size(1);
-  const float* xp = logits.data<float>();
+  const bool narrow = logits.dtype() == DType::bf16;  // autocast's logits (NOTE [ bf16 logits ] in cross_entropy.cpp)
+  const float* xp = narrow ? nullptr : logits.data<float>();
+  const bfloat16* xb = narrow ? logits.data<bfloat16>() : nullptr;
   const float* gp = dlosses.data<float>();
   float* lp = losses.data<float>();
   float* sp = lse.data<float>();
   bfloat16* dp = dlogits.data<bfloat16>();
   parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> row;
+    thread_local std::vector<float> row, wide;
     row.resize(size_t(V));
+    if (narrow) wide.resize(size_t(V));
     for (int64_t n = r0; n < r1; ++n) {
-      const float* x = xp + n * V;
+      // bf16 logits are widened (exactly) into a row the cache holds as their max is found.
+      const float* x = narrow ? wide.data() : xp + n * V;
       bfloat16* d = dp + n * V;
       const int64_t t = target_at(targets, n);
       const bool ignored = t == ignore_index;
-      const float m = vec::row_max(x, V, /*fetch_ahead=*/true);
+      const float m = narrow ? vec::widen_row_max(xb + n * V, V, wide.data()) : vec::row_max(x, V, /*fetch_ahead=*/true);
       if (m == -INFINITY) {  // as cross_entropy_rows and its backward give it
         const float log_s = std::log(0.0f);
         sp[n] = m;
@@ -167,8 +171,10 @@ CrossEntropyKernels cross_entropy_cpu_kernels() {
   k.loss_with_gradient = [](const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                             const Tensor& dlosses, const Tensor& losses, const Tensor& lse, const Tensor& dlogits) {
     const char* op = "cross_entropy_with_gradient (cpu)";
-    for (const Tensor* t : {&logits, &dlosses, &losses, &lse})
+    for (const Tensor* t : {&dlosses, &losses, &lse})
       if (t->dtype() != DType::f32) throw std::logic_error(std::string(op) + ": float32 tensors only");
+    if (logits.dtype() != DType::f32 && logits.dtype() != DType::bf16)
+      throw std::logic_error(std::string(op) + ": float32 or bfloat16 logits only");
     if (dlogits.dtype() != DType::bf16) throw std::logic_error(std::string(op) + ": bfloat16 dlogits only");
     for (const Tensor* t : {&logits, &targets, &dlosses, &losses, &lse, &dlogits})
       vec::require_contiguous(*t, op, "every tensor");

@@ -327,6 +327,29 @@ inline f32x16 load16_widened(const bfloat16* p) {
 }
 #endif
 
+// out[0, n) = x widened (exact), and their max as row_max gives it: a first read of bfloat16 rows
+// from memory (cross-entropy's bf16 logits) makes the float32 row and its max in one pass, fetching
+// the source's lines ahead.
+inline float widen_row_max(const bfloat16* x, int64_t n, float* out) {
+  f32x8 acc = f32x8{} - INFINITY;
+  int64_t j = 0;
+  for (; j + 2 * kVec <= n; j += 2 * kVec) {
+    if (j % 32 == 0) prefetch_ahead(x + j);  // a line is 32 bfloat16
+    const f32x8 v = load8_widened(x + j), w = load8_widened(x + j + kVec);
+    store8(out + j, v);
+    store8(out + j + kVec, w);
+    acc = v > acc ? v : acc;
+    acc = w > acc ? w : acc;
+  }
+  float m = -INFINITY;
+  for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; j < n; ++j) {
+    out[j] = float(x[j]);
+    m = out[j] > m ? out[j] : m;
+  }
+  return m;
+}
+
 // Which lines a rounding pass fetches ahead (NOTE [ Prefetching ahead ] in vec_math.h): none for
 // rows the cache holds (attention's blocks), out's for a result streamed to memory (cross-entropy's
 // gradient), both for a conversion of a whole activation.
