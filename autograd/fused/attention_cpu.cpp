@@ -131,16 +131,19 @@ struct Rotation {
 
 // Rows [r0, r1) of X as a product's operand, dense (cols wide) in out: rotated to their positions
 // (row r at position first_position + r) when rot is given, and rounded to bfloat16 for a bfloat16 out.
+// scale (a power of two, which commutes with the rounding: NOTE [ A power-of-two scale ]) multiplies
+// the rows as they are rounded.
 void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, bfloat16* out, const Rotation* rot,
-                  int64_t first_position) {
-  if (!rot) return round_rows(x, ld, cols, r0, r1, out);
+                  int64_t first_position, float scale = 1.0f) {
+  if (!rot && scale == 1.0f) return round_rows(x, ld, cols, r0, r1, out);
   thread_local std::vector<float> buf;
   if (buf.size() < size_t(cols)) buf.resize(size_t(cols));
   float* row = buf.data();
   for (int64_t r = r0; r < r1; ++r) {
     prefetch_row_ahead(x, ld, cols, r, r1);
-    rot->rotate(x + r * ld, first_position + r, row);
-    vec::round_to_bf16(row, cols, out + r * cols);
+    const float* src = x + r * ld;
+    if (rot) rot->rotate(src, first_position + r, row), src = row;
+    vec::round_to_bf16(src, cols, scale, out + r * cols);
   }
 }
 void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, float* out, const Rotation* rot,
@@ -221,6 +224,45 @@ inline int64_t visible_keys(const Dims4& d, bool causal, int64_t i) {
 // Whether the bf16 kernels multiply on AMX tiles (NOTE [ Attention on AMX tiles ] in
 // backends/cpu/amx.cpp): where the CPU has them and a head's rows are whole tiles along D.
 bool on_tiles(const Dims4& d) { return cpu::amx::usable() && d.D % cpu::amx::kTileDepth == 0; }
+
+// NOTE [ A power-of-two scale ]
+// On tiles the products take no alpha where they write in place, so a scale is applied elsewhere:
+// as a pass over S, or, where it is a power of two (the model's 1/sqrt(64)), folded into q as it is
+// rounded. Multiplying by 2^k is exact, commutes with rounding to bfloat16 and with each float32 sum,
+// so S = (2^k q) K^T is the bits of 2^k (q K^T), and dK's product takes the scaled q as it is.
+bool power_of_two(double x) {
+  int e;
+  return x > 0 && std::isfinite(x) && std::frexp(x, &e) == 0.5;
+}
+
+// The backward's probabilities: p[j] = exp(p[j] - shift) for j < n, zeros up to width, written in
+// float32 (kept for dS) and rounded to bfloat16 in one pass (the values of exp_shifted then
+// round_to_bf16: each lane's exp and rounding are its own).
+void exp_rows_rounded(float* p, int64_t n, int64_t width, float shift, bfloat16* pb) {
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j + 16 <= n; j += 16) {
+    const vec::f32x16 e = vec::exp16(vec::load16(p + j) - shift);
+    vec::store16(p + j, e);
+    vec::store16_rounded(pb + j, e);
+  }
+#endif
+  vec::exp_shifted(p + j, n - j, shift, 1.0f, p + j);  // the rest (all of it without AVX-512)
+  vec::round_to_bf16(p + j, n - j, pb + j);
+  std::fill(p + n, p + width, 0.0f);
+  std::fill(pb + n, pb + width, bfloat16());
+}
+
+// dS = P (dP - Di) rounded to bfloat16 (dp overwritten), in one pass with AVX-512 where the float32
+// values are not stored (the values of the loop then round_to_bf16).
+void ds_rounded(const float* p, float* dp, float di, int64_t width, bfloat16* out) {
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j + 16 <= width; j += 16) vec::store16_rounded(out + j, vec::load16(p + j) * (vec::load16(dp + j) - di));
+#endif
+  for (int64_t i = j; i < width; ++i) dp[i] = p[i] * (dp[i] - di);
+  vec::round_to_bf16(dp + j, width - j, out + j);
+}
 
 // Softmax of the (already scaled) rows of s (rows, ld) in place over their visible keys; writes lse
 // and zeroes the masked tail up to `width`.
@@ -592,6 +634,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   // On AMX tiles the products read K^T and V packed (a head's keys packed as they are rounded), P
   // with rows padded to whole tiles, and S comes unscaled (the softmax pass scales it).
   const bool tiles = bf16 && products && on_tiles(d);
+  const bool fold = tiles && power_of_two(scale_d);  // NOTE [ A power-of-two scale ]: q comes scaled
   const int64_t rows_pad = cpu::amx::round_up(blk_rows, cpu::amx::kTileRows);
   // Tasks are (batch, head, query block), in that order. Where there are heads enough to keep every
   // thread busy (four a thread), a run takes all of a head's blocks: the head's keys and values are
@@ -627,7 +670,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         continue;
       }
       float* s = scratch;
-      operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0);
+      if constexpr (bf16) operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0, fold ? scale : 1.0f);
+      else operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0);
       if (b != rounded_b || hk != rounded_hk) rounded_b = b, rounded_hk = hk, rounded = 0;
       if (width > rounded) {
         operand_rows(K.at(b, hk), K.st, d.D, rounded, width, kb, rot, 0);
@@ -664,7 +708,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         float* sr = s + r * width;
         bfloat16* pr = pb + r * pld;
         const int64_t n = visible_keys(d, causal, i0 + r);
-        if (tiles)
+        if (tiles && !fold)
           for (int64_t j = 0; j < n; ++j) sr[j] *= scale;
         const float m = vec::row_max(sr, n);
         if (n == 0 || m == -INFINITY) {
@@ -718,6 +762,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
   // from the rows just written rather than transposed; dK^T and dV^T go back to rows once a head's
   // blocks are summed.
   const bool tiles = bf16 && on_tiles(d);
+  const bool fold = tiles && power_of_two(scale_d);  // NOTE [ A power-of-two scale ]: q comes scaled
   using cpu::amx::round_up;
   parallel_for(d.B * d.H, 1, [&](int64_t t0, int64_t t1) {
     const int64_t blk_rows = std::min(d.Tq, kQueryBlock), width_max = std::max<int64_t>(d.Tk, 1);
@@ -756,7 +801,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
       float* dv_sum = tiles ? dvt : dvh;
       std::fill(dk_sum, dk_sum + d.Tk * d.D, 0.0f);
       std::fill(dv_sum, dv_sum + d.Tk * d.D, 0.0f);
-      operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
+      if constexpr (bf16) operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0, fold ? scale : 1.0f);
+      else operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
       operand_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh, rot, 0);
       // dout's and v's rows as the products read them: (pointer, leading dimension).
       const E* dos;
@@ -803,14 +849,17 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
-          if (tiles)
+          if (tiles && !fold)
             for (int64_t j = 0; j < n; ++j) pr[j] *= scale;
-          if (lb[r] == -INFINITY)
-            std::fill(pr, pr + n, 0.0f);
-          else
+          if (lb[r] == -INFINITY) {
+            std::fill(pr, pr + width, 0.0f);
+            if constexpr (bf16) std::fill(pb + r * width, pb + (r + 1) * width, bfloat16());
+          } else if constexpr (bf16) {
+            exp_rows_rounded(pr, n, width, lb[r], pb + r * width);
+          } else {
             vec::exp_shifted(pr, n, lb[r], 1.0f, pr);
-          std::fill(pr + n, pr + width, 0.0f);
-          if constexpr (bf16) vec::round_to_bf16(pr, width, pb + r * width);
+            std::fill(pr + n, pr + width, 0.0f);
+          }
         }
         const float* Di = Dh + i0;
         const E* pe;
@@ -837,10 +886,11 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
           float* dpr = dP + r * width;
           const float* pr = P + r * width;
           const float di = Di[r];
-          for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
           if constexpr (bf16) {
-            vec::round_to_bf16(dpr, width, dsb + r * dsld);
+            ds_rounded(pr, dpr, di, width, dsb + r * dsld);
             std::fill(dsb + r * dsld + width, dsb + (r + 1) * dsld, bfloat16());
+          } else {
+            for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
           }
         }
         const E* dse;
@@ -853,7 +903,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         if (tiles) {  // dK^T (D, width) += scale Q^T dS
           cpu::amx::gemm(rows, d.D, width, scale, dsb, dsld, k_tiles, d.Tk, 0.0f, dqm, d.D);
           cpu::amx::pack_vnni(dsb, dsld, rows, width, p_tiles);
-          cpu::amx::gemm(d.D, width, rows, scale, qt + i0, tq_pad, p_tiles, rows, 1.0f, dkt, d.Tk);
+          cpu::amx::gemm(d.D, width, rows, fold ? 1.0f : scale, qt + i0, tq_pad, p_tiles, rows, 1.0f, dkt, d.Tk);
         } else {
           gemm(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
           gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
