@@ -159,7 +159,7 @@ void BM_RotaryAttentionBackward(benchmark::State& state) {
   const double scale = 1 / std::sqrt(double(D));
   Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   const bool packed = state.range(0) != 0, bf16 = state.range(1) != 0;
-  attention_cpu().forward_rotary(q, k, v, scale, true, bf16, table, RopeLayout::split_half, out, lse);
+  attention_cpu().forward_rotary(q, k, v, scale, true, bf16, table, RopeLayout::split_half, out, lse, nullptr);
   const Tensor dout = filled(out.shape(), DType::f32, -1, 1, 4);
   const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
   const Tensor dq = packed ? heads(dqkv, 0) : Tensor::empty(q.shape(), DType::f32);

@@ -182,6 +182,9 @@ struct RotaryForward {
   Tensor out, lse;                                        // (B, H, T, D), (B, H, T)
   std::shared_ptr<const fused::RopeTable> table, inverse;  // inverse: only when a gradient is wanted
   bool bf16 = false;                                       // bf16 products (the policy of linear and matmul)
+  // For a gradient under bf16 products with as many kv heads as heads: q, k and v as the kernels
+  // rounded them (bfloat16, q and k rotated), for the backward in place of the float32 ones.
+  std::vector<Tensor> kept;
 };
 RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              double base, RopeLayout layout, double position_scale, double scale, bool causal,
@@ -193,12 +196,14 @@ RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, c
   r.table = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, false, position_scale));
   r.out = Tensor::empty(q.shape(), DType::f32, q.device());
   r.lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
+  if (grad && r.bf16 && s.H == s.Hkv)
+    for (const Tensor* t : {&q, &k, &v}) r.kept.push_back(Tensor::empty(t->shape(), DType::bf16, q.device()));
   {
     const profile::Span span("attention");
     fused::kernels(q.device())
         .forward_rotary(fused::prepared_heads(q, DType::f32), fused::prepared_heads(k, DType::f32),
                         fused::prepared_heads(v, DType::f32), scale, causal, r.bf16, *r.table, layout, r.out,
-                        r.lse);
+                        r.lse, r.kept.empty() ? nullptr : &r.kept);
   }
   if (grad) r.inverse = std::make_shared<const fused::RopeTable>(fused::inverse_rope_table(*r.table));
   return r;
@@ -210,9 +215,10 @@ void rotary_backward(const char* op, const Tensor& g, const Tensor& q, const Ten
                      const Tensor& dk, const Tensor& dv) {
   fused::check_grad_like(op, g, q, "grad");
   const profile::Span span("attention backward");
+  // q, k and v: the float32 inputs, or the forward's kept bf16 operands, which go as they are.
+  auto operand = [](const Tensor& t) { return t.dtype() == DType::bf16 ? t : fused::prepared_heads(t, DType::f32); };
   fused::kernels(q.device())
-      .backward_rotary(fused::prepared_heads(g, DType::f32), fused::prepared_heads(q, DType::f32),
-                       fused::prepared_heads(k, DType::f32), fused::prepared_heads(v, DType::f32),
+      .backward_rotary(fused::prepared_heads(g, DType::f32), operand(q), operand(k), operand(v),
                        fused::prepared_heads(out, DType::f32), ops::contiguous(lse), scale, causal, bf16, table,
                        inverse, layout, dq, dk, dv);
 }
@@ -236,8 +242,10 @@ Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   RotaryForward f = rotary_forward(op, q, k, v, positions, base, layout, position_scale, scale, causal, grad);
   if (!grad) return f.out;
   Tensor saved_out = f.out;
+  const bool kept = !f.kept.empty();
   return record(op, std::move(f.out), {edge_to(q), edge_to(k), edge_to(v)},
-                [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(saved_out),
+                [sq = SavedTensor(kept ? f.kept[0] : q), sk = SavedTensor(kept ? f.kept[1] : k),
+                 sv = SavedTensor(kept ? f.kept[2] : v), so = SavedTensor(saved_out),
                  sl = SavedTensor(f.lse), table = f.table, inverse = f.inverse, bf16 = f.bf16, layout, scale,
                  causal](const Tensor& g) -> Grads {
                   const char* op = "rotary_attention";
@@ -275,14 +283,20 @@ Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_h
                                    grad);
   if (!grad) return f.out;
   Tensor saved_out = f.out;
+  // The kept bf16 operands where the forward made them (then the float32 projection is not kept).
+  std::vector<SavedTensor> inputs;
+  if (f.kept.empty()) inputs.emplace_back(qkv);
+  for (const Tensor& t : f.kept) inputs.emplace_back(t);
   return record(op, std::move(f.out), {edge_to(qkv)},
-                [sqkv = SavedTensor(qkv), so = SavedTensor(saved_out), sl = SavedTensor(f.lse), table = f.table,
-                 inverse = f.inverse, bf16 = f.bf16, layout, scale, causal, n_head, n_kv_head](const Tensor& g) -> Grads {
+                [inputs = std::move(inputs), shape = qkv.shape(), so = SavedTensor(saved_out), sl = SavedTensor(f.lse),
+                 table = f.table, inverse = f.inverse, bf16 = f.bf16, layout, scale, causal, n_head,
+                 n_kv_head](const Tensor& g) -> Grads {
                   const char* op = "rotary_attention_packed";
-                  const Tensor qkv = sqkv.unpack(op);
-                  const std::vector<Tensor> in = packed_views(qkv, n_head, n_kv_head);
+                  std::vector<Tensor> in;
+                  for (const SavedTensor& t : inputs) in.push_back(t.unpack(op));
+                  if (in.size() == 1) in = packed_views(in[0], n_head, n_kv_head);
                   // The kernels write dq, dk and dv into their blocks of qkv's gradient.
-                  Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32, qkv.device());
+                  Tensor dqkv = Tensor::empty(shape, DType::f32, in[0].device());
                   const std::vector<Tensor> d = packed_views(dqkv, n_head, n_kv_head);
                   rotary_backward(op, g, in[0], in[1], in[2], so.unpack(op), sl.unpack(op), bf16, *table, *inverse,
                                   layout, scale, causal, d[0], d[1], d[2]);

@@ -76,9 +76,13 @@ struct AttentionKernels {
   // backward_rotary's dq, dk and dv may also be strided views (a unit stride on D, rows that do not
   // overlap, no two sharing an element): the blocks of a packed qkv's gradient
   // (rotary_attention_packed).
+  // keep (bf16 products, H == Hkv; may be null): contiguous bfloat16 (B, H, T, D) tensors the forward
+  // writes its rounded operands into, q and k rotated, q unscaled (NOTE [ Kept bf16 operands ] in
+  // attention_cpu.cpp). Handed to backward_rotary as its q, k and v (bfloat16), they are read as they
+  // lie: no rotation or rounding again, and the float32 projection need not be kept.
   void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                          bool bf16_products, const RopeTable& table, RopeLayout layout, const Tensor& out,
-                         const Tensor& lse) = nullptr;
+                         const Tensor& lse, const std::vector<Tensor>* keep) = nullptr;
   void (*backward_rotary)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, double scale, bool causal, bool bf16_products, const RopeTable& table,
                           const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,

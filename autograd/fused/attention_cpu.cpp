@@ -37,6 +37,18 @@
 // rows ahead itself. In the bf16 step profile on the Zen 4 (15 steps, alternated three times),
 // attention and rope together took 94-98 ms a step against 106-113.
 //
+// NOTE [ Kept bf16 operands ]
+// Under bf16 products the backward multiplies the same rounded q, k and v as the forward: rotated
+// and rounded again from the float32 projection, a head's 256 rows of q, k and v read 3C apart
+// (another page every row or so) and rotated a second time. Where a gradient is wanted and each
+// head has its own kv head, rotary_attention hands the forward three (B, H, T, D) bfloat16 tensors
+// and the forward writes its rounded operands there instead of a thread's buffers (one run a head,
+// so a head's rows have one writer); the backward then reads them as they lie, with the same bits
+// (q is kept unscaled and scaled again where a power-of-two scale is folded: exact), and the op
+// keeps them instead of the float32 projection: 9.4 MB a layer in place of 18.9 for the series'
+// step. In the bf16 step profile on the 2-core AMX Xeon the backward's attention took 42 ms a step
+// against 46.8, the forward's 28.5 against 26-28.5 (it writes the kept rows).
+//
 // NOTE [ Rotary attention in float32 ]
 // Float32 products take the same road (attention_rows_dense<float>): q and k are rotated into dense
 // float32 rows where the bf16 kernels round them, v, dout, P and dS are multiplied where they lie (no
@@ -233,6 +245,19 @@ bool on_tiles(const Dims4& d) { return cpu::amx::usable() && d.D % cpu::amx::kTi
 bool power_of_two(double x) {
   int e;
   return x > 0 && std::isfinite(x) && std::frexp(x, &e) == 0.5;
+}
+
+// dst[0, n) = src times a power of two (exact, so the rounding is src's), or a copy for 1.
+void scaled_copy(const bfloat16* src, int64_t n, float scale, bfloat16* dst) {
+  if (scale == 1.0f) {
+    std::copy(src, src + n, dst);
+    return;
+  }
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) vec::store16_rounded(dst + i, vec::load16_widened(src + i) * scale);
+#endif
+  for (; i < n; ++i) dst[i] = bfloat16(float(src[i]) * scale);
 }
 
 // The backward's probabilities: p[j] = exp(p[j] - shift) for j < n, zeros up to width, written in
@@ -615,9 +640,12 @@ void attention_row_kv_bf16(const Tensor& q, const Tensor& k, const Tensor& v, do
 // sums in float32. Rounding is folded into the passes that exist anyway (NOTE [ bf16 attention ]).
 // E = float: the float32 kernels of rotary_attention (NOTE [ Rotary attention in float32 ]), q and k
 // rotated into dense float32 rows, v read in place; the values of rope then attention_rows<float>.
+// keep (bf16, one kv head a head): the rounded operands written into these (B, H, T, D) tensors for
+// the backward (NOTE [ Kept bf16 operands ]).
 template <typename E>
 void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
-                          const Tensor& out, const Tensor& lse, const Rotation* rot = nullptr) {
+                          const Tensor& out, const Tensor& lse, const Rotation* rot = nullptr,
+                          const std::vector<Tensor>* keep = nullptr) {
   constexpr bool bf16 = std::is_same_v<E, bfloat16>;
   const Dims4 d = dims_of(q, k);
   const float scale = float(scale_d);
@@ -640,7 +668,14 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   // thread busy (four a thread), a run takes all of a head's blocks: the head's keys and values are
   // then rounded once, a block's new rows at a time, not again for every block (on the 2-core AMD
   // EPYC Zen 4, BM_AttentionForward/Tq:256/Tk:256/bf16:1 see docs/performance.md).
-  const int64_t per_run = d.B * d.H >= 4 * int64_t(tbb::this_task_arena::max_concurrency()) ? nblocks : 1;
+  // Kept operands are written by one run a head (a head's rows by one thread).
+  if (keep && (!bf16 || !products || d.group != 1 || keep->size() != 3))
+    throw std::logic_error("attention (cpu): kept operands are for bf16 products with a kv head a head");
+  bfloat16* kept_q = keep ? (*keep)[0].data<bfloat16>() : nullptr;
+  bfloat16* kept_k = keep ? (*keep)[1].data<bfloat16>() : nullptr;
+  bfloat16* kept_v = keep ? (*keep)[2].data<bfloat16>() : nullptr;
+  const int64_t per_run =
+      keep || d.B * d.H >= 4 * int64_t(tbb::this_task_arena::max_concurrency()) ? nblocks : 1;
   parallel_for(d.B * d.H * nblocks / per_run, 1, [&](int64_t r0, int64_t r1) {
     float* scratch = thread_scratch<float, Slot::s>(blk_rows * width_max);
     E* qb = products ? thread_scratch<E, Slot::q>(rows_pad * d.D) : nullptr;
@@ -670,36 +705,53 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         continue;
       }
       float* s = scratch;
-      if constexpr (bf16) operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0, fold ? scale : 1.0f);
-      else operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0);
+      // The block's q (qs), the head's k and v (ks, vs) as the products read them: this thread's
+      // buffers, or rows of the kept tensors.
+      const E* qs = qb;
+      E* ks = kb;
+      bfloat16* vs = vb;
+      if constexpr (bf16) {
+        if (keep) {
+          bfloat16* kq = kept_q + ((b * d.H + h) * d.Tq + i0) * d.D;
+          ks = kept_k + (b * d.Hkv + hk) * d.Tk * d.D, vs = kept_v + (b * d.Hkv + hk) * d.Tk * d.D;
+          operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, kq, rot, i0);
+          // The tiles read whole tiles of rows, and fold wants q scaled: then a copy in the buffer.
+          if (tiles && (fold || rows % cpu::amx::kTileRows != 0)) scaled_copy(kq, rows * d.D, fold ? scale : 1.0f, qb);
+          else qs = kq;
+        } else {
+          operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0, fold ? scale : 1.0f);
+        }
+      } else {
+        operand_rows(Q.at(b, h, i0), Q.st, d.D, 0, rows, qb, rot, i0);
+      }
       if (b != rounded_b || hk != rounded_hk) rounded_b = b, rounded_hk = hk, rounded = 0;
       if (width > rounded) {
-        operand_rows(K.at(b, hk), K.st, d.D, rounded, width, kb, rot, 0);
+        operand_rows(K.at(b, hk), K.st, d.D, rounded, width, ks, rot, 0);
         if constexpr (bf16) {
-          round_rows(V.at(b, hk), V.st, d.D, rounded, width, vb);
+          round_rows(V.at(b, hk), V.st, d.D, rounded, width, vs);
           if (tiles) {
-            cpu::amx::pack_vnni_transposed_cols(kb, d.D, d.D, rounded, width, k_tiles);
-            cpu::amx::pack_vnni_rows(vb, d.D, rounded, width, d.D, width_max, v_tiles);
+            cpu::amx::pack_vnni_transposed_cols(ks, d.D, d.D, rounded, width, k_tiles);
+            cpu::amx::pack_vnni_rows(vs, d.D, rounded, width, d.D, width_max, v_tiles);
           }
         }
         rounded = width;
       }
       if constexpr (!bf16) {
         if (rows == 1) {  // the float32 loops on the rotated rows, as attention_rows<float> takes one row
-          const Heads<float> rotated_keys(kb, 0, 0, d.D);
-          attend_row(qb, rotated_keys, V, b, hk, width, d.D, scale, s, o, l);
+          const Heads<float> rotated_keys(ks, 0, 0, d.D);
+          attend_row(qs, rotated_keys, V, b, hk, width, d.D, scale, s, o, l);
           continue;
         }
         // S (rows, width) = scale Q_blk K^T, its softmax in place, O (rows, D) = P V.
-        gemm(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
+        gemm(false, true, rows, width, d.D, scale, qs, d.D, ks, d.D, 0, s, width);
         softmax_rows(s, rows, width, width, d, causal, i0, l);
         gemm(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, d.D);
         continue;
       }
       // S (rows, width) = scale Q_blk K^T (on tiles unscaled, scaled below as each row is read).
       if constexpr (bf16) {
-        if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qb, d.D, k_tiles, d.D, 0.0f, s, width);
-        else gemm(false, true, rows, width, d.D, scale, qb, d.D, kb, d.D, 0, s, width);
+        if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qs, d.D, k_tiles, d.D, 0.0f, s, width);
+        else gemm(false, true, rows, width, d.D, scale, qs, d.D, ks, d.D, 0, s, width);
       }
       // P = softmax(S) in bfloat16, its normalization and rounding one pass; its rows pld apart,
       // zeros past the visible keys (on tiles up to a whole tile: the product reads them).
@@ -723,7 +775,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
       }
       // O (rows, D) = P V.
       if (tiles) cpu::amx::gemm(rows, d.D, width, 1.0f, pb, pld, v_tiles, width_max, 0.0f, o, d.D);
-      else gemm(false, false, rows, d.D, width, 1.0f, pb, width, vb, d.D, 0, o, d.D);
+      else gemm(false, false, rows, d.D, width, 1.0f, pb, width, vs, d.D, 0, o, d.D);
     }
   });
 }
@@ -747,7 +799,14 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
   constexpr bool bf16 = std::is_same_v<E, bfloat16>;
   const Dims4 d = dims_of(q, k);
   const float scale = float(scale_d);
-  const Heads<float> Q(q), K(k), V(v), dO(dout), O(out);
+  // q, k and v: float32 (rotated and rounded here), or the forward's kept bf16 operands (NOTE [ Kept
+  // bf16 operands ]), read as they lie.
+  const bool kept = q.dtype() == DType::bf16;
+  if (kept && !bf16) throw std::logic_error("attention backward (cpu): bfloat16 q, k and v under float32 products");
+  auto f32_heads = [&](const Tensor& t) { return kept ? Heads<float>(nullptr, 0, 0, 0) : Heads<float>(t); };
+  auto kept_heads = [&](const Tensor& t) { return kept ? Heads<bfloat16>(t) : Heads<bfloat16>(nullptr, 0, 0, 0); };
+  const Heads<float> Q = f32_heads(q), K = f32_heads(k), V = f32_heads(v), dO(dout), O(out);
+  const Heads<bfloat16> KQ = kept_heads(q), KK = kept_heads(k), KV = kept_heads(v);
   const float* lp = lse.data<float>();
   const HeadsOut<float> dQ(dq), dK(dk), dV(dv);
   const bool kv_in_place = dk.is_contiguous() && dv.is_contiguous();  // a head's dk and dv summed where they go
@@ -801,9 +860,20 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
       float* dv_sum = tiles ? dvt : dvh;
       std::fill(dk_sum, dk_sum + d.Tk * d.D, 0.0f);
       std::fill(dv_sum, dv_sum + d.Tk * d.D, 0.0f);
-      if constexpr (bf16) operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0, fold ? scale : 1.0f);
-      else operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
-      operand_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh, rot, 0);
+      // The head's q and k as the products read them.
+      const E* qh_in = qh;
+      const E* kh_in = kh;
+      if (kept) {
+        if constexpr (bf16) {  // copied only where q is scaled, or its rows are not whole tiles
+          if (fold || d.Tq % cpu::amx::kTileRows != 0) scaled_copy(KQ.at(b, h), d.Tq * d.D, fold ? scale : 1.0f, qh);
+          else qh_in = KQ.at(b, h);
+          kh_in = KK.at(b, hk);
+        }
+      } else {
+        if constexpr (bf16) operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0, fold ? scale : 1.0f);
+        else operand_rows(Q.at(b, h), Q.st, d.D, 0, d.Tq, qh, rot, 0);
+        operand_rows(K.at(b, hk), K.st, d.D, 0, d.Tk, kh, rot, 0);
+      }
       // dout's and v's rows as the products read them: (pointer, leading dimension).
       const E* dos;
       const E* vs;
@@ -815,13 +885,14 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
       }
       if constexpr (bf16) {
         round_rows(dO.at(b, h), dO.st, d.D, 0, d.Tq, doh);
-        round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh);
-        dos = doh, vs = vh, dold = vld = d.D;
+        if (kept) vs = KV.at(b, hk);
+        else round_rows(V.at(b, hk), V.st, d.D, 0, d.Tk, vh), vs = vh;
+        dos = doh, dold = vld = d.D;
         if (tiles) {
-          cpu::amx::pack_vnni_transposed(kh, d.D, d.D, d.Tk, kt_tiles);
-          cpu::amx::pack_vnni_transposed(vh, d.D, d.D, d.Tk, vt_tiles);
-          cpu::amx::pack_vnni(kh, d.D, d.Tk, d.D, k_tiles);
-          cpu::amx::transpose(qh, d.D, d.Tq, d.D, qt, tq_pad);
+          cpu::amx::pack_vnni_transposed(kh_in, d.D, d.D, d.Tk, kt_tiles);
+          cpu::amx::pack_vnni_transposed(vs, d.D, d.D, d.Tk, vt_tiles);
+          cpu::amx::pack_vnni(kh_in, d.D, d.Tk, d.D, k_tiles);
+          cpu::amx::transpose(qh_in, d.D, d.Tq, d.D, qt, tq_pad);
           cpu::amx::transpose(doh, d.D, d.Tq, d.D, dot, tq_pad);
         }
       } else {
@@ -836,15 +907,15 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
           continue;
         }
         const float* lb = lp + (b * d.H + h) * d.Tq + i0;
-        const E* qblk = qh + i0 * d.D;
+        const E* qblk = qh_in + i0 * d.D;
         const E* doblk = dos + i0 * dold;
         // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS (on
         // tiles S comes unscaled and is scaled here).
         if constexpr (bf16) {
           if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qblk, d.D, kt_tiles, d.D, 0.0f, P, width);
-          else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
+          else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
         } else {
-          gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh, d.D, 0, P, width);
+          gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
         }
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = P + r * width;
@@ -905,7 +976,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
           cpu::amx::pack_vnni(dsb, dsld, rows, width, p_tiles);
           cpu::amx::gemm(d.D, width, rows, fold ? 1.0f : scale, qt + i0, tq_pad, p_tiles, rows, 1.0f, dkt, d.Tk);
         } else {
-          gemm(false, false, rows, d.D, width, scale, dse, width, kh, d.D, 0, dqm, d.D);
+          gemm(false, false, rows, d.D, width, scale, dse, width, kh_in, d.D, 0, dqm, d.D);
           gemm(true, false, width, d.D, rows, scale, dse, width, qblk, d.D, 1.0f, dkh, d.D);
         }
         if (inv || !dq_in_place)
@@ -996,18 +1067,25 @@ Rotation rotation_of(const RopeTable& table, RopeLayout layout) {
 }
 
 void check_rotary(const Tensor& q, const Tensor& k, const RopeTable& table, const char* op) {
-  if (q.dtype() != DType::f32 || q.size(2) != k.size(2) || q.size(3) != 2 * table.half ||
+  if ((q.dtype() != DType::f32 && q.dtype() != DType::bf16) || q.size(2) != k.size(2) || q.size(3) != 2 * table.half ||
       int64_t(table.cos.size()) != q.size(2) * table.half || int64_t(table.sin.size()) != q.size(2) * table.half)
-    throw std::logic_error(std::string(op) + ": float32 q and k of one length T and a (T, D/2) rope table expected");
+    throw std::logic_error(std::string(op) + ": float32 (or kept bfloat16) q and k of one length T and a (T, D/2) rope table expected");
 }
 
 void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
-                    const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse) {
+                    const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse,
+                    const std::vector<Tensor>* keep) {
   check_attention_layout("rotary attention (cpu)", {&q, &k, &v}, {&out, &lse});
   check_rotary(q, k, table, "rotary attention (cpu)");
+  if (keep) {
+    const Tensor* like[] = {&q, &k, &v};
+    for (size_t i = 0; i < 3 && i < keep->size(); ++i)
+      if ((*keep)[i].dtype() != DType::bf16 || !(*keep)[i].is_contiguous() || !((*keep)[i].shape() == like[i]->shape()))
+        throw std::logic_error("rotary attention (cpu): kept operands must be contiguous bfloat16 shaped as q, k, v");
+  }
   if (lse.numel() == 0) return;
   const Rotation rot = rotation_of(table, layout);
-  if (bf16_products) attention_rows_dense<bfloat16>(q, k, v, scale, causal, out, lse, &rot);
+  if (bf16_products) attention_rows_dense<bfloat16>(q, k, v, scale, causal, out, lse, &rot, keep);
   else attention_rows_dense<float>(q, k, v, scale, causal, out, lse, &rot);
 }
 
@@ -1016,7 +1094,15 @@ void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const
                      const Tensor& lse, double scale, bool causal, bool bf16_products, const RopeTable& table,
                      const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,
                      const Tensor& dv) {
-  check_attention_layout("rotary attention backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse});
+  // q, k and v: float32, or the forward's kept bf16 operands (contiguous).
+  if (q.dtype() == DType::bf16) {
+    for (const Tensor* t : {&q, &k, &v})
+      if (t->dtype() != DType::bf16 || !t->is_contiguous() || !bf16_products)
+        throw std::logic_error("rotary attention backward (cpu): kept operands are contiguous bfloat16, under bf16 products");
+    check_attention_layout("rotary attention backward (cpu)", {&dout, &out}, {&lse});
+  } else {
+    check_attention_layout("rotary attention backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse});
+  }
   for (const Tensor* t : {&dq, &dk, &dv}) {
     vec::require_unit_last_stride(*t, "rotary attention backward (cpu)", "dq, dk and dv");
     if (t->size(2) > 1 && t->strides()[2] < t->size(3))

@@ -403,6 +403,54 @@ TEST(RotaryAttention, MatchesRopeThenAttention) {
   }
 }
 
+// NOTE [ Kept bf16 operands ]: the rotary kernels' backward on the operands its forward kept (q and
+// k rotated and rounded, v rounded) gives the bits of the backward that rounds them again from the
+// float32 projection, and the forward's own results do not change; with the model's power-of-two
+// scale (folded into q on AMX tiles) and another, rows that are and are not whole tiles, packed
+// gradients, tiles on and off.
+TEST(RotaryAttention, KeptBf16OperandsGiveTheBitsOfRoundingAgain) {
+  struct TilesScope {
+    explicit TilesScope(bool on) { cpu::amx::set_enabled(on); }
+    ~TilesScope() { cpu::amx::set_enabled(true); }
+  };
+  for (const bool tiles : {true, false})
+  for (const int64_t T : {256, 100})
+  for (const double scale : {0.125, 0.3}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " scale " + std::to_string(scale) + (tiles ? "" : " without tiles"));
+    const TilesScope scope(tiles);
+    const int64_t B = 2, H = 3, D = 64;
+    const Tensor qkv = random_tensor({B, T, 3 * H, D}, DType::f32, 41, -2, 2);
+    auto heads = [&](const Tensor& t, int64_t which) { return ops::transpose(ops::narrow(t, 2, which * H, H), 1, 2); };
+    const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
+    const Tensor pos = arange(0, double(T), 1, DType::i64, Device::cpu());
+    const fused::RopeTable table = fused::rope_table(pos, D, 10000, false, 1.0);
+    const fused::RopeTable inverse = fused::inverse_rope_table(table);
+    const Tensor dout = random_tensor({B, H, T, D}, DType::f32, 42);
+    std::vector<Tensor> results[2];
+    for (int kept = 0; kept < 2; ++kept) {
+      Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
+      std::vector<Tensor> keep;
+      for (int i = 0; i < 3; ++i) keep.push_back(Tensor::empty({B, H, T, D}, DType::bf16));
+      cpu().forward_rotary(q, k, v, scale, true, true, table, RopeLayout::split_half, out, lse, kept ? &keep : nullptr);
+      const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
+      if (kept)
+        cpu().backward_rotary(dout, keep[0], keep[1], keep[2], out, lse, scale, true, true, table, inverse,
+                              RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2));
+      else
+        cpu().backward_rotary(dout, q, k, v, out, lse, scale, true, true, table, inverse, RopeLayout::split_half,
+                              heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2));
+      results[kept] = {out, lse, dqkv};
+      if (kept) {  // what was kept: the rotated rows, rounded (q unscaled)
+        const Tensor rotated_q = fused::rope_rotate(q, pos, 10000, RopeLayout::split_half, false, 1.0);
+        EXPECT_TRUE(testing::bitwise_equal(keep[0], ops::to(rotated_q, DType::bf16)));
+        EXPECT_TRUE(testing::bitwise_equal(keep[2], ops::to(ops::contiguous(v), DType::bf16)));
+      }
+    }
+    const char* names[] = {"out", "lse", "dqkv"};
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(results[0][i], results[1][i])) << names[i];
+  }
+}
+
 // rotary_attention is rope then attention bit for bit in float32 (the kernels, whose values are the
 // composition's), and elsewhere, where it is the composition: float64, a per-sequence positions table.
 TEST(RotaryAttention, ElsewhereIsTheCompositionBitForBit) {
