@@ -148,6 +148,26 @@ BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark
 // products, bf16:0 float32): q, k and v heads of one packed (B, T, 3H, D) projection; dq, dk and dv
 // contiguous (packed:0, as rotary_attention makes them) or the blocks of a packed gradient
 // (packed:1, rotary_attention_packed).
+// The model's attention forward: rotary, q, k and v split out of one packed projection, bf16
+// products keeping their rounded operands for the backward (keep:1, as training does: NOTE [ Kept
+// bf16 operands ]) or not (keep:0, as inference does).
+void BM_RotaryAttentionForward(benchmark::State& state) {
+  const int64_t B = 16, H = 6, T = 256, D = 64;
+  const Tensor qkv = filled({B, T, 3 * H, D}, DType::f32, -1, 1, 5);
+  auto heads = [&](const Tensor& t, int64_t which) { return ops::transpose(ops::narrow(t, 2, which * H, H), 1, 2); };
+  const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
+  const Tensor pos = ops::arange(0, double(T), 1, DType::i64, Device::cpu());
+  const fused::RopeTable table = fused::rope_table(pos, D, 10000, false, 1.0);
+  Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
+  std::vector<Tensor> keep;
+  for (int i = 0; i < 3; ++i) keep.push_back(Tensor::empty({B, H, T, D}, DType::bf16));
+  const bool kept = state.range(0) != 0;
+  for (auto _ : state)
+    attention_cpu().forward_rotary(q, k, v, 1 / std::sqrt(double(D)), true, true, table, RopeLayout::split_half, out,
+                                   lse, kept ? &keep : nullptr);
+}
+BENCHMARK(BM_RotaryAttentionForward)->Arg(0)->Arg(1)->ArgName("keep")->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void BM_RotaryAttentionBackward(benchmark::State& state) {
   const int64_t B = 16, H = 6, T = 256, D = 64;
   const Tensor qkv = filled({B, T, 3 * H, D}, DType::f32, -1, 1, 5);
