@@ -186,15 +186,18 @@ struct RotaryForward {
   // rounded them (bfloat16, q and k rotated), for the backward in place of the float32 ones.
   std::vector<Tensor> kept;
 };
+// token_major: out is the (B, H, T, D) view of a (B, T, H, D) tensor, so that the model's transpose
+// back to (B, T, H D) for the output projection is a view, not a copy (rotary_attention_packed).
 RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              double base, RopeLayout layout, double position_scale, double scale, bool causal,
-                             bool grad) {
+                             bool grad, bool token_major = false) {
   const fused::AttentionShapes s = fused::check_attention(op, q, k, v, scale, causal);
   const Tensor pos = ops::contiguous(positions);
   RotaryForward r;
   r.bf16 = autograd::detail::bf16_products(q, k);
   r.table = std::make_shared<const fused::RopeTable>(fused::rope_table(pos, s.D, base, false, position_scale));
-  r.out = Tensor::empty(q.shape(), DType::f32, q.device());
+  r.out = token_major ? ops::transpose(Tensor::empty({s.B, s.Tq, s.H, s.D}, DType::f32, q.device()), 1, 2)
+                      : Tensor::empty(q.shape(), DType::f32, q.device());
   r.lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
   if (grad && r.bf16 && s.H == s.Hkv)
     for (const Tensor* t : {&q, &k, &v}) r.kept.push_back(Tensor::empty(t->shape(), DType::bf16, q.device()));
@@ -280,7 +283,7 @@ Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_h
   const autograd::InternalOps internal;
   const bool grad = needs_grad(qkv);
   RotaryForward f = rotary_forward(op, raw[0], raw[1], raw[2], positions, base, layout, position_scale, scale, causal,
-                                   grad);
+                                   grad, /*token_major=*/true);
   if (!grad) return f.out;
   Tensor saved_out = f.out;
   // The kept bf16 operands where the forward made them (then the float32 projection is not kept).

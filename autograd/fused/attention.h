@@ -30,8 +30,10 @@ Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
 // Differentiable: rotary_attention over the heads of one packed projection qkv (B, T, H + 2 Hkv, D),
 // q's H heads, then k's Hkv, then v's Hkv (split(qkv, {H, Hkv, Hkv}, 2), each transposed to
 // (B, heads, T, D)) -> (B, H, T, D). Where rotary_attention's kernels run, the gradient is qkv's whole,
-// the kernels writing dq, dk and dv into its blocks: no copy of each into its place. Elsewhere
-// rotary_attention of the split views, the same values.
+// the kernels writing dq, dk and dv into its blocks: no copy of each into its place; and the result
+// is the (B, H, T, D) view of a (B, T, H, D) tensor, so that transposing it back to (B, T, H, D) for
+// the output projection is itself a view (no copy). Elsewhere rotary_attention of the split views,
+// the same values.
 Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, const Tensor& positions,
                                double base, RopeLayout layout, double position_scale, double scale, bool causal);
 

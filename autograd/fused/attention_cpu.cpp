@@ -650,7 +650,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   const Dims4 d = dims_of(q, k);
   const float scale = float(scale_d);
   const Heads<float> Q(q), K(k), V(v);
-  float* op = out.data<float>();
+  const HeadsOut<float> Out(out);  // contiguous, or a view of (B, T, H, D) rows (rotary_attention_packed)
   SingleThreadedBlas single;  // float32 products (and the bf16 fallback's on CPUs without bf16 kernels)
   float* lp = lse.data<float>();
   const int64_t nblocks = (d.Tq + kQueryBlock - 1) / kQueryBlock;
@@ -692,7 +692,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
       const int64_t blk = task % nblocks, h = (task / nblocks) % d.H, b = task / (nblocks * d.H);
       const int64_t hk = h / d.group;
       const int64_t i0 = blk * kQueryBlock, rows = std::min(kQueryBlock, d.Tq - i0);
-      float* o = op + ((b * d.H + h) * d.Tq + i0) * d.D;
+      float* o = Out.at(b, h, i0);
+      const int64_t ldo = Out.st;
       float* l = lp + (b * d.H + h) * d.Tq + i0;
       if (rows == 1 && !rot) {  // decoding: float32 loops (a one-row product costs more in dispatch than the work)
         attend_row(Q.at(b, h, i0), K, V, b, hk, visible_keys(d, causal, i0), d.D, scale, scratch, o, l);
@@ -700,7 +701,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
       }
       const int64_t width = visible_keys(d, causal, i0 + rows - 1);
       if (width == 0) {
-        std::fill(o, o + rows * d.D, 0.0f);
+        for (int64_t r = 0; r < rows; ++r) std::fill(o + r * ldo, o + r * ldo + d.D, 0.0f);
         std::fill(l, l + rows, -INFINITY);
         continue;
       }
@@ -745,7 +746,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         // S (rows, width) = scale Q_blk K^T, its softmax in place, O (rows, D) = P V.
         gemm(false, true, rows, width, d.D, scale, qs, d.D, ks, d.D, 0, s, width);
         softmax_rows(s, rows, width, width, d, causal, i0, l);
-        gemm(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, d.D);
+        gemm(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, ldo);
         continue;
       }
       // S (rows, width) = scale Q_blk K^T (on tiles unscaled, scaled below as each row is read).
@@ -774,8 +775,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         l[r] = m + std::log(sum);
       }
       // O (rows, D) = P V.
-      if (tiles) cpu::amx::gemm(rows, d.D, width, 1.0f, pb, pld, v_tiles, width_max, 0.0f, o, d.D);
-      else gemm(false, false, rows, d.D, width, 1.0f, pb, width, vs, d.D, 0, o, d.D);
+      if (tiles) cpu::amx::gemm(rows, d.D, width, 1.0f, pb, pld, v_tiles, width_max, 0.0f, o, ldo);
+      else gemm(false, false, rows, d.D, width, 1.0f, pb, width, vs, d.D, 0, o, ldo);
     }
   });
 }
@@ -1075,7 +1076,12 @@ void check_rotary(const Tensor& q, const Tensor& k, const RopeTable& table, cons
 void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
                     const RopeTable& table, RopeLayout layout, const Tensor& out, const Tensor& lse,
                     const std::vector<Tensor>* keep) {
-  check_attention_layout("rotary attention (cpu)", {&q, &k, &v}, {&out, &lse});
+  // out: contiguous, or (B, H, T, D) rows of a (B, T, H, D) tensor (a unit stride on D, rows that
+  // do not overlap): rotary_attention_packed's, whose transpose back is then free.
+  check_attention_layout("rotary attention (cpu)", {&q, &k, &v}, {&lse});
+  vec::require_unit_last_stride(out, "rotary attention (cpu)", "out");
+  if (out.size(2) > 1 && out.strides()[2] < out.size(3))
+    throw std::logic_error("rotary attention (cpu): rows of out overlap");
   check_rotary(q, k, table, "rotary attention (cpu)");
   if (keep) {
     const Tensor* like[] = {&q, &k, &v};
