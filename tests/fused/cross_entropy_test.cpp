@@ -349,6 +349,10 @@ TEST(LinearCrossEntropy, UnderTheBf16PolicyIsTheCompositionUnderIt) {
   }
   // And it is bf16: near the float32 loss's gradient at bf16's precision only.
   const LossAndGrads got = run_loss(true, x, w, t, 1);
+  {  // Without a graph, the same loss (from the same bf16 logits).
+    NoGradGuard no_grad;
+    EXPECT_TRUE(testing::bitwise_equal(linear_cross_entropy(x, w, t), got.loss));
+  }
   PrecisionGuard fp32(Precision::fp32);
   const LossAndGrads exact = run_loss(false, x, w, t, 1);
   EXPECT_TRUE(all_close(got.dw, exact.dw, 1e-4, 2e-2));
