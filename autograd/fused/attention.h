@@ -64,7 +64,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, dou
 }  // namespace reference
 
 // The kernels of one device: float32 or float64 inputs (B, H, T, D) with a unit stride on D and
-// rows that do not overlap; outputs contiguous, allocated by the caller. The CPU forward also takes
+// rows that do not overlap; outputs contiguous (but forward_rotary's out, below), allocated by the caller. The CPU forward also takes
 // bfloat16 k and v with a float32 q of one query row (attention_forward passes no other).
 struct AttentionKernels {
   void (*forward)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
@@ -78,6 +78,8 @@ struct AttentionKernels {
   // backward_rotary's dq, dk and dv may also be strided views (a unit stride on D, rows that do not
   // overlap, no two sharing an element): the blocks of a packed qkv's gradient
   // (rotary_attention_packed).
+  // forward_rotary's out may be a view with a unit stride on D whose rows do not overlap (the (B, H,
+  // T, D) view of a (B, T, H, D) tensor: rotary_attention_packed).
   // keep (bf16 products, H == Hkv; may be null): contiguous bfloat16 (B, H, T, D) tensors the forward
   // writes its rounded operands into, q and k rotated, q unscaled (NOTE [ Kept bf16 operands ] in
   // attention_cpu.cpp). Handed to backward_rotary as its q, k and v (bfloat16), they are read as they

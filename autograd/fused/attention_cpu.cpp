@@ -184,7 +184,8 @@ class SingleThreadedBlas {
 };
 
 // A thread's scratch of at least n T, kept from call to call. The bf16 kernels write every element
-// they read, and vectors made per task run cleared a few hundred KB a head (on the 2-core AMD EPYC
+// they read (but for the tile kernels' padding rows past a block's last, which reach only output
+// rows that are dropped), and vectors made per task run cleared a few hundred KB a head (on the 2-core AMD EPYC
 // Zen 4, memset was 4.5% of BM_AttentionBackward/bf16:1's time). A task body makes no nested
 // parallel call, so a thread runs one body at a time and each slot has one user.
 enum class Slot { s, q, p, k, v, dp, ds, dout, di, dq, dk, dv, k_tiles, v_tiles, kt_tiles, vt_tiles, p_tiles, qt, dot, dk_t, dv_t };
@@ -237,11 +238,19 @@ inline int64_t visible_keys(const Dims4& d, bool causal, int64_t i) {
 // backends/cpu/amx.cpp): where the CPU has them and a head's rows are whole tiles along D.
 bool on_tiles(const Dims4& d) { return cpu::amx::usable() && d.D % cpu::amx::kTileDepth == 0; }
 
+// NOTE [ Tiles past a window ]
+// A product over a block's `width` keys reads its packed B (V, or K for dQ) in whole tiles of 32
+// keys, where A's columns past `width` are zeros. Rows of the tile past `width` are then packed as
+// zeros too, not as the next keys: 0 times a key that overflowed to infinity (or is NaN) would be a
+// NaN in rows that never see that key. So the tiles are packed for each head as its blocks' windows
+// grow (and the last tile again where a window is shorter than the last one packed).
+
 // NOTE [ A power-of-two scale ]
 // On tiles the products take no alpha where they write in place, so a scale is applied elsewhere:
 // as a pass over S, or, where it is a power of two (the model's 1/sqrt(64)), folded into q as it is
-// rounded. Multiplying by 2^k is exact, commutes with rounding to bfloat16 and with each float32 sum,
-// so S = (2^k q) K^T is the bits of 2^k (q K^T), and dK's product takes the scaled q as it is.
+// rounded. Multiplying by 2^k is exact, commutes with rounding to bfloat16 and with each float32 sum
+// (short of the subnormal range, which AMX flushes to zero either way), so S = (2^k q) K^T is the
+// bits of 2^k (q K^T), and dK's product takes the scaled q as it is.
 bool power_of_two(double x) {
   int e;
   return x > 0 && std::isfinite(x) && std::frexp(x, &e) == 0.5;
@@ -278,8 +287,9 @@ void exp_rows_rounded(float* p, int64_t n, int64_t width, float shift, bfloat16*
   std::fill(pb + n, pb + width, bfloat16());
 }
 
-// dS = P (dP - Di) rounded to bfloat16 (dp overwritten), in one pass with AVX-512 where the float32
-// values are not stored (the values of the loop then round_to_bf16).
+// dS = P (dP - Di) rounded to bfloat16, in one pass with AVX-512 where the float32 values are not
+// stored (the values of the loop then round_to_bf16); the lanes past the last sixteen (all of them
+// without AVX-512) are made in dp first.
 void ds_rounded(const float* p, float* dp, float di, int64_t width, bfloat16* out) {
   int64_t j = 0;
 #ifdef __AVX512F__
@@ -660,7 +670,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   // attention). Rotated rows exist only in the buffers: with a rotation every block makes them.
   const bool products = blk_rows > 1 || rot;
   // On AMX tiles the products read K^T and V packed (a head's keys packed as they are rounded), P
-  // with rows padded to whole tiles, and S comes unscaled (the softmax pass scales it).
+  // with rows padded to whole tiles, and S comes unscaled (the softmax pass scales it) unless the
+  // scale is folded into q (NOTE [ A power-of-two scale ]).
   const bool tiles = bf16 && products && on_tiles(d);
   const bool fold = tiles && power_of_two(scale_d);  // NOTE [ A power-of-two scale ]: q comes scaled
   const int64_t rows_pad = cpu::amx::round_up(blk_rows, cpu::amx::kTileRows);
@@ -669,8 +680,10 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   // then rounded once, a block's new rows at a time, not again for every block (on the 2-core AMD
   // EPYC Zen 4, BM_AttentionForward/Tq:256/Tk:256/bf16:1 see docs/performance.md).
   // Kept operands are written by one run a head (a head's rows by one thread).
-  if (keep && (!bf16 || !products || d.group != 1 || keep->size() != 3))
-    throw std::logic_error("attention (cpu): kept operands are for bf16 products with a kv head a head");
+  // Every row is written only where a rotation runs the products for every block (no one-row loops)
+  // and the last block sees all the keys (Tq == Tk).
+  if (keep && (!bf16 || !products || !rot || d.Tq != d.Tk || d.group != 1 || keep->size() != 3))
+    throw std::logic_error("attention (cpu): kept operands are for rotary bf16 products with a kv head a head");
   bfloat16* kept_q = keep ? (*keep)[0].data<bfloat16>() : nullptr;
   bfloat16* kept_k = keep ? (*keep)[1].data<bfloat16>() : nullptr;
   bfloat16* kept_v = keep ? (*keep)[2].data<bfloat16>() : nullptr;
@@ -688,6 +701,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
     // kb (and vb) hold the first `rounded` rows of kv head (rounded_b, rounded_hk): a head's blocks
     // only add keys, and the next head of a group reads the same ones.
     int64_t rounded_b = -1, rounded_hk = -1, rounded = 0;
+    int64_t vt_b = -1, vt_h = -1, vt_rows = 0;  // v_tiles hold the first vt_rows keys for head (vt_b, vt_h)
     for (int64_t task = r0 * per_run; task < r1 * per_run; ++task) {
       const int64_t blk = task % nblocks, h = (task / nblocks) % d.H, b = task / (nblocks * d.H);
       const int64_t hk = h / d.group;
@@ -730,12 +744,15 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         operand_rows(K.at(b, hk), K.st, d.D, rounded, width, ks, rot, 0);
         if constexpr (bf16) {
           round_rows(V.at(b, hk), V.st, d.D, rounded, width, vs);
-          if (tiles) {
-            cpu::amx::pack_vnni_transposed_cols(ks, d.D, d.D, rounded, width, k_tiles);
-            cpu::amx::pack_vnni_rows(vs, d.D, rounded, width, d.D, width_max, v_tiles);
-          }
+          if (tiles) cpu::amx::pack_vnni_transposed_cols(ks, d.D, d.D, rounded, width, k_tiles);
         }
         rounded = width;
+      }
+      // V's tiles hold exactly this block's keys (NOTE [ Tiles past a window ]).
+      if (tiles) {
+        if (b != vt_b || h != vt_h) vt_b = b, vt_h = h, vt_rows = 0;
+        if (vt_rows != width) cpu::amx::pack_vnni_rows(vs, d.D, std::min(vt_rows, width), width, d.D, width_max, v_tiles);
+        vt_rows = width;
       }
       if constexpr (!bf16) {
         if (rows == 1) {  // the float32 loops on the rotated rows, as attention_rows<float> takes one row
@@ -749,7 +766,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         gemm(false, false, rows, d.D, width, 1.0f, s, width, V.at(b, hk), V.st, 0, o, ldo);
         continue;
       }
-      // S (rows, width) = scale Q_blk K^T (on tiles unscaled, scaled below as each row is read).
+      // S (rows, width) = scale Q_blk K^T (on tiles unscaled unless folded into q, then scaled below
+      // as each row is read).
       if constexpr (bf16) {
         if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qs, d.D, k_tiles, d.D, 0.0f, s, width);
         else gemm(false, true, rows, width, d.D, scale, qs, d.D, ks, d.D, 0, s, width);
@@ -866,7 +884,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
       const E* kh_in = kh;
       if (kept) {
         if constexpr (bf16) {  // copied only where q is scaled, or its rows are not whole tiles
-          if (fold || d.Tq % cpu::amx::kTileRows != 0) scaled_copy(KQ.at(b, h), d.Tq * d.D, fold ? scale : 1.0f, qh);
+          if (fold || (tiles && d.Tq % cpu::amx::kTileRows != 0))
+            scaled_copy(KQ.at(b, h), d.Tq * d.D, fold ? scale : 1.0f, qh);
           else qh_in = KQ.at(b, h);
           kh_in = KK.at(b, hk);
         }
@@ -892,13 +911,13 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         if (tiles) {
           cpu::amx::pack_vnni_transposed(kh_in, d.D, d.D, d.Tk, kt_tiles);
           cpu::amx::pack_vnni_transposed(vs, d.D, d.D, d.Tk, vt_tiles);
-          cpu::amx::pack_vnni(kh_in, d.D, d.Tk, d.D, k_tiles);
           cpu::amx::transpose(qh_in, d.D, d.Tq, d.D, qt, tq_pad);
           cpu::amx::transpose(doh, d.D, d.Tq, d.D, dot, tq_pad);
         }
       } else {
         dos = dO.at(b, h), dold = dO.st, vs = V.at(b, hk), vld = V.st;
       }
+      int64_t k_rows = 0;  // k_tiles hold the head's first k_rows keys
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kQueryBlock) {
         const int64_t rows = std::min(kQueryBlock, d.Tq - i0);
         const int64_t width = visible_keys(d, causal, i0 + rows - 1);
@@ -911,7 +930,7 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         const E* qblk = qh_in + i0 * d.D;
         const E* doblk = dos + i0 * dold;
         // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS (on
-        // tiles S comes unscaled and is scaled here).
+        // tiles S comes unscaled, and is scaled here, unless the scale is folded into q).
         if constexpr (bf16) {
           if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qblk, d.D, kt_tiles, d.D, 0.0f, P, width);
           else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
@@ -973,6 +992,10 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         // reaches its rows in the rotation's pass (or a copy).
         float* dqm = dq_in_place ? dqb : dq_scratch;
         if (tiles) {  // dK^T (D, width) += scale Q^T dS
+          // K's tiles hold exactly this block's keys (NOTE [ Tiles past a window ]).
+          if constexpr (bf16)
+            if (k_rows != width) cpu::amx::pack_vnni_rows(kh_in, d.D, std::min(k_rows, width), width, d.D, d.Tk, k_tiles);
+          k_rows = width;
           cpu::amx::gemm(rows, d.D, width, scale, dsb, dsld, k_tiles, d.Tk, 0.0f, dqm, d.D);
           cpu::amx::pack_vnni(dsb, dsld, rows, width, p_tiles);
           cpu::amx::gemm(d.D, width, rows, fold ? 1.0f : scale, qt + i0, tq_pad, p_tiles, rows, 1.0f, dkt, d.Tk);
@@ -1083,6 +1106,7 @@ void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double sc
   if (out.size(2) > 1 && out.strides()[2] < out.size(3))
     throw std::logic_error("rotary attention (cpu): rows of out overlap");
   check_rotary(q, k, table, "rotary attention (cpu)");
+  if (keep && !bf16_products) throw std::logic_error("rotary attention (cpu): kept operands are for bf16 products");
   if (keep) {
     const Tensor* like[] = {&q, &k, &v};
     for (size_t i = 0; i < 3 && i < keep->size(); ++i)

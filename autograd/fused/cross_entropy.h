@@ -44,10 +44,12 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 }  // namespace reference
 
 // Where the device has the kernel (the CPU; see has_loss_with_gradient): the forward and, into dlogits
-// (N, V) contiguous bfloat16, the gradient (softmax - onehot) * dlosses of float32 logits, each row's
-// exps made once (NOTE [ The loss and its gradient in one visit ] in cross_entropy_cpu.cpp). The
-// losses and lse are the forward's bit for bit; the gradient is softmax as exp(x - max) / sum rather
-// than exp(x - lse), which differ by a float32 rounding or two before the bfloat16 one.
+// (N, V) contiguous bfloat16, the gradient (softmax - onehot) * dlosses of float32 or bfloat16
+// logits (bfloat16 ones read as their float32 widening: NOTE [ bf16 logits ] in cross_entropy.cpp),
+// each row's exps made once (NOTE [ The loss and its gradient in one visit ] in
+// cross_entropy_cpu.cpp). The losses and lse are the forward's bit for bit; the gradient is softmax
+// as exp(x - max) / sum rather than exp(x - lse), which differ by a float32 rounding or two before
+// the bfloat16 one.
 bool has_loss_with_gradient(Device d);
 CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, const Tensor& dlosses,
                                                const Tensor& dlogits, int64_t ignore_index = -100);
@@ -60,7 +62,8 @@ struct CrossEntropyKernels {
                   const Tensor& lse);
   void (*backward)(const Tensor& dlosses, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                    int64_t ignore_index, const Tensor& dlogits);
-  // Where a device has it: forward, then the bfloat16 dlogits of float32 logits, in one visit per row.
+  // Where a device has it: forward, then the bfloat16 dlogits of float32 (or bfloat16) logits, in one
+  // visit per row.
   void (*loss_with_gradient)(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                              const Tensor& dlosses, const Tensor& losses, const Tensor& lse,
                              const Tensor& dlogits) = nullptr;

@@ -24,7 +24,8 @@
 #include <string>
 #include <stdexcept>
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
 #define MVGPT_AMX 1
 // GCC 12 warns of its own intrinsics' undefined-vector idiom (_mm512_undefined_epi32) once they are
 // inlined here: a false positive (GCC bug 105593).
@@ -40,10 +41,14 @@ namespace {
 std::atomic<bool> g_enabled{true};
 
 // MVGPT_AMX_TILES=0 routes around the tile kernels (to compare the two roads, or where a CPU's
-// tiles misbehave).
+// tiles misbehave); 1 or unset uses them where the CPU has them; anything else is refused.
 bool env_says_off() {
-  const char* v = std::getenv("MVGPT_AMX_TILES");
-  return v && std::string(v) == "0";
+  const char* e = std::getenv("MVGPT_AMX_TILES");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "1") return false;
+  if (v == "0") return true;
+  throw std::runtime_error("MVGPT_AMX_TILES=" + v +
+                           " is not 0 or 1: leave it unset to use AMX tiles where the CPU has them");
 }
 
 #ifdef MVGPT_AMX
@@ -108,10 +113,12 @@ inline __m512i interleave(const bfloat16* r0, const bfloat16* r1, int64_t n) {
 }  // namespace
 
 bool usable() {
+  static const bool off = env_says_off();  // a bad value is refused on every build
 #ifdef MVGPT_AMX
-  static const bool granted = bf16::cpu_support().amx_bf16 && !env_says_off();
+  static const bool granted = bf16::cpu_support().amx_bf16 && !off;
   return granted && g_enabled.load(std::memory_order_relaxed);
 #else
+  (void)off;
   return false;
 #endif
 }

@@ -57,9 +57,10 @@ void transpose(const float* X, int64_t ld, int64_t rows, int64_t cols, float* ou
 
 // C (M, N) = alpha A B + beta C on this thread, float32 sums of exact products (AMX's order); beta =
 // 0 does not read C. A is bf16, row-major with leading dimension lda; the tiles read whole tiles, so
-// rows up to round_up(M, 16) and columns up to round_up(K, 32) must be readable, and the columns past
-// K finite (a scratch buffer's zeros; B's padding is zero, so they add nothing). Bp is B packed by
-// pack_vnni* in a layout for k_capacity >= K rows (K where it was packed whole). Requires usable().
+// rows up to round_up(M, 16) and columns up to round_up(K, 32) must be readable. A's columns past K
+// meet Bp's rows past K: where Bp was packed with exactly K rows those are zeros and A's need only be
+// finite; where it holds more (k_capacity > K, a window's keys beyond this product's), A's must be
+// zeros and those rows finite (0 times infinity is NaN). Bp is B packed by pack_vnni* in a layout for k_capacity >= K rows. Requires usable().
 void gemm(int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda, const bfloat16* Bp,
           int64_t k_capacity, float beta, float* C, int64_t ldc);
 

@@ -178,6 +178,32 @@ TEST(AmxGemm, MatchesADoubleLoopOverTheSameBf16Values) {
   }
 }
 
+// A window's packing holds more rows than a product sums over (k_capacity > K, keys past this
+// block's): with A's columns past K zero, those finite rows add nothing (the attention packs them
+// as zeros, so that an infinity past a window cannot reach it: NOTE [ Tiles past a window ]).
+TEST(AmxGemm, SumsOnlyTheFirstKRowsOfALargerPacking) {
+  if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
+  const int64_t M = 48, N = 64, K = 40, capacity = 256, lda = amx::round_up(K, 32);
+  std::vector<bfloat16> A = random_bf16(M * lda, 9);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = K; k < lda; ++k) A[size_t(i * lda + k)] = bfloat16();
+  std::vector<bfloat16> B = random_bf16(capacity * N, 10);
+  B[size_t((K + 3) * N + 5)] = bfloat16(3e38f);  // a large row past K, inside K's last tile
+  std::vector<bfloat16> packed(size_t(amx::vnni_elems(capacity, N)));
+  amx::pack_vnni_rows(B.data(), N, 0, capacity, N, capacity, packed.data());
+  std::vector<float> C(size_t(M * N), NAN);
+  amx::gemm(M, N, K, 1.0f, A.data(), lda, packed.data(), capacity, 0.0f, C.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(float(A[size_t(i * lda + k)])) * double(float(B[size_t(k * N + j)]));
+        sum += p, mag += std::fabs(p);
+      }
+      ASSERT_NEAR(C[size_t(i * N + j)], sum, 2e-7 * double(4 + K / 16) * mag + 1e-30) << i << ", " << j;
+    }
+}
+
 TEST(AmxGemm, SaysSoWhereItCannotRun) {
   if (amx::usable()) {
     amx::set_enabled(false);

@@ -295,6 +295,46 @@ TEST(AttentionKernel, Bf16KernelsMatchTheRoundedReference) {
   }
 }
 
+// A key past a block's window never reaches the block, even as an infinity: the tile kernels pack
+// the keys and values a block multiplies as its window grows, zeros past it (NOTE [ Tiles past a
+// window ] in attention_cpu.cpp), as oneDNN reads only the window. Query rows 0-63 of a cache offset
+// of 10 see keys 0-73; key 80 (in the same tile of 32 keys) is infinite in k and v. Grouped heads:
+// the second head of the group must not reuse the first's tiles packed up to the last window. On one
+// thread (the heads' blocks in order) and on the pool; with the tiles and without.
+TEST(AttentionKernel, AnInfiniteKeyPastABlocksWindowDoesNotReachIt) {
+  struct TilesScope {
+    explicit TilesScope(bool on) { cpu::amx::set_enabled(on); }
+    ~TilesScope() { cpu::amx::set_enabled(true); }
+  };
+  for (const bool tiles : {true, false})
+  for (const bool one_thread : {true, false}) {
+    SCOPED_TRACE(std::string(tiles ? "tiles" : "without tiles") + (one_thread ? " on one thread" : ""));
+    const TilesScope scope(tiles);
+    const int64_t B = 1, H = 2, Hkv = 1, Tq = 130, Tk = 140, D = 64;
+    Tensor q = random_tensor({B, H, Tq, D}, DType::f32, 61, -2, 2), k = random_tensor({B, Hkv, Tk, D}, DType::f32, 62, -2, 2);
+    Tensor v = random_tensor({B, Hkv, Tk, D}, DType::f32, 63), dout = random_tensor({B, H, Tq, D}, DType::f32, 64);
+    for (int64_t c = 0; c < D; ++c) k.data<float>()[80 * D + c] = v.data<float>()[80 * D + c] = INFINITY;
+    Tensor out = Tensor::empty({B, H, Tq, D}, DType::f32), lse = Tensor::empty({B, H, Tq}, DType::f32);
+    Tensor dq = Tensor::empty(q.shape(), DType::f32), dk = Tensor::empty(k.shape(), DType::f32);
+    Tensor dv = Tensor::empty(v.shape(), DType::f32);
+    auto run = [&] {
+      cpu().forward(q, k, v, 0.125, true, true, out, lse);
+      cpu().backward(dout, q, k, v, out, lse, 0.125, true, true, dq, dk, dv);
+    };
+    if (one_thread) tbb::task_arena(1).execute(run);
+    else run();
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < 64; ++r) {
+        ASSERT_TRUE(std::isfinite(lse.data<float>()[h * Tq + r])) << "head " << h << " row " << r;
+        for (int64_t c = 0; c < D; ++c) {
+          const int64_t e = (h * Tq + r) * D + c;
+          ASSERT_TRUE(std::isfinite(out.data<float>()[e])) << "out, head " << h << " row " << r;
+          ASSERT_TRUE(std::isfinite(dq.data<float>()[e])) << "dq, head " << h << " row " << r;
+        }
+      }
+  }
+}
+
 // The bf16 products' operands are rounded sixteen (AVX-512) or eight at a time (fused_common.h): bit for bit the scalar
 // bfloat16(x), for ties to even either way, NaNs (signalling ones made quiet), infinities, values
 // that round up to infinity, subnormals and signed zeros, in every lane and in the tail; and so is
@@ -442,7 +482,9 @@ TEST(RotaryAttention, KeptBf16OperandsGiveTheBitsOfRoundingAgain) {
       results[kept] = {out, lse, dqkv};
       if (kept) {  // what was kept: the rotated rows, rounded (q unscaled)
         const Tensor rotated_q = fused::rope_rotate(q, pos, 10000, RopeLayout::split_half, false, 1.0);
+        const Tensor rotated_k = fused::rope_rotate(k, pos, 10000, RopeLayout::split_half, false, 1.0);
         EXPECT_TRUE(testing::bitwise_equal(keep[0], ops::to(rotated_q, DType::bf16)));
+        EXPECT_TRUE(testing::bitwise_equal(keep[1], ops::to(rotated_k, DType::bf16)));
         EXPECT_TRUE(testing::bitwise_equal(keep[2], ops::to(ops::contiguous(v), DType::bf16)));
       }
     }
@@ -493,7 +535,14 @@ TEST(RotaryAttentionPacked, IsRotaryAttentionOfTheSplitViews) {
                         // and all heads their own kv heads without a mask.
                         {2, 2, 2, 1, 8, true, RopeLayout::split_half, DType::f32, true},
                         {1, 3, 1, 1, 8, true, RopeLayout::interleaved, DType::f32, true},
-                        {2, 3, 3, 20, 8, false, RopeLayout::split_half, DType::f32, true}};
+                        {2, 3, 3, 20, 8, false, RopeLayout::split_half, DType::f32, true},
+                        // Head sizes of whole AMX tiles: the tile kernels writing the packed op's
+                        // token-major rows (kept operands with a kv head a head, none with groups),
+                        // T not a multiple of 16, and the float32 kernels the same way.
+                        {2, 3, 3, 100, 64, true, RopeLayout::split_half, DType::f32, true},
+                        {1, 4, 2, 70, 32, true, RopeLayout::split_half, DType::f32, true},
+                        {2, 2, 2, 1, 64, true, RopeLayout::split_half, DType::f32, true},
+                        {2, 3, 3, 70, 64, true, RopeLayout::split_half, DType::f32, false}};
   for (const bool one_thread : {false, true})
   for (const Case& c : cases) {
     SCOPED_TRACE("H " + std::to_string(c.H) + " Hkv " + std::to_string(c.Hkv) + " T " + std::to_string(c.T) +
