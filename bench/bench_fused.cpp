@@ -144,49 +144,53 @@ void BM_AttentionBackward(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->ArgName("bf16")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The rotary kernels' backward as the series' model runs it (16 x 256, 6 heads of 64; bf16:1 bf16
-// products, bf16:0 float32): q, k and v heads of one packed (B, T, 3H, D) projection; dq, dk and dv
-// contiguous (packed:0, as rotary_attention makes them) or the blocks of a packed gradient
-// (packed:1, rotary_attention_packed).
+// The model's heads: q, k and v split out of one packed (16, 256, 18, 64) projection, and rope's
+// table (and its inverse) for 256 positions.
+struct RotaryInputs {
+  static constexpr int64_t B = 16, H = 6, T = 256, D = 64;
+  Tensor qkv = filled({B, T, 3 * H, D}, DType::f32, -1, 1, 5);
+  Tensor heads(const Tensor& t, int64_t which) const {
+    return ops::transpose(ops::narrow(t, 2, which * H, H), 1, 2);
+  }
+  Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
+  fused::RopeTable table = fused::rope_table(ops::arange(0, double(T), 1, DType::i64, Device::cpu()), D, 10000, false, 1.0);
+  fused::RopeTable inverse = fused::inverse_rope_table(table);
+  double scale = 1 / std::sqrt(double(D));
+};
+
 // The model's attention forward: rotary, q, k and v split out of one packed projection, bf16
 // products keeping their rounded operands for the backward (keep:1, as training does: NOTE [ Kept
 // bf16 operands ]) or not (keep:0, as inference does).
 void BM_RotaryAttentionForward(benchmark::State& state) {
-  const int64_t B = 16, H = 6, T = 256, D = 64;
-  const Tensor qkv = filled({B, T, 3 * H, D}, DType::f32, -1, 1, 5);
-  auto heads = [&](const Tensor& t, int64_t which) { return ops::transpose(ops::narrow(t, 2, which * H, H), 1, 2); };
-  const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
-  const Tensor pos = ops::arange(0, double(T), 1, DType::i64, Device::cpu());
-  const fused::RopeTable table = fused::rope_table(pos, D, 10000, false, 1.0);
+  const RotaryInputs in;
+  const int64_t B = in.B, H = in.H, T = in.T, D = in.D;
   Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   std::vector<Tensor> keep;
   for (int i = 0; i < 3; ++i) keep.push_back(Tensor::empty({B, H, T, D}, DType::bf16));
   const bool kept = state.range(0) != 0;
   for (auto _ : state)
-    attention_cpu().forward_rotary(q, k, v, 1 / std::sqrt(double(D)), true, true, table, RopeLayout::split_half, out,
-                                   lse, kept ? &keep : nullptr);
+    attention_cpu().forward_rotary(in.q, in.k, in.v, in.scale, true, true, in.table, RopeLayout::split_half, out, lse,
+                                   kept ? &keep : nullptr);
 }
 BENCHMARK(BM_RotaryAttentionForward)->Arg(0)->Arg(1)->ArgName("keep")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The rotary kernels' backward as the series' model runs it (16 x 256, 6 heads of 64; bf16:1 bf16
+// products, bf16:0 float32): q, k and v heads of one packed (B, T, 3H, D) projection; dq, dk and dv
+// contiguous (packed:0, as rotary_attention makes them) or the blocks of a packed gradient
+// (packed:1, rotary_attention_packed).
 void BM_RotaryAttentionBackward(benchmark::State& state) {
-  const int64_t B = 16, H = 6, T = 256, D = 64;
-  const Tensor qkv = filled({B, T, 3 * H, D}, DType::f32, -1, 1, 5);
-  auto heads = [&](const Tensor& t, int64_t which) { return ops::transpose(ops::narrow(t, 2, which * H, H), 1, 2); };
-  const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
-  const Tensor pos = ops::arange(0, double(T), 1, DType::i64, Device::cpu());
-  const fused::RopeTable table = fused::rope_table(pos, D, 10000, false, 1.0);
-  const fused::RopeTable inverse = fused::inverse_rope_table(table);
-  const double scale = 1 / std::sqrt(double(D));
-  Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
+  const RotaryInputs in;
+  Tensor out = Tensor::empty(in.q.shape(), DType::f32), lse = Tensor::empty({in.B, in.H, in.T}, DType::f32);
   const bool packed = state.range(0) != 0, bf16 = state.range(1) != 0;
-  attention_cpu().forward_rotary(q, k, v, scale, true, bf16, table, RopeLayout::split_half, out, lse, nullptr);
+  attention_cpu().forward_rotary(in.q, in.k, in.v, in.scale, true, bf16, in.table, RopeLayout::split_half, out, lse,
+                                 nullptr);
   const Tensor dout = filled(out.shape(), DType::f32, -1, 1, 4);
-  const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
-  const Tensor dq = packed ? heads(dqkv, 0) : Tensor::empty(q.shape(), DType::f32);
-  const Tensor dk = packed ? heads(dqkv, 1) : Tensor::empty(k.shape(), DType::f32);
-  const Tensor dv = packed ? heads(dqkv, 2) : Tensor::empty(v.shape(), DType::f32);
+  const Tensor dqkv = Tensor::empty(in.qkv.shape(), DType::f32);
+  const Tensor dq = packed ? in.heads(dqkv, 0) : Tensor::empty(in.q.shape(), DType::f32);
+  const Tensor dk = packed ? in.heads(dqkv, 1) : Tensor::empty(in.k.shape(), DType::f32);
+  const Tensor dv = packed ? in.heads(dqkv, 2) : Tensor::empty(in.v.shape(), DType::f32);
   for (auto _ : state)
-    attention_cpu().backward_rotary(dout, q, k, v, out, lse, scale, true, bf16, table, inverse,
+    attention_cpu().backward_rotary(dout, in.q, in.k, in.v, out, lse, in.scale, true, bf16, in.table, in.inverse,
                                     RopeLayout::split_half, dq, dk, dv);
 }
 BENCHMARK(BM_RotaryAttentionBackward)

@@ -40,33 +40,26 @@ struct PackShape {
 };
 const PackShape kPackShapes[] = {{64, 256}, {256, 64}, {32, 16}, {5, 3}, {33, 17}, {70, 45}, {1, 1}};
 
-TEST(AmxPacking, VnniFromRowsHoldsEachElementAndZerosPastTheEdge) {
+// B (K, N) packed from its rows (transposed false) or from its transpose's: every element at its
+// place in the layout, zeros past K and N.
+void expect_packed_by_definition(bool transposed) {
   for (const auto& s : kPackShapes) {
-    const int64_t ld = s.N + 3;
-    const std::vector<bfloat16> B = random_bf16(s.K * ld, 1);
+    const int64_t ld = transposed ? s.K + 5 : s.N + 3;
+    const std::vector<bfloat16> B = random_bf16((transposed ? s.N : s.K) * ld, transposed ? 2 : 1);
     std::vector<bfloat16> packed(size_t(amx::vnni_elems(s.K, s.N)), bfloat16(7.0f));
-    amx::pack_vnni(B.data(), ld, s.K, s.N, packed.data());
+    if (transposed) amx::pack_vnni_transposed(B.data(), ld, s.K, s.N, packed.data());
+    else amx::pack_vnni(B.data(), ld, s.K, s.N, packed.data());
     for (int64_t k = 0; k < amx::round_up(s.K, 32); ++k)
       for (int64_t n = 0; n < amx::round_up(s.N, 16); ++n) {
-        const float want = k < s.K && n < s.N ? float(B[size_t(k * ld + n)]) : 0.0f;
+        const size_t at = size_t(transposed ? n * ld + k : k * ld + n);
+        const float want = k < s.K && n < s.N ? float(B[at]) : 0.0f;
         ASSERT_EQ(float(vnni_at(packed, s.K, k, n)), want) << "K " << s.K << " N " << s.N << " at " << k << ", " << n;
       }
   }
 }
 
-TEST(AmxPacking, VnniFromTheTransposeHoldsEachElementAndZerosPastTheEdge) {
-  for (const auto& s : kPackShapes) {
-    const int64_t ld = s.K + 5;
-    const std::vector<bfloat16> Bt = random_bf16(s.N * ld, 2);
-    std::vector<bfloat16> packed(size_t(amx::vnni_elems(s.K, s.N)), bfloat16(7.0f));
-    amx::pack_vnni_transposed(Bt.data(), ld, s.K, s.N, packed.data());
-    for (int64_t k = 0; k < amx::round_up(s.K, 32); ++k)
-      for (int64_t n = 0; n < amx::round_up(s.N, 16); ++n) {
-        const float want = k < s.K && n < s.N ? float(Bt[size_t(n * ld + k)]) : 0.0f;
-        ASSERT_EQ(float(vnni_at(packed, s.K, k, n)), want) << "K " << s.K << " N " << s.N << " at " << k << ", " << n;
-      }
-  }
-}
+TEST(AmxPacking, VnniFromRowsHoldsEachElementAndZerosPastTheEdge) { expect_packed_by_definition(false); }
+TEST(AmxPacking, VnniFromTheTransposeHoldsEachElementAndZerosPastTheEdge) { expect_packed_by_definition(true); }
 
 TEST(AmxPacking, TransposeWritesEveryColumnAsARowWithZeroPadding) {
   for (const auto& s : kPackShapes) {
