@@ -682,7 +682,7 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   // Kept operands are written by one run a head (a head's rows by one thread).
   // Every row is written only where a rotation runs the products for every block (no one-row loops)
   // and the last block sees all the keys (Tq == Tk).
-  if (keep && (!bf16 || !products || !rot || d.Tq != d.Tk || d.group != 1 || keep->size() != 3))
+  if (keep && (!bf16 || !products || !rot || d.Tq != d.Tk || d.group != 1))
     throw std::logic_error("attention (cpu): kept operands are for rotary bf16 products with a kv head a head");
   bfloat16* kept_q = keep ? (*keep)[0].data<bfloat16>() : nullptr;
   bfloat16* kept_k = keep ? (*keep)[1].data<bfloat16>() : nullptr;
@@ -1050,6 +1050,16 @@ void check_attention_layout(const char* op, std::initializer_list<const Tensor*>
   for (const Tensor* t : outputs) vec::require_contiguous(*t, op, "every output");
 }
 
+// An output that may be a view: (B, H, T, D) rows with a unit stride on D that do not overlap (the
+// blocks of a packed gradient, or the token-major rows of rotary_attention_packed's result).
+void check_output_rows(const char* op, std::initializer_list<const Tensor*> outputs, const char* what) {
+  for (const Tensor* t : outputs) {
+    vec::require_unit_last_stride(*t, op, what);
+    if (t->size(2) > 1 && t->strides()[2] < t->size(3))
+      throw std::logic_error(std::string(op) + ": rows of " + what + " overlap");
+  }
+}
+
 // q, k, v (and dout, out) may be views with a unit stride on D (e.g. heads split out of a packed
 // qkv); outputs are contiguous.
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, bool bf16_products,
@@ -1102,14 +1112,13 @@ void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double sc
   // out: contiguous, or (B, H, T, D) rows of a (B, T, H, D) tensor (a unit stride on D, rows that
   // do not overlap): rotary_attention_packed's, whose transpose back is then free.
   check_attention_layout("rotary attention (cpu)", {&q, &k, &v}, {&lse});
-  vec::require_unit_last_stride(out, "rotary attention (cpu)", "out");
-  if (out.size(2) > 1 && out.strides()[2] < out.size(3))
-    throw std::logic_error("rotary attention (cpu): rows of out overlap");
+  check_output_rows("rotary attention (cpu)", {&out}, "out");
   check_rotary(q, k, table, "rotary attention (cpu)");
-  if (keep && !bf16_products) throw std::logic_error("rotary attention (cpu): kept operands are for bf16 products");
   if (keep) {
+    if (!bf16_products || keep->size() != 3)
+      throw std::logic_error("rotary attention (cpu): kept operands are q, k and v under bf16 products");
     const Tensor* like[] = {&q, &k, &v};
-    for (size_t i = 0; i < 3 && i < keep->size(); ++i)
+    for (size_t i = 0; i < 3; ++i)
       if ((*keep)[i].dtype() != DType::bf16 || !(*keep)[i].is_contiguous() || !((*keep)[i].shape() == like[i]->shape()))
         throw std::logic_error("rotary attention (cpu): kept operands must be contiguous bfloat16 shaped as q, k, v");
   }
@@ -1133,11 +1142,7 @@ void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const
   } else {
     check_attention_layout("rotary attention backward (cpu)", {&dout, &q, &k, &v, &out}, {&lse});
   }
-  for (const Tensor* t : {&dq, &dk, &dv}) {
-    vec::require_unit_last_stride(*t, "rotary attention backward (cpu)", "dq, dk and dv");
-    if (t->size(2) > 1 && t->strides()[2] < t->size(3))
-      throw std::logic_error("rotary attention backward (cpu): rows of dq, dk or dv overlap");
-  }
+  check_output_rows("rotary attention backward (cpu)", {&dq, &dk, &dv}, "dq, dk or dv");
   check_rotary(q, k, table, "rotary attention backward (cpu)");
   check_rotary(q, k, inverse, "rotary attention backward (cpu)");
   const Rotation rot = rotation_of(table, layout), inv = rotation_of(inverse, layout);

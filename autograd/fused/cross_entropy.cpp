@@ -295,7 +295,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
     const int64_t rows = std::min(block, N - r0);
     const Tensor tb = ops::narrow(t2, 0, r0, rows);
     const Tensor logits = ops::linear(ops::narrow(xa, 0, r0, rows), wa, Tensor(), logits_dtype);  // (rows, V)
-    if (grad && bf16 && fused::has_loss_with_gradient(x.device())) {
+    if (grad && bf16_logits) {
       // Each row's exps made once for the loss and its rounded gradient (see the note).
       if (!losses.defined()) {
         losses = Tensor::empty({N}, DType::f32, x.device());
