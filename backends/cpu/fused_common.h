@@ -151,10 +151,51 @@ inline float exp_approx(float x) {
 }
 inline double exp_approx(double x) { return std::exp(x); }
 
+#ifdef __AVX512F__
+// NOTE [ Row max in sixteen lanes ]
+// For rows the cache holds, with AVX-512: two sixteen-lane maxima side by side and the last partial
+// vector masked. The eight-lane loop below keeps one accumulator (a chain of two dependent maxima
+// every 16 floats), then reduces its lanes and the tail one scalar max at a time; in the attention's
+// softmax (rows of 1-256 keys) that was a fifth of the pass, and BM_RotaryAttentionForward/keep:1
+// took 2.75-2.85 ms against 3.40-3.45 (2-core AMX Xeon, alternated twice). Rows read from memory
+// (fetch_ahead) keep the eight-lane loop: there the sixteen-lane one, prefetching the same lines,
+// made BM_CrossEntropyWithGradient/one_visit:0 slower (33.5-34.6 ms against 26.1-27.6, alternated
+// three times). A max is exact, so either order gives the same value (but for which of -0 and +0 a
+// row of zeros returns: the same shift and the same exps either way). NaN is passed over in both (a
+// comparison with it is false).
+inline float row_max16(const float* x, int64_t n) {
+  f32x16 a0 = f32x16{} - INFINITY, a1 = a0;
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const f32x16 v = load16(x + j), w = load16(x + j + 16);
+    a0 = v > a0 ? v : a0;
+    a1 = w > a1 ? w : a1;
+  }
+  if (j + 16 <= n) {
+    const f32x16 v = load16(x + j);
+    a0 = v > a0 ? v : a0;
+    j += 16;
+  }
+  if (j < n) {  // the rest, -inf past n
+    const f32x16 v = reinterpret_cast<f32x16>(
+        _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), __mmask16((1u << (n - j)) - 1), x + j));
+    a1 = v > a1 ? v : a1;
+  }
+  a0 = a1 > a0 ? a1 : a0;
+  const f32x8 m8 = high8(a0) > low8(a0) ? high8(a0) : low8(a0);
+  float m = -INFINITY;
+  for (int l = 0; l < kVec; ++l) m = m8[l] > m ? m8[l] : m;
+  return m;
+}
+#endif
+
 // max_j x[j] (-inf for n = 0).
 // fetch_ahead: a first read of a row from memory (cross-entropy's logits) asks for its lines ahead
 // (NOTE [ Prefetching ahead ] in vec_math.h).
 inline float row_max(const float* x, int64_t n, bool fetch_ahead = false) {
+#ifdef __AVX512F__
+  if (!fetch_ahead) return row_max16(x, n);  // NOTE [ Row max in sixteen lanes ]
+#endif
   f32x8 acc = f32x8{} - INFINITY;
   int64_t j = 0;
   for (; j + 2 * kVec <= n; j += 2 * kVec) {
@@ -294,21 +335,35 @@ inline bf16_u16x8 round8_to_bf16(bf16_u32x8 u) { return round_lanes_to_bf16<bf16
 // Sixteen at a time (NOTE [ Sixteen lanes where the CPU has AVX-512 ]): the same bits per lane.
 using bf16_u32x16 = uint32_t __attribute__((vector_size(64)));
 using bf16_u16x16 = uint16_t __attribute__((vector_size(32)));
-inline void store16_rounded(bfloat16* out, f32x16 v) {
+// Sixteen floats' bfloat16 bits.
+inline __m256i rounded16(f32x16 v) {
 #if defined(__AVX512BF16__) && defined(__AVX512DQ__)
   // VCVTNEPS2BF16 (AVX512-BF16) rounds as above in one instruction, NaN and infinity included, but
   // flushes denormal inputs to zero: a block holding one (rare: |x| < 2^-126, found by VFPCLASSPS)
   // takes the integer rounding, so every CPU gives the same bits.
   const __m512 x = reinterpret_cast<__m512>(v);
-  if (_mm512_fpclass_ps_mask(x, 0x20) == 0) {  // 0x20: denormal
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
-    return;
-  }
+  if (_mm512_fpclass_ps_mask(x, 0x20) == 0)  // 0x20: denormal
+    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
 #endif
   bf16_u32x16 u;
   std::memcpy(&u, &v, sizeof u);
-  const bf16_u16x16 h = round_lanes_to_bf16<bf16_u16x16>(u);
-  std::memcpy(static_cast<void*>(out), &h, sizeof h);
+  return reinterpret_cast<__m256i>(round_lanes_to_bf16<bf16_u16x16>(u));
+}
+inline void store16_rounded(bfloat16* out, f32x16 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), rounded16(v));
+}
+// The first n (< 16) of them: a row's last partial vector in one step, where eight lanes and then
+// one at a time took up to 15 conversions (the lanes' bits are the same either way).
+inline void store16_rounded(bfloat16* out, f32x16 v, int64_t n) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  _mm256_mask_storeu_epi16(out, __mmask16((1u << n) - 1), rounded16(v));
+#else
+  const __m256i h = rounded16(v);
+  std::memcpy(static_cast<void*>(out), &h, size_t(n) * sizeof(bfloat16));
+#endif
+}
+inline f32x16 load16_partial(const float* p, int64_t n) {
+  return reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p));
 }
 #endif
 
@@ -366,6 +421,7 @@ inline void round_to_bf16(const float* x, int64_t n, bfloat16* out, Ahead ahead 
     if (ahead != Ahead::none) prefetch_ahead_for_write(out + i);
     store16_rounded(out + i, load16(x + i));
   }
+  if (i < n) store16_rounded(out + i, load16_partial(x + i, n - i), n - i), i = n;
 #endif
   for (; i + kVec <= n; i += kVec) {
     bf16_u32x8 u;
@@ -386,6 +442,7 @@ inline void round_to_bf16(const float* x, int64_t n, float scale, bfloat16* out,
     if (ahead != Ahead::none) prefetch_ahead_for_write(out + i);
     store16_rounded(out + i, load16(x + i) * scale);
   }
+  if (i < n) store16_rounded(out + i, load16_partial(x + i, n - i) * scale, n - i), i = n;
 #endif
   for (; i + kVec <= n; i += kVec) {
     const f32x8 y = load8(x + i) * scale;

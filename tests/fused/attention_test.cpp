@@ -366,6 +366,31 @@ TEST(AttentionKernel, VectorRoundingToBf16IsTheScalarOne) {
     }
 }
 
+// The softmax's row max (NOTE [ Row max in sixteen lanes ] in fused_common.h): for every length
+// and start, in cache or fetched ahead, the largest value, NaNs passed over, -inf for an empty row
+// or one of -inf only, and never a value past the end.
+TEST(AttentionKernel, RowMaxIsTheLargestValueForEveryLength) {
+  std::vector<float> x;
+  uint32_t state = 777;
+  for (int i = 0; i < 120; ++i) {
+    state = state * 1664525u + 1013904223u;
+    x.push_back(float(int32_t(state >> 8) % 2000) / 7.0f);
+  }
+  x[5] = NAN, x[40] = -INFINITY, x[77] = NAN;
+  std::vector<float> padded(x);
+  padded.push_back(1e30f);  // past every row's end
+  for (size_t start : {size_t(0), size_t(3), size_t(5)})
+    for (size_t n = 0; start + n < padded.size(); ++n) {
+      float want = -INFINITY;
+      for (size_t i = start; i < start + n; ++i) want = x[i] > want ? x[i] : want;
+      for (bool ahead : {false, true})
+        ASSERT_EQ(cpu::fused::row_max(padded.data() + start, int64_t(n), ahead), want)
+            << "start " << start << ", n " << n << (ahead ? ", fetched ahead" : "");
+    }
+  const std::vector<float> none(40, -INFINITY);
+  for (int64_t n : {1, 15, 16, 17, 33, 40}) EXPECT_EQ(cpu::fused::row_max(none.data(), n), -INFINITY) << n;
+}
+
 // rotary_attention: the CPU kernels rotate q and k as they read them (and round them, under bf16
 // products) and rotate dq and dk back; rope's own kernels then do not run. Against rope then
 // attention: in float32, bit for bit; under bf16 products (the same rotation on the same table,
