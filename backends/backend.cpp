@@ -47,6 +47,11 @@ void Backend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   if (bias.defined()) binary(BinaryOp::add, out, views::expand(bias, out.shape()), out);  // same element in and out
 }
 
+void Backend::convert_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
+  copy(x, out);
+  reduce(ReduceOp::sum, views::transpose(x, 0, 1), sums);
+}
+
 bool cuda_available() { return cuda::built_with_cuda() && cuda::device_count() > 0; }
 int cuda_device_count() { return cuda::built_with_cuda() ? cuda::device_count() : 0; }
 CudaStatus cuda_status() {

@@ -97,6 +97,13 @@ class Backend {
   // Softmax or log-softmax over the last axis.
   virtual void softmax(const Tensor& x, const Tensor& out, bool log) = 0;
 
+  // --- a linear layer's incoming gradient ---
+  // out = x converted to bfloat16 (as copy) and sums = x's column sums (as reduce over x's rows,
+  // bit for bit); x (R, C) contiguous float32, out bfloat16 of its shape, sums float32 (C): the
+  // backward's products' operand and the layer's bias gradient. The default runs the two; a backend
+  // may read x once for both.
+  virtual void convert_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums);
+
   // --- linear algebra ---
   // out (..., M, N) = a (..., M, K) @ b (..., K, N); batch dims already broadcast to out's. Operands
   // f32 or f64 with out of their dtype, or both bf16 with out f32 (products summed in f32), or with

@@ -11,6 +11,7 @@
 // autograd/ops.h (namespace mvgpt) and are what models use. Every error names the op and the
 // expected vs found shapes, dtypes or devices.
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
@@ -92,6 +93,11 @@ Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
 Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdim = false);
 Tensor softmax(const Tensor& x, int axis = -1);
 Tensor log_softmax(const Tensor& x, int axis = -1);
+// {to(x, DType::bf16), sum(x, {0})} of a float32 x (R, C), the same values: a linear layer's
+// incoming gradient as its backward's bfloat16 products take it, and the layer's bias gradient, in
+// one pass over x where the backend has one (NOTE [ A gradient's operand and column sums ] in
+// backends/cpu/cpu_reduce.cpp).
+std::pair<Tensor, Tensor> to_bf16_with_column_sums(const Tensor& x);
 // Sums `x` down to `shape` (undoes broadcasting): the one place gradients are un-broadcast.
 Tensor sum_to(const Tensor& x, const Shape& shape);
 

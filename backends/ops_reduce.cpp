@@ -160,6 +160,22 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return *views::try_reshape(s, shape);  // drops the leading size-1 dims; s is contiguous
 }
 
+std::pair<Tensor, Tensor> to_bf16_with_column_sums(const Tensor& x) {
+  const char* op = "to_bf16_with_column_sums";
+  detail::check_no_grad(op, {&x});
+  detail::check_defined(x, op);
+  if (x.dim() != 2 || x.dtype() != DType::f32)
+    throw std::invalid_argument(std::string(op) + ": x must be a float32 matrix (R, C), found " +
+                                std::string(dtype_name(x.dtype())) + " of shape " + to_string(x.shape()));
+  // A strided x takes the two ops themselves: their values are what the pass must give.
+  if (!x.is_contiguous()) return {to(x, DType::bf16), sum(x, {0})};
+  Tensor out = Tensor::empty(x.shape(), DType::bf16, x.device());
+  Tensor sums = Tensor::empty({x.size(1)}, DType::f32, x.device());
+  const profile::Span span("convert", [] { return profile::Detail{"float32->bfloat16 with column sums"}; });
+  detail::backend_of(x).convert_with_column_sums(x, out, sums);
+  return {out, sums};
+}
+
 }  // namespace mvgpt::ops
 
 namespace mvgpt {

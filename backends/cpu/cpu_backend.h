@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void reduce(ReduceOp op, const Tensor& x, const Tensor& out) override;
   void softmax(const Tensor& x, const Tensor& out, bool log) override;
 
+  void convert_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) override;
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
   bool rounds_products_to_bf16() const override { return true; }

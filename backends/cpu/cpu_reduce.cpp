@@ -20,6 +20,7 @@
 
 #include <mvgpt/backends/cpu/column_sum_order.h>
 #include <mvgpt/backends/cpu/cpu_backend.h>
+#include <mvgpt/backends/cpu/fused_common.h>
 #include <mvgpt/backends/cpu/strided.h>
 #include <mvgpt/backends/cpu/vec_math.h>
 #include <mvgpt/backends/reduce_plan.h>
@@ -328,6 +329,75 @@ void softmax_typed(const Tensor& x, const Tensor& out, bool log) {
 }
 
 }  // namespace
+
+// NOTE [ A gradient's operand and column sums ]
+// Under bf16 products a linear layer's backward takes its float32 incoming gradient twice: rounded
+// to bfloat16 for its two products, and summed over its rows for the bias gradient (in the series'
+// bf16 step 18 conversions and 18 sums, each pass reading the whole gradient). This pass reads each
+// row once for both: it rounds the row as it adds it into its group's float sums, in the order of
+// NOTE [ Column sum order ] (the same groups, blocks and double sums as sum_columns_by_row_blocks),
+// so the operand is the conversion's bits and the sums are ops::sum's. A row at a time, as the
+// GELU's backward does: eight rows side by side would be sixteen streams.
+void CpuBackend::convert_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
+  const bool fits = x.dim() == 2 && x.is_contiguous() && x.dtype() == DType::f32 && out.is_contiguous() &&
+                    out.dtype() == DType::bf16 && out.shape() == x.shape() && sums.is_contiguous() &&
+                    sums.dtype() == DType::f32 && sums.dim() == 1 && sums.size(0) == x.size(1);
+  if (!fits)
+    throw std::logic_error("CpuBackend::convert_with_column_sums: a contiguous float32 x (R, C), bfloat16 out of its "
+                           "shape and float32 sums (C) expected");
+  const int64_t R = x.size(0), C = x.size(1);
+  if (C == 0) return;
+  float* o = sums.data<float>();
+  if (R == 0) {  // no rows: every sum is 0
+    std::fill(o, o + C, 0.0f);
+    return;
+  }
+  const float* xp = x.data<float>();
+  bfloat16* bp = out.data<bfloat16>();
+  const int64_t nb = (R + kRowBlock - 1) / kRowBlock;
+  Tensor scratch = Tensor::empty({nb, C}, DType::f64);  // block sums
+  double* part = scratch.data<double>();
+  parallel_for(nb, std::max<int64_t>(1, kElementwiseGrain / (kRowBlock * C)), [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> group;  // a group's float sums
+    if (group.size() < size_t(C)) group.resize(size_t(C));
+    float* s = group.data();
+    for (int64_t b = b0; b < b1; ++b) {
+      double* acc = part + b * C;
+      std::fill(acc, acc + C, 0.0);
+      const int64_t r0 = b * kRowBlock, r1 = std::min(R, r0 + kRowBlock);
+      for (int64_t g0 = r0; g0 < r1; g0 += kColumnSumRowGroup) {
+        const int64_t g1 = std::min(r1, g0 + kColumnSumRowGroup);
+        for (int64_t r = g0; r < g1; ++r) {
+          const float* xr = xp + r * C;
+          bfloat16* br = bp + r * C;
+          const bool first = r == g0;
+          int64_t j = 0;
+#ifdef __AVX512F__
+          for (; j + 16 <= C; j += 16) {
+            prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (vec_math.h)
+            prefetch_ahead_for_write(br + j);
+            const f32x16 v = load16(xr + j);
+            fused::store16_rounded(br + j, v);
+            store16(s + j, first ? v : load16(s + j) + v);
+          }
+#endif
+          for (; j < C; ++j) {
+            br[j] = bfloat16(xr[j]);
+            s[j] = first ? xr[j] : s[j] + xr[j];
+          }
+        }
+        for (int64_t j = 0; j < C; ++j) acc[j] += double(s[j]);
+      }
+    }
+  });
+  parallel_for(C, 2048, [&](int64_t j0, int64_t j1) {
+    for (int64_t b = 1; b < nb; ++b) {
+      const double* q = part + b * C;
+      for (int64_t j = j0; j < j1; ++j) part[j] += q[j];
+    }
+    for (int64_t j = j0; j < j1; ++j) o[j] = float(part[j]);
+  });
+}
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Tensor& out) {
   dispatch_dtype(x.dtype(), [&](auto tag) {

@@ -206,6 +206,17 @@ std::vector<OpCase> op_cases() {
     return std::vector<Tensor>{ops::sum(x, {1}), ops::max(x, {1}), ops::argmax(x, 1), ops::sum(y, {0}),
                                ops::sum(y, {1}),  ops::min(ops::transpose(y, 0, 1), {1}), ops::argmax(tied, 1)};
   }, 1e-5);
+  add("convert_with_column_sums", [](Device d) {
+    // A linear layer's incoming gradient: rows in several groups and blocks, and a strided one.
+    std::vector<Tensor> r;
+    for (Tensor g : {input(d, {150, 37}, DType::f32, 32, Kind::contiguous, -3, 3),
+                     input(d, {9, 20}, DType::f32, 33, Kind::transposed)}) {
+      auto [operand, sums] = ops::to_bf16_with_column_sums(g);
+      r.push_back(ops::to(operand, DType::f32));
+      r.push_back(sums);
+    }
+    return r;
+  });
   add("softmax", [](Device d) {
     std::vector<Tensor> r;
     for (DType dt : {DType::f32, DType::f64}) {
@@ -364,6 +375,7 @@ const std::map<std::string, std::vector<std::string>>& case_coverage() {
       {"reduce_axes", {"reduce"}},
       {"reduce_long_rows", {"reduce"}},
       {"softmax", {"softmax"}},
+      {"convert_with_column_sums", {"convert_with_column_sums"}},
       {"matmul_layouts", {"matmul"}},
       {"matmul_batched", {"matmul"}},
       {"index_ops", {"index_select", "gather", "index_add", "scatter_add"}},

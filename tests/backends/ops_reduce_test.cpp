@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <mvgpt/backends/ops.h>
+#include "backends/device_compare.h"  // bitwise_equal
 #include "ops_test_util.h"
 
 namespace mvgpt {
@@ -228,6 +229,32 @@ TEST(OpsSumTo, UndoesBroadcasting) {
   EXPECT_EQ(ops::sum_to(g, {}).shape(), Shape{});
   EXPECT_NEAR(ops::sum_to(g, {}).item<double>(), ops::sum(g).item<double>(), 1e-12);
   expect_throw_with([&] { ops::sum_to(g, {5}); }, "sum_to: shape [5] does not broadcast");
+}
+
+// A linear layer's incoming gradient in one pass (NOTE [ A gradient's operand and column sums ] in
+// backends/cpu/cpu_reduce.cpp): the conversion's bits and ops::sum's, for rows in partial groups and
+// blocks, columns past the last sixteen, NaN, infinities, values that round up to infinity and
+// subnormals; a strided x; empty shapes; refusals.
+TEST(OpsConvertWithColumnSums, IsTheConversionAndTheColumnSumBitForBit) {
+  for (const Shape& shape : std::vector<Shape>{{1, 1}, {7, 3}, {8, 16}, {63, 17}, {64, 32}, {65, 33}, {200, 384},
+                                               {131, 1537}, {0, 5}, {5, 0}}) {
+    Tensor x = make_input(shape, DType::f32, 41, Kind::contiguous, -8, 8);
+    if (x.numel() > 40) {
+      float* p = x.data<float>();
+      p[3] = NAN, p[11] = INFINITY, p[20] = -INFINITY, p[25] = 3.4e38f, p[30] = 1e-40f, p[35] = -0.0f;
+    }
+    auto [operand, sums] = ops::to_bf16_with_column_sums(x);
+    EXPECT_TRUE(testing::bitwise_equal(operand, ops::to(x, DType::bf16))) << to_string(shape);
+    EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(x, {0}))) << to_string(shape);
+  }
+  Tensor t = ops::transpose(make_input({40, 70}, DType::f32, 42), 0, 1);  // (70, 40), strided
+  auto [operand, sums] = ops::to_bf16_with_column_sums(t);
+  EXPECT_TRUE(testing::bitwise_equal(operand, ops::to(t, DType::bf16)));
+  EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(t, {0})));
+  expect_throw_with([] { ops::to_bf16_with_column_sums(make_input({4, 5}, DType::f64, 1)); },
+                    "to_bf16_with_column_sums: x must be a float32 matrix (R, C), found float64 of shape [4, 5]");
+  expect_throw_with([] { ops::to_bf16_with_column_sums(make_input({2, 4, 5}, DType::f32, 1)); },
+                    "to_bf16_with_column_sums: x must be a float32 matrix (R, C), found float32 of shape [2, 4, 5]");
 }
 
 }  // namespace
