@@ -64,7 +64,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                   Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
                   Tensor gp, dx, dw, db;
                   // The products' operand and the bias gradient in one pass where both are wanted.
-                  if (need_bias && bf16 && g.dtype() == DType::f32) {
+                  if (need_bias && bf16 && g.dtype() == DType::f32 && (saved_w.defined() || saved_x.defined())) {
                     std::tie(gp, db) = ops::to_bf16_with_column_sums(g);
                   } else {
                     gp = gradient_operand(g, bf16);

@@ -153,20 +153,20 @@ inline double exp_approx(double x) { return std::exp(x); }
 
 #ifdef __AVX512F__
 // NOTE [ Row max in sixteen lanes ]
-// For rows the cache holds, with AVX-512: two sixteen-lane maxima side by side and the last partial
-// vector masked. The eight-lane loop below keeps one accumulator (a chain of two dependent maxima
-// every 16 floats), then reduces its lanes and the tail one scalar max at a time; in the attention's
-// softmax (rows of 1-256 keys) that was a fifth of the pass, and BM_RotaryAttentionForward/keep:1
-// took 2.75-2.85 ms against 3.40-3.45 (2-core AMX Xeon, alternated twice). Rows read from memory
-// (fetch_ahead) keep the eight-lane loop: there the sixteen-lane one, prefetching the same lines,
-// made BM_CrossEntropyWithGradient/one_visit:0 slower (33.5-34.6 ms against 26.1-27.6, alternated
-// three times). A max is exact, so either order gives the same value (but for which of -0 and +0 a
-// row of zeros returns: the same shift and the same exps either way). NaN is passed over in both (a
-// comparison with it is false).
-inline float row_max16(const float* x, int64_t n) {
+// With AVX-512: two sixteen-lane maxima side by side and the last partial vector masked. The
+// eight-lane loop below (the build without AVX-512) keeps one accumulator (a chain of two dependent
+// maxima every 16 floats), then reduces its lanes and the tail one scalar max at a time; in the
+// attention's softmax (rows of 1-256 keys) that was a fifth of the pass, and
+// BM_RotaryAttentionForward/keep:1 took 2.75-3.13 ms against 3.40-3.61 (2-core AMX Xeon, alternated
+// four times). Rows read from memory (cross-entropy's, fetched ahead) ran level
+// (BM_CrossEntropyWithGradient/one_visit:0 25.3-27.9 ms against 25.2-28.7). A max is exact, so
+// either order gives the same value (but for which of -0 and +0 a row of zeros returns: the same
+// shift and the same exps either way). NaN is passed over in both (a comparison with it is false).
+inline float row_max16(const float* x, int64_t n, bool fetch_ahead = false) {
   f32x16 a0 = f32x16{} - INFINITY, a1 = a0;
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
+    if (fetch_ahead) prefetch_ahead(x + j), prefetch_ahead(x + j + 16);
     const f32x16 v = load16(x + j), w = load16(x + j + 16);
     a0 = v > a0 ? v : a0;
     a1 = w > a1 ? w : a1;
@@ -194,8 +194,8 @@ inline float row_max16(const float* x, int64_t n) {
 // (NOTE [ Prefetching ahead ] in vec_math.h).
 inline float row_max(const float* x, int64_t n, bool fetch_ahead = false) {
 #ifdef __AVX512F__
-  if (!fetch_ahead) return row_max16(x, n);  // NOTE [ Row max in sixteen lanes ]
-#endif
+  return row_max16(x, n, fetch_ahead);  // NOTE [ Row max in sixteen lanes ]
+#else
   f32x8 acc = f32x8{} - INFINITY;
   int64_t j = 0;
   for (; j + 2 * kVec <= n; j += 2 * kVec) {
@@ -213,6 +213,7 @@ inline float row_max(const float* x, int64_t n, bool fetch_ahead = false) {
   for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
   for (; j < n; ++j) m = x[j] > m ? x[j] : m;
   return m;
+#endif
 }
 inline double row_max(const double* x, int64_t n, bool = false) {
   double m = -INFINITY;

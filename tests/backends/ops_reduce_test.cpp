@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include <mvgpt/backends/ops.h>
@@ -233,19 +234,29 @@ TEST(OpsSumTo, UndoesBroadcasting) {
 
 // A linear layer's incoming gradient in one pass (NOTE [ A gradient's operand and column sums ] in
 // backends/cpu/cpu_reduce.cpp): the conversion's bits and ops::sum's, for rows in partial groups and
-// blocks, columns past the last sixteen, NaN, infinities, values that round up to infinity and
-// subnormals; a strided x; empty shapes; refusals.
+// blocks, columns past the last sixteen, one column (which ops::sum adds as a row), NaN, infinities,
+// values that round up to infinity, subnormals and -0 in the vector columns and in the tail, on one
+// thread and on every thread; a strided x; empty shapes; refusals.
 TEST(OpsConvertWithColumnSums, IsTheConversionAndTheColumnSumBitForBit) {
-  for (const Shape& shape : std::vector<Shape>{{1, 1}, {7, 3}, {8, 16}, {63, 17}, {64, 32}, {65, 33}, {200, 384},
-                                               {131, 1537}, {0, 5}, {5, 0}}) {
+  const float specials[] = {NAN, INFINITY, -INFINITY, 3.4e38f, 1e-40f, -0.0f};
+  for (const Shape& shape : std::vector<Shape>{{1, 1}, {3, 1}, {100, 1}, {7, 3}, {8, 16}, {63, 17}, {64, 32},
+                                               {65, 33}, {200, 384}, {131, 1537}, {0, 5}, {5, 0}}) {
     Tensor x = make_input(shape, DType::f32, 41, Kind::contiguous, -8, 8);
-    if (x.numel() > 40) {
+    const int64_t R = shape[0], C = shape[1];
+    if (R >= 3 && C >= 3) {
       float* p = x.data<float>();
-      p[3] = NAN, p[11] = INFINITY, p[20] = -INFINITY, p[25] = 3.4e38f, p[30] = 1e-40f, p[35] = -0.0f;
+      for (int k = 0; k < 6; ++k) {
+        p[(k % R) * C + k % C] = specials[k];           // the first columns
+        p[((k + 1) % R) * C + C - 1 - k % C] = specials[k];  // the last ones
+      }
     }
-    auto [operand, sums] = ops::to_bf16_with_column_sums(x);
-    EXPECT_TRUE(testing::bitwise_equal(operand, ops::to(x, DType::bf16))) << to_string(shape);
-    EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(x, {0}))) << to_string(shape);
+    for (int threads : {1, 0}) {  // 0: the default pool
+      std::unique_ptr<tbb::global_control> limit;
+      if (threads) limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, threads);
+      auto [operand, sums] = ops::to_bf16_with_column_sums(x);
+      EXPECT_TRUE(testing::bitwise_equal(operand, ops::to(x, DType::bf16))) << to_string(shape) << ", " << threads;
+      EXPECT_TRUE(testing::bitwise_equal(sums, ops::sum(x, {0}))) << to_string(shape) << ", " << threads;
+    }
   }
   Tensor t = ops::transpose(make_input({40, 70}, DType::f32, 42), 0, 1);  // (70, 40), strided
   auto [operand, sums] = ops::to_bf16_with_column_sums(t);

@@ -377,14 +377,15 @@ TEST(AttentionKernel, RowMaxIsTheLargestValueForEveryLength) {
     x.push_back(float(int32_t(state >> 8) % 2000) / 7.0f);
   }
   x[5] = NAN, x[40] = -INFINITY, x[77] = NAN;
-  std::vector<float> padded(x);
-  padded.push_back(1e30f);  // past every row's end
   for (size_t start : {size_t(0), size_t(3), size_t(5)})
-    for (size_t n = 0; start + n < padded.size(); ++n) {
+    for (size_t n = 0; start + n <= x.size(); ++n) {
+      // The row, then a value larger than any in it just past its end.
+      std::vector<float> row(x.begin() + long(start), x.begin() + long(start + n));
+      row.push_back(1e30f);
       float want = -INFINITY;
-      for (size_t i = start; i < start + n; ++i) want = x[i] > want ? x[i] : want;
+      for (size_t i = 0; i < n; ++i) want = row[i] > want ? row[i] : want;
       for (bool ahead : {false, true})
-        ASSERT_EQ(cpu::fused::row_max(padded.data() + start, int64_t(n), ahead), want)
+        ASSERT_EQ(cpu::fused::row_max(row.data(), int64_t(n), ahead), want)
             << "start " << start << ", n " << n << (ahead ? ", fetched ahead" : "");
     }
   const std::vector<float> none(40, -INFINITY);
