@@ -111,64 +111,38 @@ inline void store(float* p, cpu::f32x8 v) { cpu::store8(p, v); }
 inline void store(float* p, cpu::f32x16 v) { cpu::store16(p, v); }
 #endif
 
-// The order of the CPU's column sum (NOTE [ Column sum order ] in backends/cpu/column_sum_order.h),
-// so the column sums below are ops::sum(dx, {0})'s bits.
-constexpr int64_t kSumRowBlock = cpu::kColumnSumRowBlock, kSumRowGroup = cpu::kColumnSumRowGroup;
-
 // dx = bfloat16(grad * gelu'(x)) (the unary GELU backward's lanes on x and grad as float32), and
 // the column sums of dx's rounded values (the bias gradient of the product that made x, whose
-// result is dx), in one pass over x and grad. x and grad: float32 or bfloat16 each.
+// result is dx), in one pass over x and grad, in the CPU's column sum order (NOTE [ Column sum
+// order ] in backends/cpu/column_sum_order.h): ops::sum(dx, {0})'s bits. x and grad: float32 or
+// bfloat16 each.
 template <typename TX, typename TG>
 void gelu_backward_rounded_impl(const TX* xp, const TG* gp, int64_t N, int64_t C, bfloat16* dp, float* o) {
-  const int64_t blocks = (N + kSumRowBlock - 1) / kSumRowBlock;
-  Tensor scratch = Tensor::empty({blocks, C}, DType::f64);  // each block's sums
-  double* part = scratch.data<double>();
-  parallel_for(blocks, std::max<int64_t>(1, cpu::kElementwiseGrain / (kSumRowBlock * C)), [&](int64_t b0, int64_t b1) {
-    // A group's float sums, one row added at a time: each row streams through memory in order (a
-    // group's rows side by side were sixteen streams the prefetchers lost, 1.5x slower).
-    std::vector<float> group(static_cast<size_t>(C));
-    float* s = group.data();
-    for (int64_t b = b0; b < b1; ++b) {
-      double* acc = part + b * C;
-      std::fill(acc, acc + C, 0.0);
-      const int64_t r0 = b * kSumRowBlock, r1 = std::min(N, r0 + kSumRowBlock);
-      for (int64_t g0 = r0; g0 < r1; g0 += kSumRowGroup) {
-        const int64_t n = std::min(kSumRowGroup, r1 - g0);
-        for (int64_t r = g0; r < g0 + n; ++r) {
-          const TX* xr = xp + r * C;
-          const TG* gr = gp + r * C;
-          bfloat16* dr = dp + r * C;
-          const bool first = r == g0;
-          // Columns [j, j + lanes of V).
-          auto columns = [&](auto tag, int64_t j) {
-            using V = decltype(tag);
-            const V d = store_rounded(dr + j, load(gr + j, tag) * cpu::gelu_grad_v(load(xr + j, tag)));
-            store(s + j, first ? d : load(s + j, tag) + d);
-          };
-          int64_t j = 0;
+  cpu::sum_columns_row_by_row(N, C, o, [&](int64_t r, float* s, bool first) {
+    const TX* xr = xp + r * C;
+    const TG* gr = gp + r * C;
+    bfloat16* dr = dp + r * C;
+    // Columns [j, j + lanes of V).
+    auto columns = [&](auto tag, int64_t j) {
+      using V = decltype(tag);
+      const V d = store_rounded(dr + j, load(gr + j, tag) * cpu::gelu_grad_v(load(xr + j, tag)));
+      store(s + j, first ? d : load(s + j, tag) + d);
+    };
+    int64_t j = 0;
 #ifdef __AVX512F__
-          for (; j + 16 <= C; j += 16) {
-            cpu::prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
-            cpu::prefetch_ahead(gr + j);
-            cpu::prefetch_ahead_for_write(dr + j);
-            columns(cpu::f32x16{}, j);
-          }
-#endif
-          for (; j + 8 <= C; j += 8) columns(cpu::f32x8{}, j);
-          for (; j < C; ++j) {
-            dr[j] = bfloat16((cpu::splat(float(gr[j])) * cpu::gelu_grad_v(cpu::splat(float(xr[j]))))[0]);
-            const float d = float(dr[j]);
-            s[j] = first ? d : s[j] + d;
-          }
-        }
-        for (int64_t j = 0; j < C; ++j) acc[j] += double(s[j]);
-      }
+    for (; j + 16 <= C; j += 16) {
+      cpu::prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
+      cpu::prefetch_ahead(gr + j);
+      cpu::prefetch_ahead_for_write(dr + j);
+      columns(cpu::f32x16{}, j);
     }
-  });
-  parallel_for(C, 2048, [&](int64_t j0, int64_t j1) {
-    for (int64_t b = 1; b < blocks; ++b)
-      for (int64_t j = j0; j < j1; ++j) part[j] += part[b * C + j];
-    for (int64_t j = j0; j < j1; ++j) o[j] = float(part[j]);
+#endif
+    for (; j + 8 <= C; j += 8) columns(cpu::f32x8{}, j);
+    for (; j < C; ++j) {
+      dr[j] = bfloat16((cpu::splat(float(gr[j])) * cpu::gelu_grad_v(cpu::splat(float(xr[j]))))[0]);
+      const float d = float(dr[j]);
+      s[j] = first ? d : s[j] + d;
+    }
   });
 }
 
@@ -188,11 +162,6 @@ void gelu_backward_rounded(const Tensor& x, const Tensor& grad, const Tensor& dx
     throw std::logic_error("gelu_backward_rounded (cpu): contiguous float32 or bfloat16 x and grad (N, C), bfloat16 "
                            "dx (N, C) and float32 sums (C) expected");
   const int64_t N = x.size(0), C = x.size(1);
-  if (C == 0) return;
-  if (N == 0) {  // no rows: every sum is 0
-    std::fill(sums.data<float>(), sums.data<float>() + C, 0.0f);
-    return;
-  }
   if (x.dtype() == DType::bf16) gelu_backward_rounded_of(x.data<bfloat16>(), grad, N, C, dx.data<bfloat16>(), sums.data<float>());
   else gelu_backward_rounded_of(x.data<float>(), grad, N, C, dx.data<bfloat16>(), sums.data<float>());
 }

@@ -348,57 +348,26 @@ void CpuBackend::convert_with_column_sums(const Tensor& x, const Tensor& out, co
     throw std::logic_error("CpuBackend::convert_with_column_sums: a contiguous float32 x (R, C), bfloat16 out of its "
                            "shape and float32 sums (C) expected");
   const int64_t R = x.size(0), C = x.size(1);
-  if (C == 0) return;
   // One column is a row to ops::sum (reduce_rows, lanes and blocks of its own): the two ops then.
   if (C == 1) return Backend::convert_with_column_sums(x, out, sums);
-  float* o = sums.data<float>();
-  if (R == 0) {  // no rows: every sum is 0
-    std::fill(o, o + C, 0.0f);
-    return;
-  }
   const float* xp = x.data<float>();
   bfloat16* bp = out.data<bfloat16>();
-  const int64_t nb = (R + kRowBlock - 1) / kRowBlock;
-  Tensor scratch = Tensor::empty({nb, C}, DType::f64);  // block sums
-  double* part = scratch.data<double>();
-  parallel_for(nb, std::max<int64_t>(1, kElementwiseGrain / (kRowBlock * C)), [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<float> group;  // a group's float sums
-    if (group.size() < size_t(C)) group.resize(size_t(C));
-    float* s = group.data();
-    for (int64_t b = b0; b < b1; ++b) {
-      double* acc = part + b * C;
-      std::fill(acc, acc + C, 0.0);
-      const int64_t r0 = b * kRowBlock, r1 = std::min(R, r0 + kRowBlock);
-      for (int64_t g0 = r0; g0 < r1; g0 += kColumnSumRowGroup) {
-        const int64_t g1 = std::min(r1, g0 + kColumnSumRowGroup);
-        for (int64_t r = g0; r < g1; ++r) {
-          const float* xr = xp + r * C;
-          bfloat16* br = bp + r * C;
-          const bool first = r == g0;
-          int64_t j = 0;
+  sum_columns_row_by_row(R, C, sums.data<float>(), [&](int64_t r, float* s, bool first) {
+    const float* xr = xp + r * C;
+    bfloat16* br = bp + r * C;
+    int64_t j = 0;
 #ifdef __AVX512F__
-          for (; j + 16 <= C; j += 16) {
-            prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (vec_math.h)
-            prefetch_ahead_for_write(br + j);
-            const f32x16 v = load16(xr + j);
-            fused::store16_rounded(br + j, v);
-            store16(s + j, first ? v : load16(s + j) + v);
-          }
+    for (; j + 16 <= C; j += 16) {
+      prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (vec_math.h)
+      prefetch_ahead_for_write(br + j);
+      const f32x16 v = load16(xr + j);
+      fused::store16_rounded(br + j, v);
+      store16(s + j, first ? v : load16(s + j) + v);
+    }
 #endif
-          // The rest (the whole row without AVX-512): the conversion's own vector pass, then the sums.
-          fused::round_to_bf16(xr + j, C - j, br + j, fused::Ahead::both);
-          for (; j < C; ++j) s[j] = first ? xr[j] : s[j] + xr[j];
-        }
-        for (int64_t j = 0; j < C; ++j) acc[j] += double(s[j]);
-      }
-    }
-  });
-  parallel_for(C, 2048, [&](int64_t j0, int64_t j1) {
-    for (int64_t b = 1; b < nb; ++b) {
-      const double* q = part + b * C;
-      for (int64_t j = j0; j < j1; ++j) part[j] += q[j];
-    }
-    for (int64_t j = j0; j < j1; ++j) o[j] = float(part[j]);
+    // The rest (the whole row without AVX-512): the conversion's own vector pass, then the sums.
+    fused::round_to_bf16(xr + j, C - j, br + j, fused::Ahead::both);
+    for (; j < C; ++j) s[j] = first ? xr[j] : s[j] + xr[j];
   });
 }
 
