@@ -339,7 +339,7 @@ void softmax_typed(const Tensor& x, const Tensor& out, bool log) {
 // so the operand is the conversion's bits and the sums are ops::sum's (but for one column, which
 // ops::sum adds as a row: the two ops run then). A row at a time, as the GELU's backward does: eight
 // rows side by side would be sixteen streams. On the 2-core AMX Xeon the step's 18 conversions and
-// 18 sums took 6.1 + 5.3 ms a step, this pass 7.5-7.7 (10.3 before it fetched its lines ahead).
+// 18 sums took 6.0-6.1 + 5.2-5.3 ms a step, this pass 7.3-7.8 (10.3 before it fetched its lines ahead).
 void CpuBackend::convert_with_column_sums(const Tensor& x, const Tensor& out, const Tensor& sums) {
   const bool fits = x.dim() == 2 && x.is_contiguous() && x.dtype() == DType::f32 && out.is_contiguous() &&
                     out.dtype() == DType::bf16 && out.shape() == x.shape() && sums.is_contiguous() &&
