@@ -1,7 +1,5 @@
 // Matrix multiplication, forward beside backward. Under the bf16 policy (NOTE [ Precision policy ]
 // in precision.h) both passes multiply bfloat16 operands and sum in float32.
-#include <tuple>
-
 #include <mvgpt/autograd/op_impl.h>
 #include <mvgpt/autograd/precision.h>
 
@@ -62,14 +60,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                   int64_t rows = 1;
                   for (int d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
                   Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
-                  Tensor gp, dx, dw, db;
-                  // The products' operand and the bias gradient in one pass where both are wanted.
-                  if (need_bias && bf16 && g.dtype() == DType::f32 && (saved_w.defined() || saved_x.defined())) {
-                    std::tie(gp, db) = ops::to_bf16_with_column_sums(g);
-                  } else {
-                    gp = gradient_operand(g, bf16);
-                    if (need_bias) db = ops::sum(g, {0});
-                  }
+                  auto [gp, db] = autograd::detail::linear_gradient(g, bf16, saved_w.defined() || saved_x.defined(),
+                                                                    need_bias);
+                  Tensor dx, dw;
                   if (saved_w.defined())  // (N, out) @ (out, in)
                     dx = ops::reshape(ops::matmul(gp, saved_w.unpack("linear"), out_dtype), sx);
                   if (saved_x.defined())  // (out, N) @ (N, in)

@@ -2,6 +2,7 @@
 #include <mvgpt/autograd/precision.h>
 
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
@@ -105,6 +106,17 @@ Tensor product_operand(const Tensor& t) {
   }
   s.copies.push_back({t, t.version(), bf16_copy(t)});
   return s.copies.back().copy;
+}
+
+LinearGradient linear_gradient(const Tensor& g, bool bf16, bool want_operand, bool want_bias) {
+  LinearGradient r;
+  if (want_operand && want_bias && bf16 && g.dtype() == DType::f32) {
+    std::tie(r.operand, r.bias) = ops::to_bf16_with_column_sums(g);
+    return r;
+  }
+  if (want_operand) r.operand = bf16 ? ops::to(g, DType::bf16) : g;
+  if (want_bias) r.bias = ops::sum(g, {0});
+  return r;
 }
 
 }  // namespace detail

@@ -69,6 +69,14 @@ struct Product {
       : bf16(bf16_products(x, y)), a(bf16 ? product_operand(x) : x), b(bf16 ? product_operand(y) : y) {}
   std::optional<DType> out() const { return bf16 ? std::optional<DType>(DType::f32) : std::nullopt; }
 };
+// A linear layer's incoming gradient g (N, out) as its backward takes it (linear, and the GPT-2
+// MLP's second layer): `operand` for its products (bfloat16 under bf16 products, else g; undefined
+// where no product wants it) and `bias`, g's column sums (undefined where not wanted). Both from a
+// float32 g under bf16 products come from one pass over it (ops::to_bf16_with_column_sums).
+struct LinearGradient {
+  Tensor operand, bias;
+};
+LinearGradient linear_gradient(const Tensor& g, bool bf16, bool want_operand, bool want_bias);
 }  // namespace detail
 
 }  // namespace mvgpt::autograd

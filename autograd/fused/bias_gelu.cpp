@@ -3,7 +3,6 @@
 #include <mvgpt/fused/bias_gelu.h>
 
 #include <string>
-#include <tuple>
 
 #include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
 #include <mvgpt/autograd/ops.h>        // gelu, linear: linear_gelu's and linear_gelu_linear's compositions
@@ -167,16 +166,9 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
         const int64_t rows = numel(fused::rows_shape(grad));
         // The second layer: as linear's backward.
         Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
-        Tensor dx, dw1, db1, dw2, db2, gp;
-        const bool products = sh.defined() || spre.defined();
-        // The products' operand and the bias gradient in one pass where both are wanted.
-        if (need_b2 && products && g.dtype() == DType::f32) {
-          std::tie(gp, db2) = ops::to_bf16_with_column_sums(g);
-        } else {
-          if (need_b2) db2 = ops::sum(g, {0});
-          if (!products) return {dx, dw1, db1, dw2, db2};
-          gp = ops::to(g, DType::bf16);
-        }
+        auto [gp, db2] = autograd::detail::linear_gradient(g, /*bf16=*/true, sh.defined() || spre.defined(), need_b2);
+        Tensor dx, dw1, db1, dw2;
+        if (!gp.defined()) return {dx, dw1, db1, dw2, db2};
         if (sh.defined())  // (out, N) @ (N, hidden)
           dw2 = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(sh.unpack("linear_gelu_linear"), {rows, hidden}),
                             DType::f32);

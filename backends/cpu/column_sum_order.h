@@ -19,6 +19,17 @@ namespace mvgpt::cpu {
 inline constexpr int64_t kColumnSumRowBlock = 64;
 inline constexpr int64_t kColumnSumRowGroup = 8;
 
+// out[j] = the blocks' double sums part (blocks, C) of column j added in block order, rounded to T
+// once: the last step of the order above. part's first row is overwritten.
+template <typename T>
+void add_block_sums(double* part, int64_t blocks, int64_t C, T* out) {
+  parallel_for(C, 2048, [&](int64_t j0, int64_t j1) {
+    for (int64_t b = 1; b < blocks; ++b)
+      for (int64_t j = j0; j < j1; ++j) part[j] += part[b * C + j];
+    for (int64_t j = j0; j < j1; ++j) out[j] = T(part[j]);
+  });
+}
+
 // out[j] = the sum over R rows of column j (C > 1: ops::sum adds one column as a row, in another
 // order), in the order above, from a pass that visits each row once, a row at a time (each row
 // streams through memory in order; a group's rows side by side would be many streams the
@@ -47,11 +58,7 @@ void sum_columns_row_by_row(int64_t R, int64_t C, float* out, Row&& row) {
       }
     }
   });
-  parallel_for(C, 2048, [&](int64_t j0, int64_t j1) {
-    for (int64_t b = 1; b < blocks; ++b)
-      for (int64_t j = j0; j < j1; ++j) part[j] += part[b * C + j];
-    for (int64_t j = j0; j < j1; ++j) out[j] = float(part[j]);
-  });
+  add_block_sums(part, blocks, C, out);
 }
 
 }  // namespace mvgpt::cpu

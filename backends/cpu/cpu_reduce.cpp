@@ -193,14 +193,7 @@ void sum_columns_by_row_blocks(const T* xp, int64_t L, int64_t R, int64_t row_st
       }
     }
   });
-  T* o = out.data<T>();
-  parallel_for(L, 2048, [&](int64_t j0, int64_t j1) {
-    for (int64_t b = 1; b < nb; ++b) {
-      const double* q = part + b * L;
-      for (int64_t j = j0; j < j1; ++j) part[j] += q[j];
-    }
-    for (int64_t j = j0; j < j1; ++j) o[j] = T(part[j]);
-  });
+  add_block_sums(part, nb, L, out.data<T>());
 }
 
 // Columns: the innermost outer dim has unit stride in x. A task owns up to kColumnChunk outputs of
