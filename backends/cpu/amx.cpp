@@ -24,15 +24,7 @@
 #include <string>
 #include <stdexcept>
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__AVX512VL__)
-#define MVGPT_AMX 1
-// GCC 12 warns of its own intrinsics' undefined-vector idiom (_mm512_undefined_epi32) once they are
-// inlined here: a false positive (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#endif
-
+#include <mvgpt/backends/cpu/amx_tiles.h>
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 
 namespace mvgpt::cpu::amx {
@@ -52,21 +44,9 @@ bool env_says_off() {
 }
 
 #ifdef MVGPT_AMX
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Every tile 16 rows of 64 bytes. Loaded at each product: oneDNN's kernels, on the same thread,
-// load their own.
-void configure_tiles() {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  _tile_loadconfig(&c);
-}
+using tiles::configure_tiles;
+using tiles::lanes16;
+using tiles::lanes32;
 
 // The 16 x 16 transpose of 32-bit elements, r[i] the rows.
 inline void transpose16x16(__m512i r[16]) {
@@ -93,12 +73,6 @@ inline void transpose16x16(__m512i r[16]) {
     r[8 + c] = _mm512_shuffle_i32x4(y1, y3, 0x88);
     r[12 + c] = _mm512_shuffle_i32x4(y1, y3, 0xdd);
   }
-}
-
-// Mask of the first n (0..16) 32-bit lanes, and of the first n (0..32) 16-bit ones.
-inline __mmask16 lanes16(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << std::max<int64_t>(n, 0)) - 1); }
-inline __mmask32 lanes32(int64_t n) {
-  return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << std::max<int64_t>(n, 0)) - 1);
 }
 
 // One VNNI tile row from two rows of B (k and k + 1), n valid columns; null rows read as zeros.

@@ -32,6 +32,7 @@
 
 #include <tbb/task_arena.h>
 
+#include <mvgpt/backends/cpu/amx_gemm.h>
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/fused_common.h>  // hsum16, store_scaled
 #include <mvgpt/backends/cpu/onednn_matmul.h>
@@ -317,6 +318,11 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     for (int64_t i = 0; i < M; ++i) scale(C + i * ldc, N, int64_t(1), beta);
     return;
   }
+  if constexpr (bf16_operands)
+    if (parallel && bf16::native_kernels() && amx::takes_large(ta, M, N, K)) {  // NOTE [ Large products on AMX tiles ]
+      profile::note_kernel([] { return std::string("mvgpt AMX tiles"); });
+      return amx::large_gemm(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+    }
   constexpr bool float32 = std::is_same_v<TA, float>;
   const bool large = parallel && M * N * K >= kMinParallelGemm;  // worth cutting over the pool
   // Products that oneDNN may multiply: bfloat16 ones where it has kernels, float32 ones where it has
@@ -493,6 +499,10 @@ void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
                   int64_t ldb, const float* bias, bfloat16* C, int64_t ldc, bool parallel) {
   if (M <= 0 || N <= 0) return;
   if (M > 1 && N > 1 && K > 0 && bf16::native_kernels()) {
+    if (parallel && amx::takes_large(ta, M, N, K)) {  // NOTE [ Large products on AMX tiles ]
+      profile::note_kernel([] { return std::string("mvgpt AMX tiles, bf16 result"); });
+      return amx::large_gemm_rounded(tb, M, N, K, A, lda, B, ldb, C, ldc, bias);
+    }
     const bool large = parallel && M * N * K >= kMinParallelGemm;
     const int64_t blocks = large ? threads() * kBf16BlocksPerThread : 1;
     const bool cut_m = cut_along_m(true, ta, tb, M, N, !ta && dense_blocks(), blocks);

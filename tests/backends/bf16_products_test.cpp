@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <mvgpt/backends/backend.h>
+#include <mvgpt/backends/cpu/amx.h>
+#include <mvgpt/backends/cpu/amx_gemm.h>
 #include <mvgpt/backends/cpu/bf16_gemm.h>
 #include <mvgpt/backends/cpu/blas.h>
 #include <mvgpt/backends/ops.h>
@@ -294,6 +296,11 @@ TEST(Bf16Products, DenseBlocksReachBrgemm) {
     ~DenseScope() { cpu::blas::set_dense_blocks(was); }
     bool was;
   };
+  // oneDNN's road: not the large products on AMX tiles (NOTE [ Large products on AMX tiles ]).
+  cpu::amx::set_large_enabled(false);
+  struct LargeBack {
+    ~LargeBack() { cpu::amx::set_large_enabled(true); }
+  } large_back;
   auto kernel_of = [](const Tensor &a, const Tensor &b, bool dense) {
     DenseScope scope(dense);
     profile::Recording recording;
@@ -310,6 +317,34 @@ TEST(Bf16Products, DenseBlocksReachBrgemm) {
   EXPECT_TRUE(plain.starts_with("brg:")) << plain;
   const Tensor dyt = ops::transpose(dy, 0, 1);  // dW = dY^T X
   EXPECT_EQ(kernel_of(dyt, x, true), kernel_of(dyt, x, false));
+}
+
+// A large product (A not transposed) goes to mvgpt's own AMX kernel where the CPU has the tiles, as
+// the op profile names it, and to oneDNN when those are turned off: the two agree to the float32
+// sums' order (NOTE [ Large products on AMX tiles ]; tests/backends/amx_large_gemm_test.cpp holds
+// the kernel's own tests).
+TEST(Bf16Products, LargeProductsGoToAmxTiles) {
+  if (!cpu::amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
+  auto run = [](const Tensor &a, const Tensor &b, Tensor &out) {
+    profile::Recording recording;
+    out = ops::matmul(a, b, DType::f32);
+    const profile::Report r = recording.stop();
+    for (const auto &row : r.rows)
+      if (row.op == "matmul") return row.detail;
+    return std::string("no matmul row");
+  };
+  const Tensor x = bf16_input({512, 384}, 1, Kind::contiguous, Device::cpu());
+  const Tensor w = bf16_input({384, 384}, 2, Kind::transposed, Device::cpu());
+  Tensor tiles, onednn;
+  const std::string kernel = run(x, w, tiles);
+  EXPECT_NE(kernel.find("mvgpt AMX tiles"), std::string::npos) << kernel;
+  cpu::amx::set_large_enabled(false);
+  const std::string other = run(x, w, onednn);
+  cpu::amx::set_large_enabled(true);
+  EXPECT_EQ(other.find("mvgpt AMX tiles"), std::string::npos) << other;
+  const std::vector<float> t = tiles.to_vector<float>(), o = onednn.to_vector<float>();
+  ASSERT_EQ(t.size(), o.size());
+  for (size_t i = 0; i < t.size(); ++i) ASSERT_NEAR(t[i], o[i], 1e-5f * (1.0f + std::fabs(o[i]))) << i;
 }
 
 TEST(Bf16Products, RefusesOtherResultDtypes) {

@@ -1,0 +1,168 @@
+// The large products on AMX tiles (backends/cpu/amx_gemm.h, NOTE [ Large products on AMX tiles ]):
+// against a double loop over the same bf16 values (exact products: only the float32 sum's order
+// differs), bit for bit against the block kernel amx::gemm (the same sums in the same order), the
+// same bits on one thread and on all, and the bf16 result as the float32 one rounded. Where the
+// CPU (or build) has no AMX tiles, only that the products are not taken.
+#include <gtest/gtest.h>
+#include <tbb/task_arena.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <mvgpt/backends/cpu/amx.h>
+#include <mvgpt/backends/cpu/amx_gemm.h>
+#include <mvgpt/backends/cpu/fused_common.h>
+
+namespace mvgpt {
+namespace {
+
+namespace amx = cpu::amx;
+
+std::vector<bfloat16> random_bf16(int64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<bfloat16> v(static_cast<size_t>(n));
+  for (auto& x : v) x = bfloat16(u(g));
+  return v;
+}
+
+struct Case {
+  int64_t M, N, K;
+  bool tb;
+  float alpha, beta;
+  bool bias;
+};
+
+// Each product's operands, stored with leading dimensions wider than the rows and A one element past
+// an aligned start, so rows straddle cache lines as a view's may.
+struct Operands {
+  Operands(const Case& c, uint64_t seed)
+      : lda(c.K + 3), ldb(c.tb ? c.K + 1 : c.N + 5), ldc(c.N + 7), a_store(random_bf16(c.M * lda + 1, seed)),
+        B(random_bf16((c.tb ? c.N : c.K) * ldb, seed + 1)), bias(random_bf16(c.N, seed + 2)) {
+    bias32.resize(size_t(c.N));
+    for (int64_t j = 0; j < c.N; ++j) bias32[size_t(j)] = float(bias[size_t(j)]) * 3.0f;
+  }
+  const bfloat16* A() const { return a_store.data() + 1; }
+  float a(int64_t i, int64_t k) const { return float(A()[i * lda + k]); }
+  float b(bool tb, int64_t k, int64_t n) const { return float(tb ? B[size_t(n * ldb + k)] : B[size_t(k * ldb + n)]); }
+  int64_t lda, ldb, ldc;
+  std::vector<bfloat16> a_store, B, bias;
+  std::vector<float> bias32;
+};
+
+const Case kCases[] = {
+    {256, 256, 384, true, 1.0f, 0.0f, false},    // the step's shapes in small: whole tiles
+    {256, 384, 256, false, 1.0f, 0.0f, true},
+    {257, 300, 231, true, 1.0f, 0.0f, true},     // a partial panel, pair of columns and k tile
+    {333, 129, 401, false, 0.5f, 0.25f, false},  // alpha and beta, 129 columns: an odd column tile
+    {64, 2600, 130, true, -1.5f, 1.0f, true},    // more than one column block of B
+    {40, 1000, 2048, false, 1.0f, 0.0f, false},  // the deepest K taken
+};
+
+std::string describe(const Case& c) {
+  return std::to_string(c.M) + " x " + std::to_string(c.N) + " x " + std::to_string(c.K) + (c.tb ? " tb" : "") +
+         " alpha " + std::to_string(c.alpha) + " beta " + std::to_string(c.beta) + (c.bias ? " bias" : "");
+}
+
+TEST(AmxLargeGemm, MatchesADoubleLoopOverTheSameBf16Values) {
+  if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
+  for (const Case& c : kCases) {
+    ASSERT_TRUE(amx::takes_large(false, c.M, c.N, c.K)) << describe(c);
+    const Operands o(c, 11);
+    std::vector<float> C(size_t(c.M * o.ldc));
+    std::mt19937_64 g(12);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : C) x = c.beta == 0.0f ? NAN : u(g);  // beta 0 must not read C
+    const std::vector<float> before = C;
+    amx::large_gemm(c.tb, c.M, c.N, c.K, c.alpha, o.A(), o.lda, o.B.data(), o.ldb, c.beta, C.data(), o.ldc,
+                    c.bias ? o.bias32.data() : nullptr);
+    for (int64_t i = 0; i < c.M; ++i) {
+      for (int64_t j = 0; j < c.N; ++j) {
+        double sum = 0, mag = 0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double p = double(o.a(i, k)) * o.b(c.tb, k, j);
+          sum += p, mag += std::fabs(p);
+        }
+        const double prior = c.beta == 0.0f ? 0.0 : double(c.beta) * before[size_t(i * o.ldc + j)];
+        const double add = c.bias ? o.bias32[size_t(j)] : 0.0;
+        const double want = c.alpha * sum + add + prior;
+        const double tol =
+            2e-7 * double(4 + c.K / 16) * (std::fabs(c.alpha) * mag + std::fabs(add) + std::fabs(prior)) + 1e-30;
+        ASSERT_NEAR(C[size_t(i * o.ldc + j)], want, tol) << describe(c) << " at " << i << ", " << j;
+      }
+      for (int64_t j = c.N; j < o.ldc; ++j)  // past N: untouched
+        ASSERT_TRUE(std::isnan(before[size_t(i * o.ldc + j)]) ? std::isnan(C[size_t(i * o.ldc + j)])
+                                                              : C[size_t(i * o.ldc + j)] == before[size_t(i * o.ldc + j)])
+            << describe(c) << " at " << i << ", " << j;
+    }
+  }
+}
+
+std::vector<uint32_t> bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// The block kernel sums a 32 x 32 block over k tiles in the same order, from zero: the same bits.
+// And the cut over the pool does not change a bit.
+TEST(AmxLargeGemm, SameBitsAsTheBlockKernelOnOneThreadAndOnAll) {
+  if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
+  for (const Case& c : kCases) {
+    const Operands o(c, 21);
+    std::vector<bfloat16> packed(size_t(amx::vnni_elems(c.K, c.N)));
+    if (c.tb) amx::pack_vnni_transposed(o.B.data(), o.ldb, c.K, c.N, packed.data());
+    else amx::pack_vnni(o.B.data(), o.ldb, c.K, c.N, packed.data());
+    // amx::gemm reads whole tiles of A: a copy padded with zeros to them.
+    const int64_t lda = amx::round_up(c.K, 32), rows = amx::round_up(c.M, 16);
+    std::vector<bfloat16> A(size_t(rows * lda));
+    for (int64_t i = 0; i < c.M; ++i) std::memcpy(&A[size_t(i * lda)], o.A() + i * o.lda, size_t(c.K) * 2);
+    std::vector<float> want(size_t(c.M * c.N)), all(want.size(), NAN), one(want.size(), NAN);
+    amx::gemm(c.M, c.N, c.K, 1.0f, A.data(), lda, packed.data(), c.K, 0.0f, want.data(), c.N);
+    amx::large_gemm(c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, all.data(), c.N, nullptr);
+    tbb::task_arena(1).execute([&] {
+      amx::large_gemm(c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, one.data(), c.N, nullptr);
+    });
+    EXPECT_EQ(bits_of(all), bits_of(want)) << describe(c);
+    EXPECT_EQ(bits_of(one), bits_of(all)) << describe(c);
+  }
+}
+
+// The bf16 result is the float32 one (with its bias) rounded to nearest even, as round_to_bf16 rounds.
+TEST(AmxLargeGemm, Bf16ResultIsTheFloat32ResultRounded) {
+  if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
+  for (const Case& c : kCases) {
+    const Operands o(c, 31);
+    const float* bias = c.bias ? o.bias32.data() : nullptr;
+    std::vector<float> f(size_t(c.M * c.N));
+    amx::large_gemm(c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, f.data(), c.N, bias);
+    const int64_t ldc = c.N + 9;
+    std::vector<bfloat16> got(size_t(c.M * ldc), bfloat16(7.0f)), want(size_t(c.M * c.N));
+    amx::large_gemm_rounded(c.tb, c.M, c.N, c.K, o.A(), o.lda, o.B.data(), o.ldb, got.data(), ldc, bias);
+    cpu::fused::round_to_bf16(f.data(), int64_t(f.size()), want.data());
+    for (int64_t i = 0; i < c.M; ++i) {
+      for (int64_t j = 0; j < c.N; ++j)
+        ASSERT_EQ(got[size_t(i * ldc + j)].bits, want[size_t(i * c.N + j)].bits) << describe(c) << " at " << i << ", " << j;
+      for (int64_t j = c.N; j < ldc; ++j) ASSERT_EQ(float(got[size_t(i * ldc + j)]), 7.0f) << "past N";
+    }
+  }
+}
+
+TEST(AmxLargeGemm, TakesOnlyWhatItCanMultiply) {
+  EXPECT_FALSE(amx::takes_large(true, 4096, 384, 1536));    // A transposed: a weight gradient
+  EXPECT_FALSE(amx::takes_large(false, 4096, 384, 10000));  // K past kLargeMaxK
+  EXPECT_FALSE(amx::takes_large(false, 16, 4096, 1024));    // fewer rows than a panel
+  EXPECT_FALSE(amx::takes_large(false, 64, 64, 64));        // too small to pack B for
+  EXPECT_EQ(amx::takes_large(false, 4096, 1536, 384), amx::usable());
+  if (amx::usable()) return;
+  std::vector<bfloat16> A(64 * 64), B(64 * 64);
+  std::vector<float> C(64 * 64);
+  EXPECT_THROW(amx::large_gemm(false, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64, nullptr),
+               std::logic_error);
+}
+
+}  // namespace
+}  // namespace mvgpt
