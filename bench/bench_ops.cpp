@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include <mvgpt/backends/cpu/amx_gemm.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/bias_gelu.h>
 
@@ -39,7 +40,13 @@ void gemm_case(benchmark::State& state, DType operands) {
   product_case(state, operands, state.range(0), state.range(1), state.range(2), false, state.range(3) != 0);
 }
 void BM_Sgemm(benchmark::State& state) { gemm_case(state, DType::f32); }
-void BM_Bf16Gemm(benchmark::State& state) { gemm_case(state, DType::bf16); }
+// The last argument for bf16, tiles: 1 lets mvgpt's AMX kernel take the product where it would (NOTE
+// [ Large products on AMX tiles ]), 0 sends it to oneDNN, on a CPU with AMX; elsewhere both are oneDNN.
+void BM_Bf16Gemm(benchmark::State& state) {
+  cpu::amx::set_large_enabled(state.range(4) != 0);
+  gemm_case(state, DType::bf16);
+  cpu::amx::set_large_enabled(true);
+}
 // The model's products, decoding's one-row ones (a GEMV: GB/s is the figure), and for bf16 the
 // 3072^3 peak (MFU under bf16 in bench/compare).
 BENCHMARK(BM_Sgemm)
@@ -54,15 +61,14 @@ BENCHMARK(BM_Sgemm)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Bf16Gemm)
-    ->Args({4096, 384, 1152, 0})
-    ->Args({4096, 384, 1536, 0})
-    ->Args({4096, 1536, 384, 0})
-    ->Args({4096, 384, 10000, 0})
-    ->Args({4096, 384, 1152, 1})
-    ->Args({1, 384, 1536, 1})
-    ->Args({1, 384, 10000, 1})
-    ->Args({3072, 3072, 3072, 0})
-    ->ArgNames({"M", "K", "N", "bT"})
+    ->ArgsProduct({{4096}, {384}, {1152, 1536}, {0, 1}, {1, 0}})
+    ->ArgsProduct({{4096}, {1536}, {384}, {0}, {1, 0}})
+    ->ArgsProduct({{1024}, {384}, {10000}, {1}, {1, 0}})
+    ->Args({4096, 384, 10000, 0, 1})
+    ->Args({1, 384, 1536, 1, 1})
+    ->Args({1, 384, 10000, 1, 1})
+    ->Args({3072, 3072, 3072, 0, 1})
+    ->ArgNames({"M", "K", "N", "bT", "tiles"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

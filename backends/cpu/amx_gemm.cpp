@@ -17,7 +17,9 @@
 // - a 32 x 32 block of C sums in four tiles over the whole K (two A tiles, two B tiles: four loads
 //   for four TDPs, the most reuse eight tiles allow), then goes through a 4 KB staging buffer to C
 //   with alpha, the bias, beta C or the rounding to bf16.
-// K is not cut (at most kLargeMaxK), so each C[i][j] is one sum over k in order, whatever the cut.
+// K up to 2,048 is one chunk; deeper (weight gradients over 4,096 tokens, the classifier's input
+// gradient over 10,000 classes) it is cut into chunks of 1,024 whose float32 partial sums are stored
+// and loaded again exactly, so each C[i][j] is one sum over k in order, whatever the cut.
 // TDPBF16PS treats denormal inputs as zero and flushes denormal sums, as oneDNN's AMX kernels do.
 #include <mvgpt/backends/cpu/amx_gemm.h>
 
@@ -30,6 +32,7 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include <mvgpt/backends/cpu/amx.h>
 #include <mvgpt/backends/cpu/amx_tiles.h>
@@ -40,6 +43,17 @@ namespace mvgpt::cpu::amx {
 namespace {
 
 std::atomic<bool> g_large_enabled{true};
+
+// MVGPT_AMX_GEMM=0 sends the large products to oneDNN (to compare the two roads); 1 or unset takes
+// them where the CPU has AMX tiles; anything else is refused.
+bool env_says_off() {
+  const char* e = std::getenv("MVGPT_AMX_GEMM");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "1") return false;
+  if (v == "0") return true;
+  throw std::runtime_error("MVGPT_AMX_GEMM=" + v +
+                           " is not 0 or 1: leave it unset for mvgpt's AMX kernel where the CPU has AMX tiles");
+}
 
 #ifdef MVGPT_AMX
 using tiles::lanes16;
@@ -73,60 +87,80 @@ class AlignedBuffer {
   int64_t size_ = 0;
 };
 
-// B (K, N), or stored (N, K) where tb, into the VNNI layout for K rows and round_up(N, 32) columns.
-void pack_b(bool tb, int64_t N, int64_t K, const bfloat16* B, int64_t ldb, bfloat16* out) {
-  const int64_t kts = round_up(K, kTileDepth) / kTileDepth, nts = round_up(N, kPairCols) / kTileCols;
+// Rows [k0, k0 + depth) of B (K, N), or of B stored (N, K) where tb, into the VNNI layout for
+// depth rows and round_up(N, 32) columns.
+void pack_b(bool tb, int64_t N, int64_t k0, int64_t depth, const bfloat16* B, int64_t ldb, bfloat16* out) {
+  const int64_t kts = round_up(depth, kTileDepth) / kTileDepth, nts = round_up(N, kPairCols) / kTileCols;
   const int64_t filled = round_up(N, kTileCols) / kTileCols;  // tiles holding some of B's columns
   parallel_for(nts, 4, [&](int64_t t0, int64_t t1) {
     const int64_t t1_b = std::min(t1, filled);
     if (t0 < t1_b) {
       const int64_t n0 = t0 * kTileCols, n1 = std::min(t1_b * kTileCols, N);
-      if (tb) pack_vnni_transposed_cols(B, ldb, K, n0, n1, out);
-      else pack_vnni_rows(B + n0, ldb, 0, K, n1 - n0, K, out + t0 * kts * kTileElems);
+      if (tb) pack_vnni_transposed_cols(B + k0, ldb, depth, n0, n1, out);
+      else pack_vnni_rows(B + k0 * ldb + n0, ldb, 0, depth, n1 - n0, depth, out + t0 * kts * kTileElems);
     }
     for (int64_t t = std::max(t0, filled); t < t1; ++t)  // the padding tile of an odd count
       std::memset(static_cast<void*>(out + t * kts * kTileElems), 0, size_t(kts * kTileElems) * sizeof(bfloat16));
   });
 }
 
-// Rows [m0, m0 + 32) of A (M rows, K columns) into the panel layout: for each k tile, the first 16
-// rows' 32 values, then the next 16's; rows past M and columns past K as zeros.
-void pack_panel(const bfloat16* A, int64_t lda, int64_t M, int64_t K, int64_t m0, bfloat16* panel) {
-  const int64_t kts = round_up(K, kTileDepth) / kTileDepth;
-  for (int64_t r = 0; r < kPanelRows; ++r) {
-    bfloat16* to = panel + (r / kTileRows) * kTileElems + (r % kTileRows) * kTileDepth;
-    if (m0 + r >= M) {
-      for (int64_t kt = 0; kt < kts; ++kt) _mm512_store_si512(to + kt * 2 * kTileElems, _mm512_setzero_si512());
-      continue;
+// Rows [m0, m0 + 32) and columns [k0, k0 + depth) of op(A) (M rows) into panel: row-major, width
+// bf16 a row, rows past M and columns past depth (to a whole k tile) as zeros. op(A) is A stored (M, K), or
+// where ta A stored (K, M) and transposed (a weight gradient's dY^T: 32 of its columns a panel).
+void pack_panel(bool ta, const bfloat16* A, int64_t lda, int64_t M, int64_t m0, int64_t k0, int64_t depth,
+                bfloat16* panel, int64_t width) {
+  const int64_t used = round_up(depth, kTileDepth), rows = std::min(kPanelRows, M - m0);
+  if (ta) {
+    transpose(A + k0 * lda + m0, lda, depth, rows, panel, width);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const bfloat16* row = A + (m0 + r) * lda + k0;
+      for (int64_t k = 0; k < used; k += kTileDepth)
+        _mm512_store_si512(panel + r * width + k, _mm512_maskz_loadu_epi16(lanes32(depth - k), row + k));
     }
-    const bfloat16* row = A + (m0 + r) * lda;
-    for (int64_t kt = 0; kt < kts; ++kt)
-      _mm512_store_si512(to + kt * 2 * kTileElems, _mm512_maskz_loadu_epi16(lanes32(K - kt * kTileDepth), row + kt * kTileDepth));
   }
+  for (int64_t r = rows; r < kPanelRows; ++r)
+    for (int64_t k = 0; k < used; k += kTileDepth) _mm512_store_si512(panel + r * width + k, _mm512_setzero_si512());
 }
 
-// The 32 x 32 sums of a panel and two column tiles of packed B, into stage (row-major, 32 floats a row).
-inline void multiply_block(int64_t kts, const bfloat16* panel, const bfloat16* b0, const bfloat16* b1, float* stage) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+// A 32 x 32 block: the four tiles start from zero, or from partial sums (row-major, ld floats a
+// row), and sum a panel (rows of `width` bf16) times two column tiles of packed B over kts k tiles.
+// meanwhile() runs once the block's tile instructions are issued, before its sums are stored (to
+// `to`, ld_to floats a row): the previous block's way out to C, which the core runs while the tiles
+// multiply.
+template <typename Meanwhile>
+inline void multiply_block(int64_t kts, const bfloat16* panel, int64_t width, const bfloat16* b0, const bfloat16* b1,
+                           const float* from, int64_t ld_from, float* to, int64_t ld_to, Meanwhile&& meanwhile) {
+  if (from) {
+    const int64_t s = ld_from * int64_t(sizeof(float));
+    _tile_loadd(0, from, s);
+    _tile_loadd(1, from + kTileCols, s);
+    _tile_loadd(2, from + kTileRows * ld_from, s);
+    _tile_loadd(3, from + kTileRows * ld_from + kTileCols, s);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const int64_t as = width * int64_t(sizeof(bfloat16));
+  const bfloat16* a1 = panel + kTileRows * width;
   for (int64_t kt = 0; kt < kts; ++kt) {
-    const bfloat16* a = panel + kt * 2 * kTileElems;
-    _tile_loadd(4, a, 64);
+    _tile_loadd(4, panel + kt * kTileDepth, as);
     _tile_loadd(6, b0 + kt * kTileElems, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(7, b1 + kt * kTileElems, 64);
     _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a + kTileElems, 64);
+    _tile_loadd(5, a1 + kt * kTileDepth, as);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  constexpr int64_t row = kPairCols * int64_t(sizeof(float));
-  _tile_stored(0, stage, row);
-  _tile_stored(1, stage + kTileCols, row);
-  _tile_stored(2, stage + kTileRows * kPairCols, row);
-  _tile_stored(3, stage + kTileRows * kPairCols + kTileCols, row);
+  meanwhile();
+  const int64_t s = ld_to * int64_t(sizeof(float));
+  _tile_stored(0, to, s);
+  _tile_stored(1, to + kTileCols, s);
+  _tile_stored(2, to + kTileRows * ld_to, s);
+  _tile_stored(3, to + kTileRows * ld_to + kTileCols, s);
 }
 
 // Writes a block's sums (rows x cols of stage) into C at (m0, n0).
@@ -166,73 +200,135 @@ struct RoundedOut {
   }
 };
 
+// A block of C^T's sums (a product run with its operands' roles swapped) written into C: transposed
+// in L1, then as Out writes C's own blocks.
 template <typename Out>
-void run(bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B, int64_t ldb,
-         const Out& out) {
-  if (!takes_large(false, M, N, K)) throw std::logic_error("amx::large_gemm: a product these kernels do not take");
-  const int64_t kts = round_up(K, kTileDepth) / kTileDepth, pairs = round_up(N, kPairCols) / kPairCols;
-  const int64_t column_tile = kts * kTileElems;  // one packed column tile along the whole K
-  // The calling thread's, kept between products; the pool's tasks read it through the pointer.
+struct TransposedOut {
+  const Out& out;
+  void operator()(const float* stage, int64_t m0, int64_t n0, int64_t rows, int64_t cols) const {
+    alignas(64) float t[kPanelRows * kPairCols];
+    transpose(stage, kPairCols, rows, cols, t, kPairCols);
+    out(t, n0, m0, cols, rows);
+  }
+};
+
+// The depth of K's chunks: K up to kWholeDepth is one chunk; deeper, chunks of kChunkDepth, the
+// partial sums kept in float32 between them (stored and loaded exactly: the same sums in the same
+// order as one chunk).
+constexpr int64_t kWholeDepth = 2048, kChunkDepth = 1024;
+
+template <typename Out>
+void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
+                  const bfloat16* B, int64_t ldb, const Out& out) {
+  const int64_t chunk = K <= kWholeDepth ? K : kChunkDepth, chunks = (K + chunk - 1) / chunk;
+  const int64_t width = round_up(chunk, kTileDepth), kts_max = width / kTileDepth;
+  const int64_t pairs = round_up(N, kPairCols) / kPairCols, Np = pairs * kPairCols;
+  const int64_t panels = round_up(M, kPanelRows) / kPanelRows;
+  const int64_t column_tile = kts_max * kTileElems;  // one packed column tile along a chunk
+  // The calling thread's, kept between products; the pool's tasks reach them through the pointers.
   // Isolated: while this thread waits for the pool it runs only this product's tasks, never another
-  // product that would reuse the buffer.
+  // product that would reuse the buffers.
   thread_local AlignedBuffer<bfloat16> packed;
+  thread_local AlignedBuffer<float> partial_buffer;
   bfloat16* bp = packed.get(2 * pairs * column_tile);
+  float* partial = chunks > 1 ? partial_buffer.get(panels * kPanelRows * Np) : nullptr;  // (M, Np), row-major
   tbb::this_task_arena::isolate([&] {
-    pack_b(tb, N, K, B, ldb, bp);
-    const int64_t panels = round_up(M, kPanelRows) / kPanelRows;
     const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
     const int64_t block_pairs = std::clamp<int64_t>(kBlockBytes / (2 * column_tile * int64_t(sizeof(bfloat16))), 1, pairs);
-    // One contiguous run of panels a thread, so each walks B's column blocks once.
-    parallel_for(panels, std::max<int64_t>(1, (panels + threads - 1) / threads), [&](int64_t p0, int64_t p1) {
-      thread_local AlignedBuffer<bfloat16> panel_buffer;
-      bfloat16* panel = panel_buffer.get(2 * column_tile);
-      alignas(64) float stage[kPanelRows * kPairCols];
-      tiles::configure_tiles();
-      for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
-        const int64_t q1 = std::min(pairs, q0 + block_pairs);
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t m0 = p * kPanelRows;
-          pack_panel(A, lda, M, K, m0, panel);
-          for (int64_t q = q0; q < q1; ++q) {
-            const bfloat16* b0 = bp + 2 * q * column_tile;
-            multiply_block(kts, panel, b0, b0 + column_tile, stage);
-            const int64_t n0 = q * kPairCols;
-            out(stage, m0, n0, std::min(kPanelRows, M - m0), std::min(kPairCols, N - n0));
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t k0 = c * chunk, depth = std::min(chunk, K - k0), kts = round_up(depth, kTileDepth) / kTileDepth;
+      const bool first = c == 0, last = c + 1 == chunks;
+      pack_b(tb, N, k0, depth, B, ldb, bp);
+      // One contiguous run of panels a thread, so each walks B's column blocks once.
+      parallel_for(panels, std::max<int64_t>(1, (panels + threads - 1) / threads), [&](int64_t p0, int64_t p1) {
+        thread_local AlignedBuffer<bfloat16> panel_buffer;
+        bfloat16* panel = panel_buffer.get(kPanelRows * width);
+        // Two staging buffers: a block's sums go to C while the next block multiplies.
+        alignas(64) float stage[2][kPanelRows * kPairCols];
+        struct Pending {
+          int64_t m0 = -1, n0 = 0;
+        } pending[2];
+        int which = 0;
+        auto flush = [&](int b) {
+          if (pending[b].m0 < 0) return;
+          out(stage[b], pending[b].m0, pending[b].n0, std::min(kPanelRows, M - pending[b].m0),
+              std::min(kPairCols, N - pending[b].n0));
+          pending[b].m0 = -1;
+        };
+        tiles::configure_tiles();
+        for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
+          const int64_t q1 = std::min(pairs, q0 + block_pairs);
+          for (int64_t p = p0; p < p1; ++p) {
+            const int64_t m0 = p * kPanelRows;
+            pack_panel(ta, A, lda, M, m0, k0, depth, panel, width);
+            for (int64_t q = q0; q < q1; ++q) {
+              const bfloat16* b0 = bp + 2 * q * kts * kTileElems;
+              const int64_t n0 = q * kPairCols;
+              float* sums = partial ? partial + m0 * Np + n0 : nullptr;
+              const float* from = first ? nullptr : sums;
+              if (last) {
+                multiply_block(kts, panel, width, b0, b0 + kts * kTileElems, from, Np, stage[which], kPairCols,
+                               [&] { flush(1 - which); });
+                pending[which] = {m0, n0};
+                which = 1 - which;
+              } else {
+                multiply_block(kts, panel, width, b0, b0 + kts * kTileElems, from, Np, sums, Np, [] {});
+              }
+            }
           }
         }
-      }
-      _tile_release();
-    });
+        flush(1 - which);
+        _tile_release();
+      });
+    }
   });
+}
+
+// NOTE [ A weight gradient wider than tall ]
+// A weight gradient dW = dY^T X (A transposed) whose C is wider than tall (the MLP's first layer:
+// 384 x 1,536 over 4,096 tokens) packs its wide X as B for each chunk of K and transposes dY's
+// panels once for each column block of B: 868 GFLOP/s in the step (2-core AMX Xeon). Run as C^T =
+// X^T dY, the narrow operand is packed and the wide one read a panel at a time, as the 1,536 x 384
+// gradient of the MLP's second layer runs (1,433). Each element is the same sum of the same exact
+// products in the same order of k, so the bits do not change (the tests compare both with the block
+// kernel).
+template <typename Out>
+void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+         int64_t ldb, const Out& out) {
+  if (!takes_large(ta, M, N, K)) throw std::logic_error("amx::large_gemm: a product these kernels do not take");
+  if (ta && N > M) return run_oriented(!tb, !ta, N, M, K, B, ldb, A, lda, TransposedOut<Out>{out});
+  run_oriented(ta, tb, M, N, K, A, lda, B, ldb, out);
 }
 #endif
 
 }  // namespace
 
 bool takes_large(bool ta, int64_t M, int64_t N, int64_t K) {
-  return !ta && M >= 32 && N >= 32 && K >= 1 && K <= kLargeMaxK && M * N * K >= kLargeMinWork && usable() &&
+  (void)ta;
+  static const bool off = env_says_off();  // a bad value is refused on every CPU
+  return M >= 32 && N >= 32 && K >= 1 && M * N * K >= kLargeMinWork && !off && usable() &&
          g_large_enabled.load(std::memory_order_relaxed);
 }
 
 void set_large_enabled(bool on) { g_large_enabled.store(on); }
 
-void large_gemm(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+void large_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
 #ifdef MVGPT_AMX
-  run(tb, M, N, K, A, lda, B, ldb, FloatOut{alpha, beta, C, ldc, bias});
+  run(ta, tb, M, N, K, A, lda, B, ldb, FloatOut{alpha, beta, C, ldc, bias});
 #else
-  (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C,
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C,
       (void)ldc, (void)bias;
   throw std::logic_error("amx::large_gemm: this build has no AMX kernels");
 #endif
 }
 
-void large_gemm_rounded(bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
+void large_gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
                         int64_t ldb, bfloat16* C, int64_t ldc, const float* bias) {
 #ifdef MVGPT_AMX
-  run(tb, M, N, K, A, lda, B, ldb, RoundedOut{C, ldc, bias});
+  run(ta, tb, M, N, K, A, lda, B, ldb, RoundedOut{C, ldc, bias});
 #else
-  (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)bias;
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)C, (void)ldc, (void)bias;
   throw std::logic_error("amx::large_gemm_rounded: this build has no AMX kernels");
 #endif
 }

@@ -2,31 +2,30 @@
 // A training step's large bf16 products on AMX tiles, written here rather than sent to oneDNN 2.6
 // (Debian's), whose kernels multiply them at about half of what the tiles give (NOTE [ Large
 // products on AMX tiles ] in amx_gemm.cpp). Each product runs over the thread pool: B packed once
-// into the tiles' layout, then each thread takes whole 32-row panels of A and C.
+// (per chunk of K) into the tiles' layout, then each thread takes whole 32-row panels of A and C.
 #include <cstdint>
 
 #include <mvgpt/tensor/dtype.h>
 
 namespace mvgpt::cpu::amx {
 
-// Whether the products below take this one: AMX usable (amx.h), A not transposed, K at most
-// kLargeMaxK (a panel of A and a block of packed B stay in L2 without cutting K), and large enough
-// to be worth packing B (M * N * K at least kLargeMinWork, M and N at least 32).
-inline constexpr int64_t kLargeMaxK = 2048;
+// Whether the products below take this one: AMX usable (amx.h), MVGPT_AMX_GEMM not 0, M and N at
+// least 32, and large enough to be worth packing B (M * N * K at least kLargeMinWork).
 inline constexpr int64_t kLargeMinWork = int64_t(1) << 24;
 bool takes_large(bool ta, int64_t M, int64_t N, int64_t K);
 
-// C (M, N) = alpha A op(B) (+ bias) + beta C: A (M, K) row-major with leading dimension lda; op(B) is
-// B (K, N) row-major, or where tb, B stored (N, K) and transposed (a linear layer's weight); bias is
-// N floats or null; beta = 0 does not read C. Each C[i][j] is the float32 sum over k in order of 32
-// (the tiles' own order within each), then alpha, the bias and beta C in that order, whatever the
-// cut. Requires takes_large(false, M, N, K).
-void large_gemm(bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
+// C (M, N) = alpha op(A) op(B) (+ bias) + beta C, row-major: op(A) is A stored (M, K), or where ta A
+// stored (K, M) and transposed (a weight gradient's dY^T); op(B) is B stored (K, N), or where tb B
+// stored (N, K) and transposed (a linear layer's weight); bias is N floats or null; beta = 0 does not
+// read C. Each C[i][j] is the float32 sum over k in order of 32 (the tiles' own order within each),
+// then alpha, the bias and beta C in that order, whatever the cut over threads and K's chunks.
+// Requires takes_large(ta, M, N, K).
+void large_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const bfloat16* A, int64_t lda,
                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
-// C (M, N) = bfloat16(A op(B) (+ bias)): the float32 sums above rounded to nearest even (as
+// C (M, N) = bfloat16(op(A) op(B) (+ bias)): the float32 sums above rounded to nearest even (as
 // fused::round_to_bf16 rounds, denormals kept).
-void large_gemm_rounded(bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
-                        int64_t ldb, bfloat16* C, int64_t ldc, const float* bias);
+void large_gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
+                        const bfloat16* B, int64_t ldb, bfloat16* C, int64_t ldc, const float* bias);
 
 // Tests: route the products above to oneDNN on a CPU where they would run (process-wide).
 void set_large_enabled(bool on);

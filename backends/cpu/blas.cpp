@@ -321,7 +321,7 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   if constexpr (bf16_operands)
     if (parallel && bf16::native_kernels() && amx::takes_large(ta, M, N, K)) {  // NOTE [ Large products on AMX tiles ]
       profile::note_kernel([] { return std::string("mvgpt AMX tiles"); });
-      return amx::large_gemm(tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+      return amx::large_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     }
   constexpr bool float32 = std::is_same_v<TA, float>;
   const bool large = parallel && M * N * K >= kMinParallelGemm;  // worth cutting over the pool
@@ -501,7 +501,7 @@ void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
   if (M > 1 && N > 1 && K > 0 && bf16::native_kernels()) {
     if (parallel && amx::takes_large(ta, M, N, K)) {  // NOTE [ Large products on AMX tiles ]
       profile::note_kernel([] { return std::string("mvgpt AMX tiles, bf16 result"); });
-      return amx::large_gemm_rounded(tb, M, N, K, A, lda, B, ldb, C, ldc, bias);
+      return amx::large_gemm_rounded(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, bias);
     }
     const bool large = parallel && M * N * K >= kMinParallelGemm;
     const int64_t blocks = large ? threads() * kBf16BlocksPerThread : 1;

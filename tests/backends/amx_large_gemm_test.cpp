@@ -31,7 +31,7 @@ std::vector<bfloat16> random_bf16(int64_t n, uint64_t seed) {
 
 struct Case {
   int64_t M, N, K;
-  bool tb;
+  bool ta, tb;
   float alpha, beta;
   bool bias;
 };
@@ -40,44 +40,52 @@ struct Case {
 // an aligned start, so rows straddle cache lines as a view's may.
 struct Operands {
   Operands(const Case& c, uint64_t seed)
-      : lda(c.K + 3), ldb(c.tb ? c.K + 1 : c.N + 5), ldc(c.N + 7), a_store(random_bf16(c.M * lda + 1, seed)),
+      : ta(c.ta), lda(c.ta ? c.M + 3 : c.K + 3), ldb(c.tb ? c.K + 1 : c.N + 5), ldc(c.N + 7),
+        a_store(random_bf16((c.ta ? c.K : c.M) * lda + 1, seed)),
         B(random_bf16((c.tb ? c.N : c.K) * ldb, seed + 1)), bias(random_bf16(c.N, seed + 2)) {
     bias32.resize(size_t(c.N));
     for (int64_t j = 0; j < c.N; ++j) bias32[size_t(j)] = float(bias[size_t(j)]) * 3.0f;
   }
   const bfloat16* A() const { return a_store.data() + 1; }
-  float a(int64_t i, int64_t k) const { return float(A()[i * lda + k]); }
+  float a(int64_t i, int64_t k) const { return float(ta ? A()[k * lda + i] : A()[i * lda + k]); }
   float b(bool tb, int64_t k, int64_t n) const { return float(tb ? B[size_t(n * ldb + k)] : B[size_t(k * ldb + n)]); }
+  bool ta;
   int64_t lda, ldb, ldc;
   std::vector<bfloat16> a_store, B, bias;
   std::vector<float> bias32;
 };
 
 const Case kCases[] = {
-    {256, 256, 384, true, 1.0f, 0.0f, false},    // the step's shapes in small: whole tiles
-    {256, 384, 256, false, 1.0f, 0.0f, true},
-    {257, 300, 231, true, 1.0f, 0.0f, true},     // a partial panel, pair of columns and k tile
-    {333, 129, 401, false, 0.5f, 0.25f, false},  // alpha and beta, 129 columns: an odd column tile
-    {64, 2600, 130, true, -1.5f, 1.0f, true},    // more than one column block of B
-    {40, 1000, 2048, false, 1.0f, 0.0f, false},  // the deepest K taken
+    {256, 256, 384, false, true, 1.0f, 0.0f, false},    // the step's shapes in small: whole tiles
+    {256, 384, 256, false, false, 1.0f, 0.0f, true},
+    {257, 300, 231, false, true, 1.0f, 0.0f, true},     // a partial panel, pair of columns and k tile
+    {333, 129, 401, false, false, 0.5f, 0.25f, false},  // alpha and beta, 129 columns: an odd column tile
+    {64, 2600, 130, false, true, -1.5f, 1.0f, true},    // more than one column block of B
+    {40, 1000, 2048, false, false, 1.0f, 0.0f, false},  // the deepest K in one chunk
+    {384, 96, 512, true, false, 1.0f, 0.0f, false},     // A transposed: a weight gradient
+    {96, 200, 4096, true, false, 1.0f, 0.0f, false},    // ... summed over four chunks of K
+    {257, 129, 2500, false, false, 0.5f, 0.25f, true},  // three chunks, the last partial
+    {100, 70, 3000, true, true, 1.0f, 1.0f, true},      // both transposed, partial everything
+    {64, 300, 2100, true, true, 0.5f, 0.25f, true},     // A transposed, wider than tall: run as C^T
 };
 
 std::string describe(const Case& c) {
-  return std::to_string(c.M) + " x " + std::to_string(c.N) + " x " + std::to_string(c.K) + (c.tb ? " tb" : "") +
+  return std::to_string(c.M) + " x " + std::to_string(c.N) + " x " + std::to_string(c.K) + (c.ta ? " ta" : "") +
+         (c.tb ? " tb" : "") +
          " alpha " + std::to_string(c.alpha) + " beta " + std::to_string(c.beta) + (c.bias ? " bias" : "");
 }
 
 TEST(AmxLargeGemm, MatchesADoubleLoopOverTheSameBf16Values) {
   if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
   for (const Case& c : kCases) {
-    ASSERT_TRUE(amx::takes_large(false, c.M, c.N, c.K)) << describe(c);
+    ASSERT_TRUE(amx::takes_large(c.ta, c.M, c.N, c.K)) << describe(c);
     const Operands o(c, 11);
     std::vector<float> C(size_t(c.M * o.ldc));
     std::mt19937_64 g(12);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (auto& x : C) x = c.beta == 0.0f ? NAN : u(g);  // beta 0 must not read C
     const std::vector<float> before = C;
-    amx::large_gemm(c.tb, c.M, c.N, c.K, c.alpha, o.A(), o.lda, o.B.data(), o.ldb, c.beta, C.data(), o.ldc,
+    amx::large_gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A(), o.lda, o.B.data(), o.ldb, c.beta, C.data(), o.ldc,
                     c.bias ? o.bias32.data() : nullptr);
     for (int64_t i = 0; i < c.M; ++i) {
       for (int64_t j = 0; j < c.N; ++j) {
@@ -107,8 +115,9 @@ std::vector<uint32_t> bits_of(const std::vector<float>& v) {
   return b;
 }
 
-// The block kernel sums a 32 x 32 block over k tiles in the same order, from zero: the same bits.
-// And the cut over the pool does not change a bit.
+// The block kernel sums a 32 x 32 block over k tiles in the same order, from zero: the same bits,
+// K's chunks included (their partial sums kept exactly in float32). And the cut over the pool does
+// not change a bit.
 TEST(AmxLargeGemm, SameBitsAsTheBlockKernelOnOneThreadAndOnAll) {
   if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
   for (const Case& c : kCases) {
@@ -119,12 +128,13 @@ TEST(AmxLargeGemm, SameBitsAsTheBlockKernelOnOneThreadAndOnAll) {
     // amx::gemm reads whole tiles of A: a copy padded with zeros to them.
     const int64_t lda = amx::round_up(c.K, 32), rows = amx::round_up(c.M, 16);
     std::vector<bfloat16> A(size_t(rows * lda));
-    for (int64_t i = 0; i < c.M; ++i) std::memcpy(&A[size_t(i * lda)], o.A() + i * o.lda, size_t(c.K) * 2);
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t k = 0; k < c.K; ++k) A[size_t(i * lda + k)] = bfloat16(o.a(i, k));
     std::vector<float> want(size_t(c.M * c.N)), all(want.size(), NAN), one(want.size(), NAN);
     amx::gemm(c.M, c.N, c.K, 1.0f, A.data(), lda, packed.data(), c.K, 0.0f, want.data(), c.N);
-    amx::large_gemm(c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, all.data(), c.N, nullptr);
+    amx::large_gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, all.data(), c.N, nullptr);
     tbb::task_arena(1).execute([&] {
-      amx::large_gemm(c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, one.data(), c.N, nullptr);
+      amx::large_gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, one.data(), c.N, nullptr);
     });
     EXPECT_EQ(bits_of(all), bits_of(want)) << describe(c);
     EXPECT_EQ(bits_of(one), bits_of(all)) << describe(c);
@@ -138,10 +148,10 @@ TEST(AmxLargeGemm, Bf16ResultIsTheFloat32ResultRounded) {
     const Operands o(c, 31);
     const float* bias = c.bias ? o.bias32.data() : nullptr;
     std::vector<float> f(size_t(c.M * c.N));
-    amx::large_gemm(c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, f.data(), c.N, bias);
+    amx::large_gemm(c.ta, c.tb, c.M, c.N, c.K, 1.0f, o.A(), o.lda, o.B.data(), o.ldb, 0.0f, f.data(), c.N, bias);
     const int64_t ldc = c.N + 9;
     std::vector<bfloat16> got(size_t(c.M * ldc), bfloat16(7.0f)), want(size_t(c.M * c.N));
-    amx::large_gemm_rounded(c.tb, c.M, c.N, c.K, o.A(), o.lda, o.B.data(), o.ldb, got.data(), ldc, bias);
+    amx::large_gemm_rounded(c.ta, c.tb, c.M, c.N, c.K, o.A(), o.lda, o.B.data(), o.ldb, got.data(), ldc, bias);
     cpu::fused::round_to_bf16(f.data(), int64_t(f.size()), want.data());
     for (int64_t i = 0; i < c.M; ++i) {
       for (int64_t j = 0; j < c.N; ++j)
@@ -152,15 +162,15 @@ TEST(AmxLargeGemm, Bf16ResultIsTheFloat32ResultRounded) {
 }
 
 TEST(AmxLargeGemm, TakesOnlyWhatItCanMultiply) {
-  EXPECT_FALSE(amx::takes_large(true, 4096, 384, 1536));    // A transposed: a weight gradient
-  EXPECT_FALSE(amx::takes_large(false, 4096, 384, 10000));  // K past kLargeMaxK
-  EXPECT_FALSE(amx::takes_large(false, 16, 4096, 1024));    // fewer rows than a panel
-  EXPECT_FALSE(amx::takes_large(false, 64, 64, 64));        // too small to pack B for
+  EXPECT_FALSE(amx::takes_large(false, 16, 4096, 1024));  // fewer rows than a panel
+  EXPECT_FALSE(amx::takes_large(true, 4096, 16, 1024));   // fewer columns than a pair of tiles
+  EXPECT_FALSE(amx::takes_large(false, 64, 64, 64));      // too small to pack B for
   EXPECT_EQ(amx::takes_large(false, 4096, 1536, 384), amx::usable());
+  EXPECT_EQ(amx::takes_large(true, 384, 1536, 4096), amx::usable());
   if (amx::usable()) return;
   std::vector<bfloat16> A(64 * 64), B(64 * 64);
   std::vector<float> C(64 * 64);
-  EXPECT_THROW(amx::large_gemm(false, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64, nullptr),
+  EXPECT_THROW(amx::large_gemm(false, false, 64, 64, 64, 1.0f, A.data(), 64, B.data(), 64, 0.0f, C.data(), 64, nullptr),
                std::logic_error);
 }
 
