@@ -170,6 +170,35 @@ void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat
     }
 }
 
+void transpose32(const bfloat16* X, int64_t ld, int64_t rows, bfloat16* out, int64_t ldo) {
+  for (int64_t r0 = 0; r0 < round_up(rows, 2 * kTileRows); r0 += 2 * kTileRows) {
+#ifdef MVGPT_AMX
+    // Rows r0 + 2p and r0 + 2p + 1 interleaved sixteen bits at a time: in each 128-bit lane L,
+    // unpacklo pairs columns 8L..8L+3 and unpackhi columns 8L+4..8L+7, four pairs each. The 16 x 16
+    // transpose of the pairs then gives each of those columns its 16 pairs: 32 rows of X.
+    __m512i lo[16], hi[16];
+    for (int64_t p = 0; p < kTileRows; ++p) {
+      const int64_t k = r0 + 2 * p;
+      const __m512i a = k < rows ? _mm512_loadu_si512(X + k * ld) : _mm512_setzero_si512();
+      const __m512i b = k + 1 < rows ? _mm512_loadu_si512(X + (k + 1) * ld) : _mm512_setzero_si512();
+      lo[p] = _mm512_unpacklo_epi16(a, b);
+      hi[p] = _mm512_unpackhi_epi16(a, b);
+    }
+    transpose16x16(lo);
+    transpose16x16(hi);
+    for (int64_t e = 0; e < kTileRows; ++e) {
+      const int64_t c = 8 * (e / 4) + e % 4;
+      _mm512_storeu_si512(out + c * ldo + r0, lo[e]);
+      _mm512_storeu_si512(out + (c + 4) * ldo + r0, hi[e]);
+    }
+#else
+    for (int64_t c = 0; c < 2 * kTileCols; ++c)
+      for (int64_t k = 0; k < 2 * kTileRows; ++k)
+        out[c * ldo + r0 + k] = r0 + k < rows ? X[(r0 + k) * ld + c] : bfloat16();
+#endif
+  }
+}
+
 void transpose(const float* X, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t ldo) {
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows)
     for (int64_t c0 = 0; c0 < cols; c0 += kTileCols) {

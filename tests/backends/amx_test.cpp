@@ -77,6 +77,18 @@ TEST(AmxPacking, TransposeWritesEveryColumnAsARowWithZeroPadding) {
   }
 }
 
+// The 32-column transpose writes what the general one writes, zero rows past the end included.
+TEST(AmxPacking, ThirtyTwoColumnTransposeMatchesTheGeneralOne) {
+  for (const int64_t rows : {int64_t(1), int64_t(31), int64_t(32), int64_t(33), int64_t(100), int64_t(512)}) {
+    const int64_t ld = 32 + 5, ldo = amx::round_up(rows, 32) + 3;
+    const std::vector<bfloat16> X = random_bf16(rows * ld, 7);
+    std::vector<bfloat16> want(size_t(32 * ldo), bfloat16(7.0f)), got(want.size(), bfloat16(7.0f));
+    amx::transpose(X.data(), ld, rows, 32, want.data(), ldo);
+    amx::transpose32(X.data(), ld, rows, got.data(), ldo);
+    EXPECT_EQ(bits(got), bits(want)) << rows << " rows";
+  }
+}
+
 // A window's values packed as its keys arrive (rows [k0, k1) at a time, in a layout for all of them)
 // and its keys' transpose packed as columns arrive: the same layouts as packing each whole.
 TEST(AmxPacking, PackingInPiecesGivesTheWholeLayout) {
