@@ -319,12 +319,14 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
 
 // NOTE [ A weight gradient wider than tall ]
 // A weight gradient dW = dY^T X (A transposed) whose C is wider than tall (the MLP's first layer:
-// 384 x 1,536 over 4,096 tokens) packs its wide X as B for each chunk of K and transposes dY's
-// panels once for each column block of B: 868 GFLOP/s in the step (2-core AMX Xeon). Run as C^T =
-// X^T dY, the narrow operand is packed and the wide one read a panel at a time, as the 1,536 x 384
-// gradient of the MLP's second layer runs (1,433). Each element is the same sum of the same exact
-// products in the same order of k, so the bits do not change (the tests compare both with the block
-// kernel).
+// 384 x 1,536 over 4,096 tokens) would cut its wide X into two column blocks of packed B and
+// transpose dY's panels once for each. Run as C^T = X^T dY, the narrow operand is packed whole and
+// the wide one transposed a panel at a time, as the 1,536 x 384 gradient of the MLP's second layer
+// runs: BM_Bf16WeightGradient 384 x 4,096 x 1,536 at 1,690-1,730 GFLOP/s against 1,220-1,350
+// unswapped (2-core AMX Xeon, hot; swapping the tall ones too took them from 1,720-1,840 to
+// 1,210-1,280). Each element is the same sum of the same exact products in the same order of k, so
+// the bits do not change (the tests compare both with the block kernel). Not with a bias: that is a
+// row of C, a column of C^T.
 template <typename Out>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
          int64_t ldb, const float* bias, const Out& out) {
