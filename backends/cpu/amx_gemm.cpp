@@ -331,6 +331,8 @@ template <typename Out>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
          int64_t ldb, const float* bias, const Out& out) {
   if (!takes_large(ta, M, N, K)) throw std::logic_error("amx::large_gemm: a product these kernels do not take");
+  // NOTE [ A weight gradient wider than tall ]
+  if (ta && N > M && !bias) return run_oriented(!tb, !ta, N, M, K, B, ldb, A, lda, nullptr, TransposedOut<Out>{out});
   run_oriented(ta, tb, M, N, K, A, lda, B, ldb, bias, out);
 }
 #endif
