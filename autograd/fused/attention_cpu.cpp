@@ -189,11 +189,17 @@ class SingleThreadedBlas {
 // Zen 4, memset was 4.5% of BM_AttentionBackward/bf16:1's time). A task body makes no nested
 // parallel call, so a thread runs one body at a time and each slot has one user.
 enum class Slot { s, q, p, k, v, dp, ds, dout, di, dq, dk, dv, k_tiles, v_tiles, kt_tiles, vt_tiles, p_tiles, qt, dot, dk_t, dv_t };
+// Each starts on a 64-byte boundary: the AMX tiles read whole 64-byte rows, and a row that straddles
+// two cache lines costs a tile load twice the lines (NOTE [ Large products on AMX tiles ] in
+// backends/cpu/amx_gemm.cpp); a vector's own storage is only 16-byte aligned.
 template <typename T, Slot slot>
 T* thread_scratch(int64_t n) {
+  static_assert(64 % sizeof(T) == 0);
   thread_local std::vector<T> buf;
-  if (buf.size() < size_t(n)) buf.resize(size_t(n));
-  return buf.data();
+  constexpr size_t pad = 64 / sizeof(T);
+  if (buf.size() < size_t(n) + pad) buf.resize(size_t(n) + pad);
+  const auto at = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - at % 64) % 64) / sizeof(T);
 }
 
 // Strided (B, H, T, D) rows with a unit stride on D. P: const T for an input, T for an output (a
