@@ -327,6 +327,7 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
           }
         }
         flush(1 - which);
+        _mm_sfence();  // the streamed stores (RoundedOut) before the pool says this task is done
         _tile_release();
       });
     }
