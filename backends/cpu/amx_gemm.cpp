@@ -245,23 +245,30 @@ struct TransposedOut {
 // GFLOP/s (hot, 2-core AMX Xeon) against 1,450-1,650 at 1,024 and 1,100-1,400 at 2,048, where a
 // panel of A no longer stays in L1; K = 1,536 runs faster whole than in chunks of 512.
 constexpr int64_t kWholeDepth = 2048, kChunkDepth = 512;
+// The partial sums a thread keeps between K's chunks: a group of panels' rows of a column block, in L2.
+constexpr int64_t kPartialBytes = int64_t(512) << 10;
 
 template <typename Out>
 void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
                   const bfloat16* B, int64_t ldb, const float* bias_n, const Out& out) {
   const int64_t chunk = K <= kWholeDepth ? K : kChunkDepth, chunks = (K + chunk - 1) / chunk;
-  const int64_t width = round_up(chunk, kTileDepth), kts_max = width / kTileDepth;
+  const int64_t width = round_up(chunk, kTileDepth), chunk_tiles = width / kTileDepth;
+  const int64_t k_tiles = round_up(K, kTileDepth) / kTileDepth;  // of a packed column tile
   const int64_t pairs = round_up(N, kPairCols) / kPairCols, Np = pairs * kPairCols;
   const int64_t panels = round_up(M, kPanelRows) / kPanelRows;
-  const int64_t column_tile = kts_max * kTileElems;  // one packed column tile along a chunk
   const bool in_place = !ta && reinterpret_cast<uintptr_t>(A) % 64 == 0 && lda * int64_t(sizeof(bfloat16)) % 64 == 0;
+  // Column blocks of B whose chunk stays in L2 while a thread's panels go by.
+  const int64_t block_pairs =
+      std::clamp<int64_t>(kBlockBytes / (2 * chunk_tiles * kTileElems * int64_t(sizeof(bfloat16))), 1, pairs);
+  const int64_t block_cols = block_pairs * kPairCols;
+  // With K in chunks, panels go in groups whose partial sums (a column block's) stay in L2 between
+  // the chunks; whole, a thread's panels are one group (each column block of B read once).
+  const int64_t group = chunks > 1 ? std::max<int64_t>(1, kPartialBytes / (kPanelRows * block_cols * 4)) : panels;
   // The calling thread's, kept between products; the pool's tasks reach them through the pointers.
   // Isolated: while this thread waits for the pool it runs only this product's tasks, never another
   // product that would reuse the buffers.
   thread_local AlignedBuffer<bfloat16> packed;
-  thread_local AlignedBuffer<float> partial_buffer;
-  bfloat16* bp = packed.get(2 * pairs * column_tile);
-  float* partial = chunks > 1 ? partial_buffer.get(panels * kPanelRows * Np) : nullptr;  // (M, Np), row-major
+  bfloat16* bp = packed.get(2 * pairs * k_tiles * kTileElems);
   thread_local AlignedBuffer<float> bias_buffer;
   float* bias = nullptr;  // bias_n padded with zeros to Np, so every block reads whole tiles of it
   if (bias_n) {
@@ -270,67 +277,74 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
     std::fill(bias + N, bias + Np, 0.0f);
   }
   tbb::this_task_arena::isolate([&] {
+    pack_b(tb, N, 0, K, B, ldb, bp);
     const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
-    const int64_t block_pairs = std::clamp<int64_t>(kBlockBytes / (2 * column_tile * int64_t(sizeof(bfloat16))), 1, pairs);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t k0 = c * chunk, depth = std::min(chunk, K - k0), kts = round_up(depth, kTileDepth) / kTileDepth;
-      const bool first = c == 0, last = c + 1 == chunks;
-      pack_b(tb, N, k0, depth, B, ldb, bp);
-      // One contiguous run of panels a thread, so each walks B's column blocks once.
-      parallel_for(panels, std::max<int64_t>(1, (panels + threads - 1) / threads), [&](int64_t p0, int64_t p1) {
-        thread_local AlignedBuffer<bfloat16> panel_buffer;
-        bfloat16* panel = panel_buffer.get(kPanelRows * width);
-        // Two staging buffers: a block's sums go to C while the next block multiplies.
-        alignas(64) float stage[2][kPanelRows * kPairCols];
-        struct Pending {
-          int64_t m0 = -1, n0 = 0;
-        } pending[2];
-        int which = 0;
-        auto flush = [&](int b) {
-          if (pending[b].m0 < 0) return;
-          out(stage[b], pending[b].m0, pending[b].n0, std::min(kPanelRows, M - pending[b].m0),
-              std::min(kPairCols, N - pending[b].n0));
-          pending[b].m0 = -1;
-        };
-        tiles::configure_tiles();
+    // One contiguous run of panels a thread.
+    parallel_for(panels, std::max<int64_t>(1, (panels + threads - 1) / threads), [&](int64_t p0, int64_t p1) {
+      thread_local AlignedBuffer<bfloat16> panel_buffer;
+      thread_local AlignedBuffer<float> partial_buffer;
+      bfloat16* panel = panel_buffer.get(kPanelRows * width);
+      // (group panels' rows, block_cols): a column block's partial sums between chunks
+      float* partial = chunks > 1 ? partial_buffer.get(std::min(group, p1 - p0) * kPanelRows * block_cols) : nullptr;
+      // Two staging buffers: a block's sums go to C while the next block multiplies.
+      alignas(64) float stage[2][kPanelRows * kPairCols];
+      struct Pending {
+        int64_t m0 = -1, n0 = 0;
+      } pending[2];
+      int which = 0;
+      auto flush = [&](int b) {
+        if (pending[b].m0 < 0) return;
+        out(stage[b], pending[b].m0, pending[b].n0, std::min(kPanelRows, M - pending[b].m0),
+            std::min(kPairCols, N - pending[b].n0));
+        pending[b].m0 = -1;
+      };
+      tiles::configure_tiles();
+      for (int64_t g0 = p0; g0 < p1; g0 += group) {
+        const int64_t g1 = std::min(p1, g0 + group);
         for (int64_t q0 = 0; q0 < pairs; q0 += block_pairs) {
           const int64_t q1 = std::min(pairs, q0 + block_pairs);
-          for (int64_t p = p0; p < p1; ++p) {
-            const int64_t m0 = p * kPanelRows;
-            // A's own rows where the tiles can read them as they lie (NOTE [ Large products on AMX
-            // tiles ]: aligned, whole rows and k tiles), else a copy.
-            const bfloat16* rows = A + m0 * lda + k0;
-            int64_t stride = lda;
-            if (!in_place || m0 + kPanelRows > M || depth % kTileDepth != 0) {
-              pack_panel(ta, A, lda, M, m0, k0, depth, panel, width);
-              rows = panel, stride = width;
-            }
-            for (int64_t q = q0; q < q1; ++q) {
-              const bfloat16* b0 = bp + 2 * q * kts * kTileElems;
-              const int64_t n0 = q * kPairCols;
-              float* sums = partial ? partial + m0 * Np + n0 : nullptr;
-              // The first chunk starts from the bias (a row read 32 times: stride 0) or zero.
-              const float* from = first ? (bias ? bias + n0 : nullptr) : sums;
-              const int64_t ld_from = first ? 0 : Np;
-              if (last && out.direct() && m0 + kPanelRows <= M && n0 + kPairCols <= N) {
-                multiply_block(kts, rows, stride, b0, b0 + kts * kTileElems, from, ld_from, out.direct() + m0 * out.ldc + n0,
-                               out.ldc, [&] { flush(1 - which); });
-              } else if (last) {
-                multiply_block(kts, rows, stride, b0, b0 + kts * kTileElems, from, ld_from, stage[which], kPairCols,
-                               [&] { flush(1 - which); });
-                pending[which] = {m0, n0};
-                which = 1 - which;
-              } else {
-                multiply_block(kts, rows, stride, b0, b0 + kts * kTileElems, from, ld_from, sums, Np, [] {});
+          for (int64_t c = 0; c < chunks; ++c) {
+            const int64_t k0 = c * chunk, depth = std::min(chunk, K - k0);
+            const int64_t kts = round_up(depth, kTileDepth) / kTileDepth, kt0 = k0 / kTileDepth;
+            const bool first = c == 0, last = c + 1 == chunks;
+            for (int64_t p = g0; p < g1; ++p) {
+              const int64_t m0 = p * kPanelRows;
+              // A's own rows where the tiles can read them as they lie (NOTE [ Large products on
+              // AMX tiles ]: aligned, whole rows and k tiles), else a copy.
+              const bfloat16* rows = A + m0 * lda + k0;
+              int64_t stride = lda;
+              if (!in_place || m0 + kPanelRows > M || depth % kTileDepth != 0) {
+                pack_panel(ta, A, lda, M, m0, k0, depth, panel, width);
+                rows = panel, stride = width;
+              }
+              for (int64_t q = q0; q < q1; ++q) {
+                const bfloat16* b0 = bp + (2 * q * k_tiles + kt0) * kTileElems;
+                const bfloat16* b1 = b0 + k_tiles * kTileElems;
+                const int64_t n0 = q * kPairCols;
+                float* sums = partial ? partial + (p - g0) * kPanelRows * block_cols + (q - q0) * kPairCols : nullptr;
+                // The first chunk starts from the bias (a row read 32 times: stride 0) or zero.
+                const float* from = first ? (bias ? bias + n0 : nullptr) : sums;
+                const int64_t ld_from = first ? 0 : block_cols;
+                if (last && out.direct() && m0 + kPanelRows <= M && n0 + kPairCols <= N) {
+                  multiply_block(kts, rows, stride, b0, b1, from, ld_from, out.direct() + m0 * out.ldc + n0, out.ldc,
+                                 [&] { flush(1 - which); });
+                } else if (last) {
+                  multiply_block(kts, rows, stride, b0, b1, from, ld_from, stage[which], kPairCols,
+                                 [&] { flush(1 - which); });
+                  pending[which] = {m0, n0};
+                  which = 1 - which;
+                } else {
+                  multiply_block(kts, rows, stride, b0, b1, from, ld_from, sums, block_cols, [] {});
+                }
               }
             }
           }
         }
-        flush(1 - which);
-        _mm_sfence();  // the streamed stores (RoundedOut) before the pool says this task is done
-        _tile_release();
-      });
-    }
+      }
+      flush(1 - which);
+      _mm_sfence();  // the streamed stores (RoundedOut) before the pool says this task is done
+      _tile_release();
+    });
   });
 }
 
