@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -126,10 +127,14 @@ std::vector<uint32_t> bits_of(const std::vector<float>& v) {
 
 // The block kernel sums a 32 x 32 block over k tiles in the same order, from zero: the same bits,
 // K's chunks included (their partial sums kept exactly in float32). And the cut over the pool does
-// not change a bit.
+// not change a bit. Past the double loop's cases: chunks of K over several column blocks of B and
+// several groups of panels a thread (NOTE [ Large products on AMX tiles ]), too large for it.
 TEST(AmxLargeGemm, SameBitsAsTheBlockKernelOnOneThreadAndOnAll) {
   if (!amx::usable()) GTEST_SKIP() << "skipped: this CPU (or build) has no AMX tiles";
-  for (const Case& c : kCases) {
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({2048, 1024, 2100, false, false, 1.0f, 0.0f, false, true});
+  cases.push_back({2048, 1000, 2100, true, true, 1.0f, 0.0f, false});
+  for (const Case& c : cases) {
     const Operands o(c, 21);
     std::vector<bfloat16> packed(size_t(amx::vnni_elems(c.K, c.N)));
     if (c.tb) amx::pack_vnni_transposed(o.B.data(), o.ldb, c.K, c.N, packed.data());
