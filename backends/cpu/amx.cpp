@@ -34,14 +34,7 @@ std::atomic<bool> g_enabled{true};
 
 // MVGPT_AMX_TILES=0 routes around the tile kernels (to compare the two roads, or where a CPU's
 // tiles misbehave); 1 or unset uses them where the CPU has them; anything else is refused.
-bool env_says_off() {
-  const char* e = std::getenv("MVGPT_AMX_TILES");
-  const std::string v = e ? e : "";
-  if (v.empty() || v == "1") return false;
-  if (v == "0") return true;
-  throw std::runtime_error("MVGPT_AMX_TILES=" + v +
-                           " is not 0 or 1: leave it unset to use AMX tiles where the CPU has them");
-}
+bool env_says_off() { return tiles::env_switch_off("MVGPT_AMX_TILES", "to use AMX tiles where the CPU has them"); }
 
 #ifdef MVGPT_AMX
 using tiles::configure_tiles;

@@ -2,8 +2,8 @@
 //
 // NOTE [ Large products on AMX tiles ]
 // oneDNN 2.6 (Debian's, which mvgpt links) multiplied the step's products at 1,030-1,430 GFLOP/s
-// on the 2-core Intel Xeon with AMX (family 6 model 167), 3072^3 at 1,250-1,480, where PyTorch
-// 2.15's bundled oneDNN reaches 2,100-2,570. Measured there with standalone loops, one core: 16
+// in the step profile on the 2-core Intel Xeon with AMX (family 6 model 167; 1,300-2,000 hot in
+// BM_Bf16Gemm), 3072^3 at 1,250-1,480, where PyTorch 2.15's bundled oneDNN reaches 2,100-2,660. Measured there with standalone loops, one core: 16
 // cycles a TDPBF16PS with its tiles loaded (3,400 GFLOP/s), 5.8-6.8 ns a TDP with its four loads
 // from L1, 7-8 ns with B streamed from L2; storing each 32 x 32 block of C (every 12 TDPs of four at
 // K = 384) takes it to 12-15 ns. And every operand 64-byte aligned: a tile row that straddles two
@@ -19,7 +19,8 @@
 // - a 32 x 32 block of C sums in four tiles over the whole K (two A tiles, two B tiles: four loads
 //   for four TDPs, the most reuse eight tiles allow), starting from the bias where there is one;
 //   the tiles are stored into C itself where it takes the sums as they are (float32, alpha 1,
-//   beta 0), else through a 4 KB staging buffer with alpha, beta C or the rounding to bf16.
+//   beta 0), else through one of two 4 KB staging buffers (a block's sums go out while the next
+//   block multiplies) with alpha, beta C or the rounding to bf16.
 // K up to 2,048 is one chunk; deeper (weight gradients over 4,096 tokens, the classifier's input
 // gradient over 10,000 classes) it is cut into chunks of 512 whose float32 partial sums are stored
 // and loaded again exactly, so each C[i][j] is one sum over k in order, whatever the cut.
@@ -51,12 +52,7 @@ std::atomic<bool> g_large_enabled{true};
 // MVGPT_AMX_GEMM=0 sends the large products to oneDNN (to compare the two roads); 1 or unset takes
 // them where the CPU has AMX tiles; anything else is refused.
 bool env_says_off() {
-  const char* e = std::getenv("MVGPT_AMX_GEMM");
-  const std::string v = e ? e : "";
-  if (v.empty() || v == "1") return false;
-  if (v == "0") return true;
-  throw std::runtime_error("MVGPT_AMX_GEMM=" + v +
-                           " is not 0 or 1: leave it unset for mvgpt's AMX kernel where the CPU has AMX tiles");
+  return tiles::env_switch_off("MVGPT_AMX_GEMM", "for mvgpt's AMX kernel where the CPU has AMX tiles");
 }
 
 #ifdef MVGPT_AMX
@@ -91,21 +87,40 @@ class AlignedBuffer {
   int64_t size_ = 0;
 };
 
-// Rows [k0, k0 + depth) of B (K, N), or of B stored (N, K) where tb, into the VNNI layout for
-// depth rows and round_up(N, 32) columns.
-void pack_b(bool tb, int64_t N, int64_t k0, int64_t depth, const bfloat16* B, int64_t ldb, bfloat16* out) {
-  const int64_t kts = round_up(depth, kTileDepth) / kTileDepth, nts = round_up(N, kPairCols) / kTileCols;
+// B (K, N), or B stored (N, K) where tb, into the VNNI layout for K rows and round_up(N, 32) columns:
+// each column tile's k tiles contiguous, so a chunk of K is a run of each.
+void pack_b(bool tb, int64_t N, int64_t K, const bfloat16* B, int64_t ldb, bfloat16* out) {
+  const int64_t kts = round_up(K, kTileDepth) / kTileDepth, nts = round_up(N, kPairCols) / kTileCols;
   const int64_t filled = round_up(N, kTileCols) / kTileCols;  // tiles holding some of B's columns
   parallel_for(nts, 4, [&](int64_t t0, int64_t t1) {
     const int64_t t1_b = std::min(t1, filled);
     if (t0 < t1_b) {
       const int64_t n0 = t0 * kTileCols, n1 = std::min(t1_b * kTileCols, N);
-      if (tb) pack_vnni_transposed_cols(B + k0, ldb, depth, n0, n1, out);
-      else pack_vnni_rows(B + k0 * ldb + n0, ldb, 0, depth, n1 - n0, depth, out + t0 * kts * kTileElems);
+      if (tb) pack_vnni_transposed_cols(B, ldb, K, n0, n1, out);
+      else pack_vnni_rows(B + n0, ldb, 0, K, n1 - n0, K, out + t0 * kts * kTileElems);
     }
     for (int64_t t = std::max(t0, filled); t < t1; ++t)  // the padding tile of an odd count
       std::memset(static_cast<void*>(out + t * kts * kTileElems), 0, size_t(kts * kTileElems) * sizeof(bfloat16));
   });
+}
+
+// A thread's buffers, one set whatever the product's result type: as the calling thread of a
+// product (B packed, the bias padded) and as a task of one (a panel copied, partial sums).
+struct CallerBuffers {
+  AlignedBuffer<bfloat16> packed_b;
+  AlignedBuffer<float> bias;
+};
+CallerBuffers& caller_buffers() {
+  thread_local CallerBuffers b;
+  return b;
+}
+struct TaskBuffers {
+  AlignedBuffer<bfloat16> panel;
+  AlignedBuffer<float> partial;
+};
+TaskBuffers& task_buffers() {
+  thread_local TaskBuffers b;
+  return b;
 }
 
 // Rows [m0, m0 + 32) and columns [k0, k0 + depth) of op(A) (M rows) into panel: row-major, width
@@ -170,15 +185,22 @@ inline void multiply_block(int64_t kts, const bfloat16* panel, int64_t width, co
   _tile_stored(3, to + kTileRows * ld_to + kTileCols, s);
 }
 
+// Where the tiles store a whole block of sums into C as they are: C and its leading dimension, or
+// no C where the sums need a pass of their own on the way.
+struct Direct {
+  float* C = nullptr;
+  int64_t ldc = 0;
+};
+
 // Writes a block's sums (rows x cols of stage) into C at (m0, n0): C = alpha sums + beta C.
 struct FloatOut {
   float alpha, beta;
   float* C;
   int64_t ldc;
   // C itself where the tiles store a whole block into it as they are (alpha 1, beta 0): on the
-  // 2-core AMX Xeon 2,700-2,900 GFLOP/s (4096 x 384 x 1536, hot) against 2,000-2,200 through the
-  // staging buffer and vector stores, 3,400 writing nothing: writing C is what is left.
-  float* direct() const { return alpha == 1.0f && beta == 0.0f ? C : nullptr; }
+  // 2-core AMX Xeon 2,700-3,100 GFLOP/s (BM_Bf16Gemm 4096 x 384 x 1536, hot) against 2,000-2,200
+  // through the staging buffer and vector stores, 3,400 writing nothing: writing C is what is left.
+  Direct direct() const { return alpha == 1.0f && beta == 0.0f ? Direct{C, ldc} : Direct{}; }
   void operator()(const float* stage, int64_t m0, int64_t n0, int64_t rows, int64_t cols) const {
     const __m512 a = _mm512_set1_ps(alpha), b = _mm512_set1_ps(beta);
     for (int64_t r = 0; r < rows; ++r)
@@ -196,7 +218,7 @@ struct FloatOut {
 struct RoundedOut {
   bfloat16* C;
   int64_t ldc;
-  float* direct() const { return nullptr; }
+  Direct direct() const { return {}; }
   void operator()(const float* stage, int64_t m0, int64_t n0, int64_t rows, int64_t cols) const {
     // A row's 32 values are one 64-byte line: stored whole and, where aligned, streamed past the
     // caches without reading the line first. The step's bf16 results (12-20 MB) outgrow L2 anyway:
@@ -230,8 +252,7 @@ struct RoundedOut {
 template <typename Out>
 struct TransposedOut {
   const Out& out;
-  int64_t ldc = 0;
-  float* direct() const { return nullptr; }
+  Direct direct() const { return {}; }
   void operator()(const float* stage, int64_t m0, int64_t n0, int64_t rows, int64_t cols) const {
     alignas(64) float t[kPanelRows * kPairCols];
     transpose(stage, kPairCols, rows, cols, t, kPairCols);
@@ -243,7 +264,10 @@ struct TransposedOut {
 // partial sums kept in float32 between them (stored and loaded exactly: the same sums in the same
 // order as one chunk). Chunks of 384-512 ran the weight gradients (K = 4,096) at 1,700-1,840
 // GFLOP/s (hot, 2-core AMX Xeon) against 1,450-1,650 at 1,024 and 1,100-1,400 at 2,048, where a
-// panel of A no longer stays in L1; K = 1,536 runs faster whole than in chunks of 512.
+// panel of A no longer stays in L1. Yet K = 1,536 (the MLP's second layer) ran faster whole, 2,300
+// against 2,070 in chunks of 512 (BM_Bf16Gemm 4096 x 1536 x 384): its partial sums would be a
+// fifth of its work, where the weight gradients' are a fifteenth (a 384 x 384 to 1,536 x 384 C over
+// 4,096 tokens).
 constexpr int64_t kWholeDepth = 2048, kChunkDepth = 512;
 // The partial sums a thread keeps between K's chunks: a group of panels' rows of a column block, in L2.
 constexpr int64_t kPartialBytes = int64_t(512) << 10;
@@ -267,25 +291,23 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
   // The calling thread's, kept between products; the pool's tasks reach them through the pointers.
   // Isolated: while this thread waits for the pool it runs only this product's tasks, never another
   // product that would reuse the buffers.
-  thread_local AlignedBuffer<bfloat16> packed;
-  bfloat16* bp = packed.get(2 * pairs * k_tiles * kTileElems);
-  thread_local AlignedBuffer<float> bias_buffer;
+  CallerBuffers& buffers = caller_buffers();
+  bfloat16* bp = buffers.packed_b.get(2 * pairs * k_tiles * kTileElems);
   float* bias = nullptr;  // bias_n padded with zeros to Np, so every block reads whole tiles of it
   if (bias_n) {
-    bias = bias_buffer.get(Np);
+    bias = buffers.bias.get(Np);
     std::memcpy(bias, bias_n, size_t(N) * sizeof(float));
     std::fill(bias + N, bias + Np, 0.0f);
   }
   tbb::this_task_arena::isolate([&] {
-    pack_b(tb, N, 0, K, B, ldb, bp);
+    pack_b(tb, N, K, B, ldb, bp);
     const int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
     // One contiguous run of panels a thread.
     parallel_for(panels, std::max<int64_t>(1, (panels + threads - 1) / threads), [&](int64_t p0, int64_t p1) {
-      thread_local AlignedBuffer<bfloat16> panel_buffer;
-      thread_local AlignedBuffer<float> partial_buffer;
-      bfloat16* panel = panel_buffer.get(kPanelRows * width);
+      TaskBuffers& task = task_buffers();
+      bfloat16* panel = task.panel.get(kPanelRows * width);
       // (group panels' rows, block_cols): a column block's partial sums between chunks
-      float* partial = chunks > 1 ? partial_buffer.get(std::min(group, p1 - p0) * kPanelRows * block_cols) : nullptr;
+      float* partial = chunks > 1 ? task.partial.get(std::min(group, p1 - p0) * kPanelRows * block_cols) : nullptr;
       // Two staging buffers: a block's sums go to C while the next block multiplies.
       alignas(64) float stage[2][kPanelRows * kPairCols];
       struct Pending {
@@ -311,11 +333,11 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
               const int64_t m0 = p * kPanelRows;
               // A's own rows where the tiles can read them as they lie (NOTE [ Large products on
               // AMX tiles ]: aligned, whole rows and k tiles), else a copy.
-              const bfloat16* rows = A + m0 * lda + k0;
+              const bfloat16* a_rows = A + m0 * lda + k0;
               int64_t stride = lda;
               if (!in_place || m0 + kPanelRows > M || depth % kTileDepth != 0) {
                 pack_panel(ta, A, lda, M, m0, k0, depth, panel, width);
-                rows = panel, stride = width;
+                a_rows = panel, stride = width;
               }
               for (int64_t q = q0; q < q1; ++q) {
                 const bfloat16* b0 = bp + (2 * q * k_tiles + kt0) * kTileElems;
@@ -325,16 +347,17 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
                 // The first chunk starts from the bias (a row read 32 times: stride 0) or zero.
                 const float* from = first ? (bias ? bias + n0 : nullptr) : sums;
                 const int64_t ld_from = first ? 0 : block_cols;
-                if (last && out.direct() && m0 + kPanelRows <= M && n0 + kPairCols <= N) {
-                  multiply_block(kts, rows, stride, b0, b1, from, ld_from, out.direct() + m0 * out.ldc + n0, out.ldc,
+                const Direct to = out.direct();
+                if (last && to.C && m0 + kPanelRows <= M && n0 + kPairCols <= N) {
+                  multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, to.C + m0 * to.ldc + n0, to.ldc,
                                  [&] { flush(1 - which); });
                 } else if (last) {
-                  multiply_block(kts, rows, stride, b0, b1, from, ld_from, stage[which], kPairCols,
+                  multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, stage[which], kPairCols,
                                  [&] { flush(1 - which); });
                   pending[which] = {m0, n0};
                   which = 1 - which;
                 } else {
-                  multiply_block(kts, rows, stride, b0, b1, from, ld_from, sums, block_cols, [] {});
+                  multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, sums, block_cols, [] {});
                 }
               }
             }
@@ -361,7 +384,7 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
 template <typename Out>
 void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
          int64_t ldb, const float* bias, const Out& out) {
-  if (!takes_large(ta, M, N, K)) throw std::logic_error("amx::large_gemm: a product these kernels do not take");
+  if (!takes_large(M, N, K)) throw std::logic_error("amx::large_gemm: a product these kernels do not take");
   // NOTE [ A weight gradient wider than tall ]
   if (ta && N > M && !bias) return run_oriented(!tb, !ta, N, M, K, B, ldb, A, lda, nullptr, TransposedOut<Out>{out});
   run_oriented(ta, tb, M, N, K, A, lda, B, ldb, bias, out);
@@ -370,9 +393,8 @@ void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, i
 
 }  // namespace
 
-bool takes_large(bool ta, int64_t M, int64_t N, int64_t K) {
-  (void)ta;
-  static const bool off = env_says_off();  // a bad value is refused on every CPU
+bool takes_large(int64_t M, int64_t N, int64_t K) {
+  static const bool off = env_says_off();  // a bad value is refused wherever a bf16 product asks
   return M >= 32 && N >= 32 && K >= 1 && M * N * K >= kLargeMinWork && !off && usable() &&
          g_large_enabled.load(std::memory_order_relaxed);
 }

@@ -1,8 +1,26 @@
 #pragma once
-// What the AMX kernels (amx.cpp, amx_gemm.cpp) share: whether this build has them (MVGPT_AMX), the
-// tile configuration they load, and lane masks for rows' partial ends.
+// What the AMX kernels (amx.cpp, amx_gemm.cpp) share: their switches in the environment, whether
+// this build has them (MVGPT_AMX), the tile configuration they load, and lane masks for rows'
+// partial ends.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace mvgpt::cpu::amx::tiles {
+
+// A 0-or-1 switch from the environment: true for 0 (route around a kernel), false for 1 or unset;
+// anything else is refused with one line naming the variable, its value and `unset_means`.
+inline bool env_switch_off(const char* variable, const char* unset_means) {
+  const char* e = std::getenv(variable);
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "1") return false;
+  if (v == "0") return true;
+  throw std::runtime_error(std::string(variable) + "=" + v + " is not 0 or 1: leave it unset " + unset_means);
+}
+
+}  // namespace mvgpt::cpu::amx::tiles
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__AVX512VL__)

@@ -319,7 +319,7 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
     return;
   }
   if constexpr (bf16_operands)
-    if (parallel && bf16::native_kernels() && amx::takes_large(ta, M, N, K)) {  // NOTE [ Large products on AMX tiles ]
+    if (parallel && bf16::native_kernels() && amx::takes_large(M, N, K)) {  // NOTE [ Large products on AMX tiles ]
       profile::note_kernel([] { return std::string("mvgpt AMX tiles"); });
       return amx::large_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     }
@@ -485,7 +485,9 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
 
 // NOTE [ bf16 results ]
 // A product whose result only feeds bfloat16 consumers (the MLP's pre-activation, which the GELU
-// reads and rounds, and its gradient) is written in bfloat16 by oneDNN itself: half the bytes to
+// reads and rounds, and its gradient) is written in bfloat16 by the product itself (mvgpt's AMX
+// kernel on a CPU with AMX, NOTE [ Large products on AMX tiles ], rounding as round_to_bf16 does;
+// elsewhere oneDNN, as below): half the bytes to
 // write and to read back, and on the 2-core AMX Xeon a product's output is what it waits for when
 // memory is cold (BM_Bf16GemmCold, 4096 x 384 x 1536: 2.1 ms with its 25 MB float32 output in the
 // cache, 3.8-3.9 ms without). Cut over the pool as gemm_impl cuts a bf16 product (NOTE [ Cutting a
@@ -499,7 +501,7 @@ void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
                   int64_t ldb, const float* bias, bfloat16* C, int64_t ldc, bool parallel) {
   if (M <= 0 || N <= 0) return;
   if (M > 1 && N > 1 && K > 0 && bf16::native_kernels()) {
-    if (parallel && amx::takes_large(ta, M, N, K)) {  // NOTE [ Large products on AMX tiles ]
+    if (parallel && amx::takes_large(M, N, K)) {  // NOTE [ Large products on AMX tiles ]
       profile::note_kernel([] { return std::string("mvgpt AMX tiles, bf16 result"); });
       return amx::large_gemm_rounded(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, bias);
     }

@@ -9,18 +9,14 @@
 
 #include <mvgpt/backends/cpu/amx.h>
 
+#include "bf16_test_values.h"
+
 namespace mvgpt {
 namespace {
 
 namespace amx = cpu::amx;
 
-std::vector<bfloat16> random_bf16(int64_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::vector<bfloat16> v(static_cast<size_t>(n));
-  for (auto& x : v) x = bfloat16(u(g));
-  return v;
-}
+using testing::random_bf16;
 
 std::vector<uint16_t> bits(const std::vector<bfloat16>& v) {
   std::vector<uint16_t> b;

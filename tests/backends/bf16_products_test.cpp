@@ -333,18 +333,32 @@ TEST(Bf16Products, LargeProductsGoToAmxTiles) {
       if (row.op == "matmul") return row.detail;
     return std::string("no matmul row");
   };
-  const Tensor x = bf16_input({512, 384}, 1, Kind::contiguous, Device::cpu());
-  const Tensor w = bf16_input({384, 384}, 2, Kind::transposed, Device::cpu());
-  Tensor tiles, onednn;
-  const std::string kernel = run(x, w, tiles);
-  EXPECT_NE(kernel.find("mvgpt AMX tiles"), std::string::npos) << kernel;
-  cpu::amx::set_large_enabled(false);
-  const std::string other = run(x, w, onednn);
-  cpu::amx::set_large_enabled(true);
-  EXPECT_EQ(other.find("mvgpt AMX tiles"), std::string::npos) << other;
-  const std::vector<float> t = tiles.to_vector<float>(), o = onednn.to_vector<float>();
-  ASSERT_EQ(t.size(), o.size());
-  for (size_t i = 0; i < t.size(); ++i) ASSERT_NEAR(t[i], o[i], 1e-5f * (1.0f + std::fabs(o[i]))) << i;
+  struct OneDnnScope {  // oneDNN's road while it lives, whatever the test throws
+    OneDnnScope() { cpu::amx::set_large_enabled(false); }
+    ~OneDnnScope() { cpu::amx::set_large_enabled(true); }
+  };
+  const int64_t K = 384;
+  const Tensor x = bf16_input({512, K}, 1, Kind::contiguous, Device::cpu());
+  const Tensor w = bf16_input({K, 384}, 2, Kind::transposed, Device::cpu());
+  const Tensor dy = bf16_input({512, K}, 3, Kind::transposed, Device::cpu());  // a weight gradient's dY^T
+  for (const bool weight_gradient : {false, true}) {
+    const Tensor &a = weight_gradient ? dy : x;
+    Tensor tiles, onednn;
+    const std::string kernel = run(a, w, tiles);
+    EXPECT_NE(kernel.find("mvgpt AMX tiles"), std::string::npos) << kernel;
+    std::string other;
+    {
+      OneDnnScope scope;
+      other = run(a, w, onednn);
+    }
+    EXPECT_EQ(other.find("mvgpt AMX tiles"), std::string::npos) << other;
+    const std::vector<float> t = tiles.to_vector<float>(), o = onednn.to_vector<float>();
+    ASSERT_EQ(t.size(), o.size());
+    // Two float32 sums of the same exact products in other orders: each within (4 + K / 16) ulps of
+    // the sum of the products' sizes (operands in [-2, 2], so at most 4 K), as amx_large_gemm_test's
+    // double loop allows.
+    for (size_t i = 0; i < t.size(); ++i) ASSERT_NEAR(t[i], o[i], 2 * 2e-7f * float(4 + K / 16) * 4.0f * float(K)) << i;
+  }
 }
 
 TEST(Bf16Products, RefusesOtherResultDtypes) {
