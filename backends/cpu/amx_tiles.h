@@ -26,8 +26,10 @@ inline bool env_switch_off(const char* variable, const char* unset_means) {
     defined(__AVX512VL__)
 #define MVGPT_AMX 1
 // GCC 12 warns of its own intrinsics' undefined-vector idiom (_mm512_undefined_epi32) once they are
-// inlined here: a false positive (GCC bug 105593).
+// inlined here (as "maybe" in optimized builds, for sure in the sanitizers' build): a false
+// positive (GCC bug 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 namespace mvgpt::cpu::amx::tiles {
