@@ -142,10 +142,14 @@ void pack_vnni_transposed_cols(const bfloat16* Bt, int64_t ld, int64_t K, int64_
 }
 
 void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat16* out, int64_t ldo) {
-  // Blocks of 32 rows by 16 columns: two rows make 16 pairs (a VNNI row), and the 16 x 16 transpose
-  // of the pairs is 16 rows of out, each 32 consecutive rows of X.
+  int64_t whole = 0;  // columns taken 32 at a time, each group's 64-byte rows in one pass
+#ifdef MVGPT_AMX
+  for (; whole + 2 * kTileCols <= cols; whole += 2 * kTileCols) transpose32(X + whole, ld, rows, out + whole * ldo, ldo);
+#endif
+  // The rest in blocks of 32 rows by 16 columns: two rows make 16 pairs (a VNNI row), and the
+  // 16 x 16 transpose of the pairs is 16 rows of out, each 32 consecutive rows of X.
   for (int64_t r0 = 0; r0 < round_up(rows, 2 * kTileRows); r0 += 2 * kTileRows)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTileCols) {
+    for (int64_t c0 = whole; c0 < cols; c0 += kTileCols) {
       const int64_t n = std::min(kTileCols, cols - c0);
 #ifdef MVGPT_AMX
       __m512i r[16];
@@ -164,8 +168,10 @@ void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat
 }
 
 void transpose32(const bfloat16* X, int64_t ld, int64_t rows, bfloat16* out, int64_t ldo) {
+#ifndef MVGPT_AMX
+  transpose(X, ld, rows, 2 * kTileCols, out, ldo);
+#else
   for (int64_t r0 = 0; r0 < round_up(rows, 2 * kTileRows); r0 += 2 * kTileRows) {
-#ifdef MVGPT_AMX
     // Rows r0 + 2p and r0 + 2p + 1 interleaved sixteen bits at a time: in each 128-bit lane L,
     // unpacklo pairs columns 8L..8L+3 and unpackhi columns 8L+4..8L+7, four pairs each. The 16 x 16
     // transpose of the pairs then gives each of those columns its 16 pairs: 32 rows of X.
@@ -184,12 +190,8 @@ void transpose32(const bfloat16* X, int64_t ld, int64_t rows, bfloat16* out, int
       _mm512_storeu_si512(out + c * ldo + r0, lo[e]);
       _mm512_storeu_si512(out + (c + 4) * ldo + r0, hi[e]);
     }
-#else
-    for (int64_t c = 0; c < 2 * kTileCols; ++c)
-      for (int64_t k = 0; k < 2 * kTileRows; ++k)
-        out[c * ldo + r0 + k] = r0 + k < rows ? X[(r0 + k) * ld + c] : bfloat16();
-#endif
   }
+#endif
 }
 
 void transpose(const float* X, int64_t ld, int64_t rows, int64_t cols, float* out, int64_t ldo) {

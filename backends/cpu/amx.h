@@ -52,8 +52,9 @@ inline void pack_vnni_transposed(const bfloat16* Bt, int64_t ld, int64_t K, int6
 void transpose(const bfloat16* X, int64_t ld, int64_t rows, int64_t cols, bfloat16* out, int64_t ldo);
 
 // The same for 32 columns: out (32, rows) = X^T, rows [rows, round_up(rows, 32)) of out's columns
-// zeros; each 32 x 32 block in one pass of 64-byte rows (a weight gradient's panels, NOTE [ Large
-// products on AMX tiles ] in amx_gemm.cpp).
+// zeros; each 32 x 32 block in one pass of 64-byte rows. transpose takes its whole groups of 32
+// columns so (a weight gradient's panels, NOTE [ Large products on AMX tiles ] in amx_gemm.cpp;
+// the attention's blocks).
 void transpose32(const bfloat16* X, int64_t ld, int64_t rows, bfloat16* out, int64_t ldo);
 
 // out (cols, rows), leading dimension ldo, = X^T for float32 X (rows, cols), leading dimension ld

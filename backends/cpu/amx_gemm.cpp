@@ -129,9 +129,7 @@ TaskBuffers& task_buffers() {
 void pack_panel(bool ta, const bfloat16* A, int64_t lda, int64_t M, int64_t m0, int64_t k0, int64_t depth,
                 bfloat16* panel, int64_t width) {
   const int64_t used = round_up(depth, kTileDepth), rows = std::min(kPanelRows, M - m0);
-  if (ta && rows == kPanelRows) {
-    transpose32(A + k0 * lda + m0, lda, depth, panel, width);
-  } else if (ta) {
+  if (ta) {
     transpose(A + k0 * lda + m0, lda, depth, rows, panel, width);
   } else {
     for (int64_t r = 0; r < rows; ++r) {
@@ -291,6 +289,7 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
   // The calling thread's, kept between products; the pool's tasks reach them through the pointers.
   // Isolated: while this thread waits for the pool it runs only this product's tasks, never another
   // product that would reuse the buffers.
+  const Direct to = out.direct();  // where whole blocks of the last chunk go straight into C
   CallerBuffers& buffers = caller_buffers();
   bfloat16* bp = buffers.packed_b.get(2 * pairs * k_tiles * kTileElems);
   float* bias = nullptr;  // bias_n padded with zeros to Np, so every block reads whole tiles of it
@@ -347,7 +346,6 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
                 // The first chunk starts from the bias (a row read 32 times: stride 0) or zero.
                 const float* from = first ? (bias ? bias + n0 : nullptr) : sums;
                 const int64_t ld_from = first ? 0 : block_cols;
-                const Direct to = out.direct();
                 if (last && to.C && m0 + kPanelRows <= M && n0 + kPairCols <= N) {
                   multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, to.C + m0 * to.ldc + n0, to.ldc,
                                  [&] { flush(1 - which); });
