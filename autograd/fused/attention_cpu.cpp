@@ -139,6 +139,10 @@ struct Rotation {
   void rotate(const float* x, int64_t t, float* out) const {
     rotate_row(x, cos + t * half, sin + t * half, half, interleaved, out);
   }
+  // out (2 half) = x rotated to position t, times scale, rounded (buf: 2 half floats of scratch).
+  void rotate_rounded(const float* x, int64_t t, float scale, bfloat16* out, float* buf) const {
+    rotate_round_row(x, cos + t * half, sin + t * half, half, interleaved, scale, out, buf);
+  }
 };
 
 // Rows [r0, r1) of X as a product's operand, dense (cols wide) in out: rotated to their positions
@@ -153,9 +157,8 @@ void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t 
   float* row = buf.data();
   for (int64_t r = r0; r < r1; ++r) {
     prefetch_row_ahead(x, ld, cols, r, r1);
-    const float* src = x + r * ld;
-    if (rot) rot->rotate(src, first_position + r, row), src = row;
-    vec::round_to_bf16(src, cols, scale, out + r * cols);
+    if (rot) rot->rotate_rounded(x + r * ld, first_position + r, scale, out + r * cols, row);
+    else vec::round_to_bf16(x + r * ld, cols, scale, out + r * cols);
   }
 }
 void operand_rows(const float* x, int64_t ld, int64_t cols, int64_t r0, int64_t r1, float* out, const Rotation* rot,

@@ -40,4 +40,27 @@ inline void rotate_row(const T* x, const T* c, const T* s, int64_t half, bool in
   }
 }
 
+// out (2 half, bfloat16) = x rotated as rotate_row rotates it, times scale (a power of two, or 1),
+// rounded to bfloat16: the values of rotate_row then round_to_bf16(.., scale, ..), in one pass where
+// the pairs are half apart and half is whole vectors (the attention's heads of 64); elsewhere through
+// buf (2 half floats). In BM_RotaryAttentionForward/keep:1 on the 2-core AMX Xeon: see
+// docs/performance.md.
+inline void rotate_round_row(const float* x, const float* c, const float* s, int64_t half, bool interleaved,
+                             float scale, bfloat16* out, float* buf) {
+  namespace vec = cpu::fused;
+#ifdef __AVX512F__
+  if (!interleaved && half % 16 == 0) {
+    for (int64_t i = 0; i < half; i += 16) {
+      const vec::f32x16 a = vec::load16(x + i), b = vec::load16(x + i + half);
+      const vec::f32x16 cv = vec::load16(c + i), sv = vec::load16(s + i);
+      vec::store16_rounded(out + i, (a * cv - b * sv) * scale);
+      vec::store16_rounded(out + i + half, (a * sv + b * cv) * scale);
+    }
+    return;
+  }
+#endif
+  rotate_row(x, c, s, half, interleaved, buf);
+  vec::round_to_bf16(buf, 2 * half, scale, out);
+}
+
 }  // namespace mvgpt::fused

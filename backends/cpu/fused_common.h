@@ -284,7 +284,14 @@ inline double row_dot_centred(const double* a, const double* x, double mu, int64
 
 // Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
 // out may alias x.
-inline float exp_shifted(const float* x, int64_t n, float shift, float scale, float* out) {
+//
+// NOTE [ A row's last lanes in one vector ]
+// With AVX-512 the lanes past a row's last sixteen are one masked vector, -inf past n (an exp of 0),
+// where the eight-lane loop takes up to one more vector and then a padded one built a float at a
+// time. Its low half is the eight-lane loop's next vector (or its padded tail) and its high half the
+// padded tail (or zeros, which leave the sums as they are): the same exps and the same sums, bit for
+// bit. The attention's causal rows (1 to 256 keys) end in such a tail every row.
+[[gnu::always_inline]] inline float exp_shifted(const float* x, int64_t n, float shift, float scale, float* out) {
   f32x8 acc = {};
   int64_t j = 0;
 #ifdef __AVX512F__
@@ -293,6 +300,17 @@ inline float exp_shifted(const float* x, int64_t n, float shift, float scale, fl
     acc += low8(e);
     acc += high8(e);
     if (out) store16(out + j, e * scale);
+  }
+  if (j < n) {  // NOTE [ A row's last lanes in one vector ]
+    const __mmask16 valid = __mmask16((1u << (n - j)) - 1);
+    const f32x16 v = reinterpret_cast<f32x16>(
+        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
+                           reinterpret_cast<__m512>(reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(valid, x + j)) - shift)));
+    const f32x16 e = exp16(v);
+    acc += low8(e);
+    acc += high8(e);
+    if (out) _mm512_mask_storeu_ps(out + j, valid, reinterpret_cast<__m512>(e * scale));
+    j = n;
   }
 #endif
   for (; j + kVec <= n; j += kVec) {

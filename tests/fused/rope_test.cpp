@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <tuple>
 #include <vector>
 
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/rope.h>
+#include <mvgpt/fused/rope_row_cpu.h>
 #include "backends/fused_test_util.h"
 
 namespace mvgpt {
@@ -59,6 +62,34 @@ TEST(RopeKernel, MatchesNaiveLoops) {
       EXPECT_TRUE(all_close(run_rope(xf, positions_of(pos), layout, inverse, 500),
                             naive_rope(xf, positions_of(pos), layout, inverse, 500), 2e-6));
     }
+}
+
+// The attention's rotation and rounding in one pass (rotate_round_row, sixteen lanes where the
+// pairs are half apart in whole vectors) gives the bits of rotate_row then round_to_bf16, for both
+// layouts, whole and partial vectors, a power-of-two scale, and values at rounding ties, denormal,
+// infinite and NaN.
+TEST(RopeKernel, RotateRoundRowIsRotateThenRoundBitForBit) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int64_t half : {32, 16, 48, 5}) {
+    for (bool interleaved : {false, true}) {
+      for (float scale : {1.0f, 0.125f}) {
+        const size_t n = size_t(half);
+        std::vector<float> x(2 * n), c(n), s(n), row(2 * n);
+        for (float& v : x) v = u(rng);
+        for (int64_t i = 0; i < half; ++i) c[size_t(i)] = std::cos(0.3f * float(i)), s[size_t(i)] = std::sin(0.3f * float(i));
+        x[0] = 1.00390625f;  // 1 + 2^-8: a tie between two bfloat16 values where the angle is zero
+        c[0] = 1.0f, s[0] = 0.0f;
+        x[1] = 1e-39f, x[2] = INFINITY, x[3] = NAN;
+        std::vector<bfloat16> got(2 * n + 1, bfloat16(-7.0f)), want(got);
+        fused::rotate_round_row(x.data(), c.data(), s.data(), half, interleaved, scale, got.data(), row.data());
+        fused::rotate_row(x.data(), c.data(), s.data(), half, interleaved, row.data());
+        cpu::fused::round_to_bf16(row.data(), 2 * half, scale, want.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(bfloat16)), 0)
+            << "half " << half << (interleaved ? " interleaved" : " split") << " scale " << scale;
+      }
+    }
+  }
 }
 
 TEST(RopeKernel, Int32AndPerSequencePositions) {
