@@ -263,6 +263,30 @@ BENCHMARK(BM_Bf16GemmCold)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// The weight gradients as the step meets them: dW (M, N) = dY^T X with dY (K, M) and X (K, N) read
+// from memory (evict:256 writes 256 MB between products), where the transposed operand's 32-column
+// panels are a line of each of K rows far apart. The classifier's (10,000 x 4,096 x 384) reads an
+// 82 MB dY^T.
+void BM_Bf16WeightGradientCold(benchmark::State& state) {
+  const int64_t M = state.range(1), K = 4096, N = state.range(2);
+  Tensor a = ops::transpose(ops::to(input({K, M}), DType::bf16), 0, 1);
+  Tensor b = ops::to(input({K, N}), DType::bf16);
+  std::vector<float> sweep = eviction_buffer(state);
+  for (auto _ : state) {
+    evict_caches(state, sweep);
+    benchmark::DoNotOptimize(ops::matmul(a, b, DType::f32));
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Bf16WeightGradientCold)
+    ->ArgNames({"evict", "M", "N"})
+    ->ArgsProduct({{0, 256}, {384}, {1536}})
+    ->ArgsProduct({{0, 256}, {1536}, {384}})
+    ->ArgsProduct({{0, 256}, {10000}, {384}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Its backward as the first layer's operand: bfloat16(grad * gelu'(x)) and the bias gradient in one
 // pass, against BM_GeluBackward and then a conversion and a column sum (BM_Sum/cols0_rows1_all2:0).
 // bf16:1, the MLP's under bf16 products: x and grad in bfloat16 (NOTE [ The MLP's activations in
