@@ -62,7 +62,12 @@ using tiles::lanes32;
 constexpr int64_t kPanelRows = 2 * kTileRows;     // rows of A and C in a block
 constexpr int64_t kPairCols = 2 * kTileCols;      // columns of B and C in a block
 constexpr int64_t kTileElems = kTileRows * kTileDepth;  // bf16 in a tile (1 KB)
-constexpr int64_t kBlockBytes = int64_t(768) << 10;   // a column block of packed B, kept in L2
+// A column block of packed B, kept in L2. 1,280 KB holds all of B for the step's products at K = 1,152 and
+// 1,536 and N = 1,152 and 1,536, where 768 KB cut them in two blocks and read their A from memory
+// twice: in the bf16 step profile on the 2-core AMX Xeon (five alternations) the products took
+// 231-251 ms a step against 231-257 (medians 234 and 244), BM_Bf16GemmCold/evict:256 (float32
+// result) 2.7-2.8 ms against 3.3; hot products level, 3072^3 3-7% slower.
+constexpr int64_t kBlockBytes = int64_t(1280) << 10;
 
 // A buffer on a 64-byte boundary that only grows (a thread's or a product's, reused).
 template <typename T>
