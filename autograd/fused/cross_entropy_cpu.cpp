@@ -103,42 +103,47 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
   float* lp = losses.data<float>();
   float* sp = lse.data<float>();
   bfloat16* dp = dlogits.data<bfloat16>();
-  parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> row, wide;
-    row.resize(size_t(V));
-    if (narrow) wide.resize(size_t(V));
-    for (int64_t n = r0; n < r1; ++n) {
-      // bf16 logits are widened (exactly) into a row the cache holds as their max is found.
-      const float* x = narrow ? wide.data() : xp + n * V;
-      bfloat16* d = dp + n * V;
-      const int64_t t = target_at(targets, n);
-      const bool ignored = t == ignore_index;
-      const float m = narrow ? vec::widen_row_max(xb + n * V, V, wide.data()) : vec::row_max(x, V, /*fetch_ahead=*/true);
-      if (m == -INFINITY) {  // as cross_entropy_rows and its backward give it
-        const float log_s = std::log(0.0f);
-        sp[n] = m;
-        lp[n] = ignored ? 0.0f : (m - x[t]) + log_s;
-        if (ignored) {
-          std::fill(d, d + V, bfloat16());
-          continue;
-        }
-        vec::exp_shifted(x, V, sp[n], gp[n], row.data());
-        row[size_t(t)] -= gp[n];
-        vec::round_to_bf16(row.data(), V, d, vec::Ahead::out);
-        continue;
-      }
-      const float s = vec::exp_shifted(x, V, m, 1.0f, ignored ? nullptr : row.data());  // (V) exp(x - m)
-      const float log_s = std::log(s);
-      sp[n] = m + log_s;
-      lp[n] = ignored ? 0.0f : (m - x[t]) + log_s;
+  // A row of bf16 logits is read from memory once, for its max, and again from the cache for its
+  // exps, widened as they are read (exact: the values of a float32 row).
+  auto row_pass = [&](const auto* xp, int64_t n, std::vector<float>& row) {
+    const auto* x = xp + n * V;
+    bfloat16* d = dp + n * V;
+    const int64_t t = target_at(targets, n);
+    const bool ignored = t == ignore_index;
+    const float m = vec::row_max(x, V, /*fetch_ahead=*/true);
+    const float x_t = ignored ? 0.0f : float(x[t]);
+    if (m == -INFINITY) {  // as cross_entropy_rows and its backward give it
+      const float log_s = std::log(0.0f);
+      sp[n] = m;
+      lp[n] = ignored ? 0.0f : (m - x_t) + log_s;
       if (ignored) {
         std::fill(d, d + V, bfloat16());
-        continue;
+        return;
       }
-      const float g = gp[n], c = g / s;
-      vec::round_to_bf16(row.data(), V, c, d, vec::Ahead::out);  // softmax * g
-      const float at_target = vec::no_contract(row[size_t(t)] * c);  // rounded, as the row's other entries
-      d[t] = bfloat16(at_target - g);
+      vec::exp_shifted(x, V, sp[n], gp[n], row.data());
+      row[size_t(t)] -= gp[n];
+      vec::round_to_bf16(row.data(), V, d, vec::Ahead::out);
+      return;
+    }
+    const float s = vec::exp_shifted(x, V, m, 1.0f, ignored ? nullptr : row.data());  // (V) exp(x - m)
+    const float log_s = std::log(s);
+    sp[n] = m + log_s;
+    lp[n] = ignored ? 0.0f : (m - x_t) + log_s;
+    if (ignored) {
+      std::fill(d, d + V, bfloat16());
+      return;
+    }
+    const float g = gp[n], c = g / s;
+    vec::round_to_bf16(row.data(), V, c, d, vec::Ahead::out);  // softmax * g
+    const float at_target = vec::no_contract(row[size_t(t)] * c);  // rounded, as the row's other entries
+    d[t] = bfloat16(at_target - g);
+  };
+  parallel_for(N, row_grain(V), [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> row;
+    row.resize(size_t(V));
+    for (int64_t n = r0; n < r1; ++n) {
+      if (narrow) row_pass(xb, n, row);
+      else row_pass(xp, n, row);
     }
   });
 }

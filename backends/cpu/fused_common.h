@@ -282,52 +282,6 @@ inline double row_dot_centred(const double* a, const double* x, double mu, int64
   return dsum(n, [&](int64_t i) { return a[i] * (x[i] - mu); });
 }
 
-// Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
-// out may alias x.
-//
-// NOTE [ A row's last lanes in one vector ]
-// With AVX-512 the lanes past a row's last sixteen are one masked vector, -inf past n (an exp of 0),
-// where the eight-lane loop takes up to one more vector and then a padded one built a float at a
-// time. Its low half is the eight-lane loop's next vector (or its padded tail) and its high half the
-// padded tail (or zeros, which leave the sums as they are): the same exps and the same sums, bit for
-// bit. The attention's causal rows (1 to 256 keys) end in such a tail every row.
-[[gnu::always_inline]] inline float exp_shifted(const float* x, int64_t n, float shift, float scale, float* out) {
-  f32x8 acc = {};
-  int64_t j = 0;
-#ifdef __AVX512F__
-  for (; j + 2 * kVec <= n; j += 2 * kVec) {  // NOTE [ Sixteen lanes where the CPU has AVX-512 ]
-    const f32x16 e = exp16(load16(x + j) - shift);
-    acc += low8(e);
-    acc += high8(e);
-    if (out) store16(out + j, e * scale);
-  }
-  if (j < n) {  // NOTE [ A row's last lanes in one vector ]
-    const __mmask16 valid = __mmask16((1u << (n - j)) - 1);
-    const f32x16 v = reinterpret_cast<f32x16>(
-        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
-                           reinterpret_cast<__m512>(reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(valid, x + j)) - shift)));
-    const f32x16 e = exp16(v);
-    acc += low8(e);
-    acc += high8(e);
-    if (out) _mm512_mask_storeu_ps(out + j, valid, reinterpret_cast<__m512>(e * scale));
-    j = n;
-  }
-#endif
-  for (; j + kVec <= n; j += kVec) {
-    const f32x8 e = exp8(load8(x + j) - shift);
-    acc += e;
-    if (out) store8(out + j, e * scale);
-  }
-  if (j < n) {  // the tail, padded with -inf (exp = 0)
-    float buf[kVec];
-    for (int l = 0; l < kVec; ++l) buf[l] = j + l < n ? x[j + l] - shift : -INFINITY;
-    const f32x8 e = exp8(load8(buf));
-    acc += e;
-    if (out)
-      for (int l = 0; j + l < n; ++l) out[j + l] = e[l] * scale;
-  }
-  return hsum8(acc);
-}
 inline double exp_shifted(const double* x, int64_t n, double shift, double scale, double* out) {
   double s = 0;
   for (int64_t j = 0; j < n; ++j) {
@@ -401,27 +355,113 @@ inline f32x16 load16_widened(const bfloat16* p) {
 }
 #endif
 
-// out[0, n) = x widened (exact), and their max as row_max gives it: a first read of bfloat16 rows
-// from memory (cross-entropy's bf16 logits) makes the float32 row and its max in one pass, fetching
-// the source's lines ahead.
-inline float widen_row_max(const bfloat16* x, int64_t n, float* out) {
-  f32x8 acc = f32x8{} - INFINITY;
+// A row's lanes as float32 for the passes that read float32 or bfloat16 rows alike: eight, sixteen,
+// and the first lanes of sixteen (the rest zero).
+inline f32x8 as_float8(const float* p) { return load8(p); }
+inline f32x8 as_float8(const bfloat16* p) { return load8_widened(p); }
+#ifdef __AVX512F__
+inline f32x16 as_float16(const float* p) { return load16(p); }
+inline f32x16 as_float16(const bfloat16* p) { return load16_widened(p); }
+inline f32x16 as_float16(const float* p, __mmask16 m) { return reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(m, p)); }
+inline f32x16 as_float16(const bfloat16* p, __mmask16 m) {
+  // Widened as load16_widened widens (vector extensions: GCC 12's own intrinsics for it trip its
+  // bug 105593 warning).
+  const auto h = reinterpret_cast<bf16_u16x16>(_mm256_maskz_loadu_epi16(m, p));
+  return (f32x16)(__builtin_convertvector(h, bf16_u32x16) << 16);
+}
+#endif
+
+// max_j x[j] for bfloat16 x (-inf for n = 0), the max of the widened values (exact: as row_max gives
+// it of the widened row): a first read of bf16 logits from memory, its lines fetched ahead, sixteen
+// lanes at a time with AVX-512. Cross-entropy's one-visit pass then reads the row again from L1 or
+// L2 for its exps (exp_shifted on the bfloat16 row), where a float32 copy of it was made here and
+// read back (on the 2-core AMX Xeon: see docs/performance.md).
+inline float row_max(const bfloat16* x, int64_t n, bool fetch_ahead) {
   int64_t j = 0;
+  float m = -INFINITY;
+#ifdef __AVX512F__
+  f32x16 a0 = f32x16{} - INFINITY, a1 = a0;
+  for (; j + 32 <= n; j += 32) {
+    if (fetch_ahead) prefetch_ahead(x + j);  // a line is 32 bfloat16
+    const f32x16 v = load16_widened(x + j), w = load16_widened(x + j + 16);
+    a0 = v > a0 ? v : a0;
+    a1 = w > a1 ? w : a1;
+  }
+  for (; j < n; j += 16) {  // the rest, -inf past n
+    const __mmask16 valid = __mmask16((1u << std::min<int64_t>(16, n - j)) - 1);
+    const f32x16 v = reinterpret_cast<f32x16>(
+        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, reinterpret_cast<__m512>(as_float16(x + j, valid))));
+    a1 = v > a1 ? v : a1;
+  }
+  a0 = a1 > a0 ? a1 : a0;
+  for (int l = 0; l < 16; ++l) m = a0[l] > m ? a0[l] : m;
+#else
+  f32x8 acc = f32x8{} - INFINITY;
   for (; j + 2 * kVec <= n; j += 2 * kVec) {
-    if (j % 32 == 0) prefetch_ahead(x + j);  // a line is 32 bfloat16
+    if (fetch_ahead && j % 32 == 0) prefetch_ahead(x + j);
     const f32x8 v = load8_widened(x + j), w = load8_widened(x + j + kVec);
-    store8(out + j, v);
-    store8(out + j + kVec, w);
     acc = v > acc ? v : acc;
     acc = w > acc ? w : acc;
   }
-  float m = -INFINITY;
   for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
-  for (; j < n; ++j) {
-    out[j] = float(x[j]);
-    m = out[j] > m ? out[j] : m;
-  }
+  for (; j < n; ++j) m = float(x[j]) > m ? float(x[j]) : m;
+#endif
   return m;
+}
+
+// Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
+// out may alias x (float32). x float32, or bfloat16 read widened (exact): the same exps and sums as
+// of the widened row.
+//
+// NOTE [ A row's last lanes in one vector ]
+// With AVX-512 the lanes past a row's last sixteen are one masked vector, -inf past n (an exp of 0),
+// where the eight-lane loop takes up to one more vector and then a padded one built a float at a
+// time. Its low half is the eight-lane loop's next vector (or its padded tail) and its high half the
+// padded tail (or zeros, which leave the sums as they are): the same exps and the same sums, bit for
+// bit. The attention's causal rows (1 to 256 keys) end in such a tail every row.
+template <typename T>
+[[gnu::always_inline]] inline float exp_shifted_of(const T* x, int64_t n, float shift, float scale, float* out) {
+  f32x8 acc = {};
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j + 2 * kVec <= n; j += 2 * kVec) {  // NOTE [ Sixteen lanes where the CPU has AVX-512 ]
+    const f32x16 e = exp16(as_float16(x + j) - shift);
+    acc += low8(e);
+    acc += high8(e);
+    if (out) store16(out + j, e * scale);
+  }
+  if (j < n) {  // NOTE [ A row's last lanes in one vector ]
+    const __mmask16 valid = __mmask16((1u << (n - j)) - 1);
+    const f32x16 v = reinterpret_cast<f32x16>(
+        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid,
+                           reinterpret_cast<__m512>(as_float16(x + j, valid) - shift)));
+    const f32x16 e = exp16(v);
+    acc += low8(e);
+    acc += high8(e);
+    if (out) _mm512_mask_storeu_ps(out + j, valid, reinterpret_cast<__m512>(e * scale));
+    j = n;
+  }
+#endif
+  for (; j + kVec <= n; j += kVec) {
+    const f32x8 e = exp8(as_float8(x + j) - shift);
+    acc += e;
+    if (out) store8(out + j, e * scale);
+  }
+  if (j < n) {  // the tail, padded with -inf (exp = 0)
+    float buf[kVec];
+    for (int l = 0; l < kVec; ++l) buf[l] = j + l < n ? float(x[j + l]) - shift : -INFINITY;
+    const f32x8 e = exp8(load8(buf));
+    acc += e;
+    if (out)
+      for (int l = 0; j + l < n; ++l) out[j + l] = e[l] * scale;
+  }
+  return hsum8(acc);
+}
+[[gnu::always_inline]] inline float exp_shifted(const float* x, int64_t n, float shift, float scale, float* out) {
+  return exp_shifted_of(x, n, shift, scale, out);
+}
+[[gnu::always_inline]] inline float exp_shifted(const bfloat16* x, int64_t n, float shift, float scale, float* out) {
+  return exp_shifted_of(x, n, shift, scale, out);
 }
 
 // Which lines a rounding pass fetches ahead (NOTE [ Prefetching ahead ] in vec_math.h): none for

@@ -136,6 +136,29 @@ TEST(CrossEntropyKernel, ExpShiftedIsTheEightLaneLoopBitForBit) {
   }
 }
 
+// bfloat16 rows (cross-entropy's bf16 logits) read widened: row_max and exp_shifted give the bits
+// they give of the widened float32 row, for every length and tail, specials included.
+TEST(CrossEntropyKernel, Bfloat16RowsAreTheirWidenedRowsBitForBit) {
+  namespace vec = cpu::fused;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-95.0f, 95.0f);
+  std::vector<bfloat16> x(203);
+  for (bfloat16& v : x) v = bfloat16(u(rng));
+  x[3] = bfloat16(-INFINITY), x[17] = bfloat16(INFINITY), x[40] = bfloat16(NAN), x[41] = bfloat16(-0.0f);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 64, 203}) {
+    const bfloat16* xs = x.data() + (n == 203 ? 0 : 42);
+    std::vector<float> wide(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) wide[size_t(j)] = float(xs[j]);
+    const float m = vec::row_max(xs, n, true), want_m = vec::row_max(wide.data(), n);
+    EXPECT_TRUE(std::memcmp(&m, &want_m, sizeof m) == 0 || (m == 0 && want_m == 0)) << "n " << n;
+    std::vector<float> got(size_t(n) + 1, -1.0f), want(size_t(n) + 1, -1.0f);
+    const float sum = vec::exp_shifted(xs, n, 1.5f, 0.25f, got.data());
+    const float want_sum = vec::exp_shifted(wide.data(), n, 1.5f, 0.25f, want.data());
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n " << n;
+    EXPECT_TRUE(std::memcmp(&sum, &want_sum, sizeof sum) == 0) << "n " << n;
+  }
+}
+
 TEST(CrossEntropyOp, NamesBadTargets) {
   Tensor logits = random_tensor({3, 10}, DType::f32, 16);
   expect_error([&] { fused::cross_entropy_forward(logits, Tensor::from_vector(std::vector<int64_t>{1, 12, 0})); },
