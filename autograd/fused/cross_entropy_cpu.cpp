@@ -105,8 +105,8 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
   bfloat16* dp = dlogits.data<bfloat16>();
   // A row of bf16 logits is read from memory once, for its max, and again from the cache for its
   // exps, widened as they are read (exact: the values of a float32 row).
-  auto row_pass = [&](const auto* xp, int64_t n, std::vector<float>& row) {
-    const auto* x = xp + n * V;
+  auto row_pass = [&](const auto* rows, int64_t n, std::vector<float>& row) {
+    const auto* x = rows + n * V;
     bfloat16* d = dp + n * V;
     const int64_t t = target_at(targets, n);
     const bool ignored = t == ignore_index;

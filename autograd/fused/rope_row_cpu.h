@@ -40,8 +40,7 @@ inline void rotate_row(const T* x, const T* c, const T* s, int64_t half, bool in
   }
 }
 
-// out (2 half, bfloat16) = x rotated as rotate_row rotates it, times scale (a power of two, or 1),
-// rounded to bfloat16: the values of rotate_row then round_to_bf16(.., scale, ..), in one pass where
+// out (2 half, bfloat16) = x rotated as rotate_row rotates it, times scale, rounded to bfloat16: the values of rotate_row then round_to_bf16(.., scale, ..), in one pass where
 // the pairs are half apart and half is whole vectors (the attention's heads of 64); elsewhere through
 // buf (2 half floats). In BM_RotaryAttentionForward/keep:1 on the 2-core AMX Xeon: see
 // docs/performance.md.

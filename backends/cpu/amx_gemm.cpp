@@ -62,9 +62,9 @@ using tiles::lanes32;
 constexpr int64_t kPanelRows = 2 * kTileRows;     // rows of A and C in a block
 constexpr int64_t kPairCols = 2 * kTileCols;      // columns of B and C in a block
 constexpr int64_t kTileElems = kTileRows * kTileDepth;  // bf16 in a tile (1 KB)
-// A column block of packed B, kept in L2. 1,280 KB holds all of B for the step's products at K = 1,152 and
-// 1,536 and N = 1,152 and 1,536, where 768 KB cut them in two blocks and read their A from memory
-// twice: in the bf16 step profile on the 2-core AMX Xeon (five alternations) the products took
+// A column block of packed B, kept in L2. 1,280 KB holds all of B (at most 1,152 KB) for the step's
+// products whose K or N is 1,152 or 1,536 against 384, where 768 KB cut them in two blocks and read
+// their A from memory twice: in the bf16 step profile on the 2-core AMX Xeon (five alternations) the products took
 // 231-251 ms a step against 231-257 (medians 234 and 244), BM_Bf16GemmCold/evict:256 (float32
 // result) 2.7-2.8 ms against 3.3; hot products level, 3072^3 3-7% slower.
 constexpr int64_t kBlockBytes = int64_t(1280) << 10;
@@ -148,7 +148,7 @@ void pack_panel(bool ta, const bfloat16* A, int64_t lda, int64_t M, int64_t m0, 
 }
 
 // Panels [p0, p1) of A^T (A stored (K, M): a weight gradient's dY^T) at columns [k0, k0 + depth),
-// as pack_panel(true, ...) makes each, pitch bf16 apart in panels. NOTE [ A group's panels cut
+// as pack_panel(true, ...) makes each, 32 width bf16 apart in panels. NOTE [ A group's panels cut
 // together ]: 32 rows of A at a time across all the panels, each row's lines read together.
 void pack_panels_transposed(const bfloat16* A, int64_t lda, int64_t M, int64_t p0, int64_t p1, int64_t k0,
                             int64_t depth, bfloat16* panels, int64_t width) {

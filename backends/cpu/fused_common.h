@@ -364,18 +364,24 @@ inline f32x16 as_float16(const float* p) { return load16(p); }
 inline f32x16 as_float16(const bfloat16* p) { return load16_widened(p); }
 inline f32x16 as_float16(const float* p, __mmask16 m) { return reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(m, p)); }
 inline f32x16 as_float16(const bfloat16* p, __mmask16 m) {
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  const auto h = reinterpret_cast<bf16_u16x16>(_mm256_maskz_loadu_epi16(m, p));
+#else  // AVX-512F alone: the first popcount(m) values copied (m is always the first lanes)
+  bf16_u16x16 h{};
+  std::memcpy(&h, static_cast<const void*>(p), size_t(__builtin_popcount(unsigned(m))) * sizeof(bfloat16));
+#endif
   // Widened as load16_widened widens (vector extensions: GCC 12's own intrinsics for it trip its
   // bug 105593 warning).
-  const auto h = reinterpret_cast<bf16_u16x16>(_mm256_maskz_loadu_epi16(m, p));
   return (f32x16)(__builtin_convertvector(h, bf16_u32x16) << 16);
 }
 #endif
 
-// max_j x[j] for bfloat16 x (-inf for n = 0), the max of the widened values (exact: as row_max gives
-// it of the widened row): a first read of bf16 logits from memory, its lines fetched ahead, sixteen
+// max_j x[j] for bfloat16 x (-inf for n = 0), the max of the widened values (exact: row_max's value
+// of the widened row, but for which of -0 and +0 a row of zeros returns, as NOTE [ Row max in
+// sixteen lanes ] says): a first read of bf16 logits from memory, its lines fetched ahead, sixteen
 // lanes at a time with AVX-512. Cross-entropy's one-visit pass then reads the row again from L1 or
-// L2 for its exps (exp_shifted on the bfloat16 row), where a float32 copy of it was made here and
-// read back (on the 2-core AMX Xeon: see docs/performance.md).
+// L2 for its exps (exp_shifted on the bfloat16 row) rather than keeping a float32 copy of it: one
+// row buffer fewer, the pass level (on the 2-core AMX Xeon: see docs/performance.md).
 inline float row_max(const bfloat16* x, int64_t n, bool fetch_ahead) {
   int64_t j = 0;
   float m = -INFINITY;
@@ -418,7 +424,7 @@ inline float row_max(const bfloat16* x, int64_t n, bool fetch_ahead) {
 // where the eight-lane loop takes up to one more vector and then a padded one built a float at a
 // time. Its low half is the eight-lane loop's next vector (or its padded tail) and its high half the
 // padded tail (or zeros, which leave the sums as they are): the same exps and the same sums, bit for
-// bit. The attention's causal rows (1 to 256 keys) end in such a tail every row.
+// bit. Fifteen of every sixteen of the attention's causal rows (1 to 256 keys) end in such a tail.
 template <typename T>
 [[gnu::always_inline]] inline float exp_shifted_of(const T* x, int64_t n, float shift, float scale, float* out) {
   f32x8 acc = {};

@@ -106,7 +106,8 @@ TEST(CrossEntropyKernel, ExpApproxHelper) {
 
 // exp_shifted runs sixteen lanes at a time where the build targets AVX-512 (NOTE [ Sixteen lanes
 // where the CPU has AVX-512 ] in fused_common.h): its values and its sum are those of the eight-lane
-// loop, bit for bit, for every length and tail, specials included. Elsewhere both are that loop.
+// loop, bit for bit, for every length and tail, specials included (a NaN sum a NaN). Elsewhere both
+// are that loop.
 TEST(CrossEntropyKernel, ExpShiftedIsTheEightLaneLoopBitForBit) {
   namespace vec = cpu::fused;
   std::mt19937 rng(7);
@@ -114,26 +115,38 @@ TEST(CrossEntropyKernel, ExpShiftedIsTheEightLaneLoopBitForBit) {
   std::vector<float> x(203);
   for (float& v : x) v = u(rng);
   x[3] = -INFINITY, x[17] = INFINITY, x[40] = NAN, x[41] = -0.0f, x[100] = 88.5f, x[101] = -87.5f;
-  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 64, 203}) {
-    const float* xs = x.data() + (n == 203 ? 0 : 42);  // the row with the specials, and one without
-    std::vector<float> got(size_t(n) + 1, -1.0f), want(size_t(n) + 1, -1.0f);
-    const float sum = vec::exp_shifted(xs, n, 1.5f, 0.25f, got.data());
-    vec::f32x8 acc = {};  // the eight-lane loop, written out
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const vec::f32x8 e = vec::exp8(vec::load8(xs + j) - 1.5f);
-      acc += e;
-      vec::store8(want.data() + j, e * 0.25f);
-    }
-    float buf[8];
-    for (int l = 0; l < 8; ++l) buf[l] = j + l < n ? xs[j + l] - 1.5f : -INFINITY;
-    const vec::f32x8 e = vec::exp8(vec::load8(buf));
-    acc += e;
-    for (int l = 0; j + l < n; ++l) want[size_t(j + l)] = e[l] * 0.25f;
-    const float want_sum = vec::hsum8(acc);
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n " << n;
-    EXPECT_TRUE(std::memcmp(&sum, &want_sum, sizeof sum) == 0) << "n " << n << ": " << sum << " vs " << want_sum;
-  }
+  // Each length with the specials early (the row from 0), none (from 42), or in its last lanes, where
+  // the sixteen-lane build takes its masked tail (NOTE [ A row's last lanes in one vector ]); finite
+  // and infinite shifts.
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 23, 31, 32, 33, 40, 64, 203})
+    for (int where = 0; where < 3; ++where)
+      for (float shift : {1.5f, INFINITY, -INFINITY}) {
+        std::vector<float> row(x.begin() + (where == 1 ? 42 : 0), x.begin() + (where == 1 ? 42 : 0) + n);
+        if (where == 2)
+          for (int64_t k = 0; k < 4 && k < n; ++k) row[size_t(n - 1 - k)] = std::vector<float>{-INFINITY, NAN, INFINITY, -0.0f}[size_t(k)];
+        const float* xs = row.data();
+        std::vector<float> got(size_t(n) + 1, -1.0f), want(size_t(n) + 1, -1.0f);
+        const float sum = vec::exp_shifted(xs, n, shift, 0.25f, got.data());
+        vec::f32x8 acc = {};  // the eight-lane loop, written out
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+          const vec::f32x8 e = vec::exp8(vec::load8(xs + j) - shift);
+          acc += e;
+          vec::store8(want.data() + j, e * 0.25f);
+        }
+        float buf[8];
+        for (int l = 0; l < 8; ++l) buf[l] = j + l < n ? xs[j + l] - shift : -INFINITY;
+        const vec::f32x8 e = vec::exp8(vec::load8(buf));
+        acc += e;
+        for (int l = 0; j + l < n; ++l) want[size_t(j + l)] = e[l] * 0.25f;
+        const float want_sum = vec::hsum8(acc);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << "n " << n << " where " << where << " shift " << shift;
+        // A sum of two different NaNs (inf - inf's and the row's own) is either: the compiler may
+        // order an add's operands either way, and x86 keeps the first's.
+        EXPECT_TRUE(std::memcmp(&sum, &want_sum, sizeof sum) == 0 || (std::isnan(sum) && std::isnan(want_sum)))
+            << "n " << n << " where " << where << " shift " << shift << ": " << sum << " vs " << want_sum;
+      }
 }
 
 // bfloat16 rows (cross-entropy's bf16 logits) read widened: row_max and exp_shifted give the bits
@@ -145,18 +158,26 @@ TEST(CrossEntropyKernel, Bfloat16RowsAreTheirWidenedRowsBitForBit) {
   std::vector<bfloat16> x(203);
   for (bfloat16& v : x) v = bfloat16(u(rng));
   x[3] = bfloat16(-INFINITY), x[17] = bfloat16(INFINITY), x[40] = bfloat16(NAN), x[41] = bfloat16(-0.0f);
-  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 64, 203}) {
-    const bfloat16* xs = x.data() + (n == 203 ? 0 : 42);
-    std::vector<float> wide(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) wide[size_t(j)] = float(xs[j]);
-    const float m = vec::row_max(xs, n, true), want_m = vec::row_max(wide.data(), n);
-    EXPECT_TRUE(std::memcmp(&m, &want_m, sizeof m) == 0 || (m == 0 && want_m == 0)) << "n " << n;
-    std::vector<float> got(size_t(n) + 1, -1.0f), want(size_t(n) + 1, -1.0f);
-    const float sum = vec::exp_shifted(xs, n, 1.5f, 0.25f, got.data());
-    const float want_sum = vec::exp_shifted(wide.data(), n, 1.5f, 0.25f, want.data());
-    ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "n " << n;
-    EXPECT_TRUE(std::memcmp(&sum, &want_sum, sizeof sum) == 0) << "n " << n;
-  }
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 64, 203})
+    for (int where = 0; where < 3; ++where)  // specials early, none, in the last lanes
+      for (float shift : {1.5f, INFINITY, -INFINITY}) {
+        std::vector<bfloat16> row(x.begin() + (where == 1 ? 42 : 0), x.begin() + (where == 1 ? 42 : 0) + n);
+        if (where == 2)
+          for (int64_t k = 0; k < 4 && k < n; ++k)
+            row[size_t(n - 1 - k)] = bfloat16(std::vector<float>{-INFINITY, NAN, INFINITY, -0.0f}[size_t(k)]);
+        const bfloat16* xs = row.data();
+        std::vector<float> wide(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) wide[size_t(j)] = float(xs[j]);
+        const float m = vec::row_max(xs, n, true), want_m = vec::row_max(wide.data(), n);
+        EXPECT_TRUE(std::memcmp(&m, &want_m, sizeof m) == 0 || (m == 0 && want_m == 0)) << "n " << n << " where " << where;
+        std::vector<float> got(size_t(n) + 1, -1.0f), want(size_t(n) + 1, -1.0f);
+        const float sum = vec::exp_shifted(xs, n, shift, 0.25f, got.data());
+        const float want_sum = vec::exp_shifted(wide.data(), n, shift, 0.25f, want.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+            << "n " << n << " where " << where << " shift " << shift;
+        EXPECT_TRUE(std::memcmp(&sum, &want_sum, sizeof sum) == 0 || (std::isnan(sum) && std::isnan(want_sum)))
+            << "n " << n << " where " << where;
+      }
 }
 
 TEST(CrossEntropyOp, NamesBadTargets) {

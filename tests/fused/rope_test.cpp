@@ -81,6 +81,8 @@ TEST(RopeKernel, RotateRoundRowIsRotateThenRoundBitForBit) {
         x[0] = 1.00390625f;  // 1 + 2^-8: a tie between two bfloat16 values where the angle is zero
         c[0] = 1.0f, s[0] = 0.0f;
         x[1] = 1e-39f, x[2] = INFINITY, x[3] = NAN;
+        c[1] = 1.0f, s[1] = 0.0f;  // x[1] stays denormal in the rotation's first half...
+        x[1 + half] = 0.0f;        // ...as its partner adds nothing
         std::vector<bfloat16> got(2 * n + 1, bfloat16(-7.0f)), want(got);
         fused::rotate_round_row(x.data(), c.data(), s.data(), half, interleaved, scale, got.data(), row.data());
         fused::rotate_row(x.data(), c.data(), s.data(), half, interleaved, row.data());
