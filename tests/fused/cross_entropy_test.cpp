@@ -112,7 +112,7 @@ TEST(CrossEntropyKernel, ExpShiftedIsTheEightLaneLoopBitForBit) {
   namespace vec = cpu::fused;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-95.0f, 95.0f);
-  std::vector<float> x(203);
+  std::vector<float> x(203 + 42);  // rows of up to 203 from 0 or from 42
   for (float& v : x) v = u(rng);
   x[3] = -INFINITY, x[17] = INFINITY, x[40] = NAN, x[41] = -0.0f, x[100] = 88.5f, x[101] = -87.5f;
   // Each length with the specials early (the row from 0), none (from 42), or in its last lanes, where
@@ -155,7 +155,7 @@ TEST(CrossEntropyKernel, Bfloat16RowsAreTheirWidenedRowsBitForBit) {
   namespace vec = cpu::fused;
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> u(-95.0f, 95.0f);
-  std::vector<bfloat16> x(203);
+  std::vector<bfloat16> x(203 + 42);  // rows of up to 203 from 0 or from 42
   for (bfloat16& v : x) v = bfloat16(u(rng));
   x[3] = bfloat16(-INFINITY), x[17] = bfloat16(INFINITY), x[40] = bfloat16(NAN), x[41] = bfloat16(-0.0f);
   for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 40, 64, 203})
