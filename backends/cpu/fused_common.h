@@ -151,70 +151,6 @@ inline float exp_approx(float x) {
 }
 inline double exp_approx(double x) { return std::exp(x); }
 
-#ifdef __AVX512F__
-// NOTE [ Row max in sixteen lanes ]
-// With AVX-512: two sixteen-lane maxima side by side and the last partial vector masked. The
-// eight-lane loop below (the build without AVX-512) keeps one accumulator (a chain of two dependent
-// maxima every 16 floats), then reduces its lanes and the tail one scalar max at a time; in the
-// attention's softmax (rows of 1-256 keys) that was a fifth of the pass, and
-// BM_RotaryAttentionForward/keep:1 took 2.75-3.13 ms against 3.40-3.61 (2-core AMX Xeon, alternated
-// four times). Rows read from memory (cross-entropy's, fetched ahead) ran level
-// (BM_CrossEntropyWithGradient/one_visit:0 25.3-27.9 ms against 25.2-28.7). A max is exact, so
-// either order gives the same value (but for which of -0 and +0 a row of zeros returns: the same
-// shift and the same exps either way). NaN is passed over in both (a comparison with it is false).
-inline float row_max16(const float* x, int64_t n, bool fetch_ahead = false) {
-  f32x16 a0 = f32x16{} - INFINITY, a1 = a0;
-  int64_t j = 0;
-  for (; j + 32 <= n; j += 32) {
-    if (fetch_ahead) prefetch_ahead(x + j), prefetch_ahead(x + j + 16);
-    const f32x16 v = load16(x + j), w = load16(x + j + 16);
-    a0 = v > a0 ? v : a0;
-    a1 = w > a1 ? w : a1;
-  }
-  if (j + 16 <= n) {
-    const f32x16 v = load16(x + j);
-    a0 = v > a0 ? v : a0;
-    j += 16;
-  }
-  if (j < n) {  // the rest, -inf past n
-    const f32x16 v = reinterpret_cast<f32x16>(
-        _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), __mmask16((1u << (n - j)) - 1), x + j));
-    a1 = v > a1 ? v : a1;
-  }
-  a0 = a1 > a0 ? a1 : a0;
-  const f32x8 m8 = high8(a0) > low8(a0) ? high8(a0) : low8(a0);
-  float m = -INFINITY;
-  for (int l = 0; l < kVec; ++l) m = m8[l] > m ? m8[l] : m;
-  return m;
-}
-#endif
-
-// max_j x[j] (-inf for n = 0).
-// fetch_ahead: a first read of a row from memory (cross-entropy's logits) asks for its lines ahead
-// (NOTE [ Prefetching ahead ] in vec_math.h).
-inline float row_max(const float* x, int64_t n, bool fetch_ahead = false) {
-#ifdef __AVX512F__
-  return row_max16(x, n, fetch_ahead);  // NOTE [ Row max in sixteen lanes ]
-#else
-  f32x8 acc = f32x8{} - INFINITY;
-  int64_t j = 0;
-  for (; j + 2 * kVec <= n; j += 2 * kVec) {
-    if (fetch_ahead) prefetch_ahead(x + j);
-    const f32x8 v = load8(x + j);
-    acc = v > acc ? v : acc;
-    const f32x8 w = load8(x + j + kVec);
-    acc = w > acc ? w : acc;
-  }
-  for (; j + kVec <= n; j += kVec) {
-    const f32x8 v = load8(x + j);
-    acc = v > acc ? v : acc;
-  }
-  float m = -INFINITY;
-  for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
-  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
-#endif
-}
 inline double row_max(const double* x, int64_t n, bool = false) {
   double m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
@@ -376,44 +312,71 @@ inline f32x16 as_float16(const bfloat16* p, __mmask16 m) {
 }
 #endif
 
-// max_j x[j] for bfloat16 x (-inf for n = 0), the max of the widened values (exact: row_max's value
-// of the widened row, but for which of -0 and +0 a row of zeros returns, as NOTE [ Row max in
-// sixteen lanes ] says): a first read of bf16 logits from memory, its lines fetched ahead, sixteen
-// lanes at a time with AVX-512. Cross-entropy's one-visit pass then reads the row again from L1 or
-// L2 for its exps (exp_shifted on the bfloat16 row) rather than keeping a float32 copy of it: one
-// row buffer fewer, the pass level (on the 2-core AMX Xeon: see docs/performance.md).
-inline float row_max(const bfloat16* x, int64_t n, bool fetch_ahead) {
+// max_j x[j] (-inf for n = 0) of float32 x, or of bfloat16 x widened (exact).
+// fetch_ahead: a first read of a row from memory (cross-entropy's logits, float32 or bf16) asks for
+// its lines ahead (NOTE [ Prefetching ahead ] in vec_math.h). Cross-entropy's one-visit pass then
+// reads a bf16 row again from L1 or L2 for its exps (exp_shifted on the bfloat16 row) rather than
+// keeping a float32 copy of it: one row buffer fewer, the pass level (on the 2-core AMX Xeon: see
+// docs/performance.md).
+//
+// NOTE [ Row max in sixteen lanes ]
+// With AVX-512: two sixteen-lane maxima side by side and the last partial vector masked. The
+// eight-lane loop below (the build without AVX-512) keeps one accumulator (a chain of two dependent
+// maxima every 16 floats), then reduces its lanes and the tail one scalar max at a time; in the
+// attention's softmax (rows of 1-256 keys) that was a fifth of the pass, and
+// BM_RotaryAttentionForward/keep:1 took 2.75-3.13 ms against 3.40-3.61 (2-core AMX Xeon, alternated
+// four times). Rows read from memory (cross-entropy's, fetched ahead) ran level
+// (BM_CrossEntropyWithGradient/one_visit:0 25.3-27.9 ms against 25.2-28.7). A max is exact, so
+// either order gives the same value (but for which of -0 and +0 a row of zeros returns: the same
+// shift and the same exps either way). NaN is passed over in both (a comparison with it is false).
+template <typename T>
+inline float row_max_of(const T* x, int64_t n, bool fetch_ahead) {
+  constexpr int64_t per_line = 64 / int64_t(sizeof(T));  // 16 float32, 32 bfloat16
   int64_t j = 0;
   float m = -INFINITY;
 #ifdef __AVX512F__
   f32x16 a0 = f32x16{} - INFINITY, a1 = a0;
   for (; j + 32 <= n; j += 32) {
-    if (fetch_ahead) prefetch_ahead(x + j);  // a line is 32 bfloat16
-    const f32x16 v = load16_widened(x + j), w = load16_widened(x + j + 16);
+    if (fetch_ahead)
+      for (int64_t l = 0; l < 32; l += per_line) prefetch_ahead(x + j + l);
+    const f32x16 v = as_float16(x + j), w = as_float16(x + j + 16);
     a0 = v > a0 ? v : a0;
     a1 = w > a1 ? w : a1;
   }
-  for (; j < n; j += 16) {  // the rest, -inf past n
-    const __mmask16 valid = __mmask16((1u << std::min<int64_t>(16, n - j)) - 1);
+  if (j + 16 <= n) {
+    const f32x16 v = as_float16(x + j);
+    a0 = v > a0 ? v : a0;
+    j += 16;
+  }
+  if (j < n) {  // the rest, -inf past n
+    const __mmask16 valid = __mmask16((1u << (n - j)) - 1);
     const f32x16 v = reinterpret_cast<f32x16>(
         _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, reinterpret_cast<__m512>(as_float16(x + j, valid))));
     a1 = v > a1 ? v : a1;
   }
   a0 = a1 > a0 ? a1 : a0;
-  for (int l = 0; l < 16; ++l) m = a0[l] > m ? a0[l] : m;
+  const f32x8 m8 = high8(a0) > low8(a0) ? high8(a0) : low8(a0);
+  for (int l = 0; l < kVec; ++l) m = m8[l] > m ? m8[l] : m;
 #else
   f32x8 acc = f32x8{} - INFINITY;
   for (; j + 2 * kVec <= n; j += 2 * kVec) {
-    if (fetch_ahead && j % 32 == 0) prefetch_ahead(x + j);
-    const f32x8 v = load8_widened(x + j), w = load8_widened(x + j + kVec);
+    if (fetch_ahead && j % per_line == 0) prefetch_ahead(x + j);
+    const f32x8 v = as_float8(x + j);
     acc = v > acc ? v : acc;
+    const f32x8 w = as_float8(x + j + kVec);
     acc = w > acc ? w : acc;
+  }
+  for (; j + kVec <= n; j += kVec) {
+    const f32x8 v = as_float8(x + j);
+    acc = v > acc ? v : acc;
   }
   for (int l = 0; l < kVec; ++l) m = acc[l] > m ? acc[l] : m;
   for (; j < n; ++j) m = float(x[j]) > m ? float(x[j]) : m;
 #endif
   return m;
 }
+inline float row_max(const float* x, int64_t n, bool fetch_ahead = false) { return row_max_of(x, n, fetch_ahead); }
+inline float row_max(const bfloat16* x, int64_t n, bool fetch_ahead = false) { return row_max_of(x, n, fetch_ahead); }
 
 // Returns sum_j exp(x[j] - shift); when out is given also writes out[j] = exp(x[j] - shift) * scale.
 // out may alias x (float32). x float32, or bfloat16 read widened (exact): the same exps and sums as
