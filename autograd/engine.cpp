@@ -91,7 +91,7 @@ void add_gradient(GradBuffer& buf, const Edge& e, Tensor g, const std::optional<
       return;
     }
     complete(buf);
-    buf.sum = ops::add(buf.sum, g);
+    buf.sum = ops::accumulate(std::move(buf.sum), std::move(g));  // NOTE [ Sums gathered in place ]
     buf.owned = true;
     return;
   }

@@ -77,6 +77,11 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& grad, double sc
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, const Tensor& b);
+// sum + g as a gradient is gathered (the autograd engine's sums): written into the memory of sum, or
+// else of g, where that handle is the only one on its storage (nothing else can see the write), is
+// contiguous, and has the other's shape and float32 or float64 dtype; otherwise a fresh add(sum, g).
+// The same values either way (sum + g, lane for lane). NOTE [ Sums gathered in place ]
+Tensor accumulate(Tensor sum, Tensor g);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);

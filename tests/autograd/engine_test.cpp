@@ -8,6 +8,7 @@
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/tensor/allocator.h>
+#include <mvgpt/tensor/grad_state.h>
 #include <mvgpt/tensor/util/profile.h>
 
 namespace mvgpt {
@@ -432,6 +433,32 @@ TEST(Engine, InputsOfAddGetDistinctGradientsWhenTheGradientIsDense) {
   EXPECT_NE(x.grad().storage().get(), y.grad().storage().get());
   ops::fill_(x.grad(), 7);
   expect_values(y.grad(), {2, 2});
+}
+
+TEST(Engine, SumsAreNeverWrittenIntoAGradientSomeoneKeeps) {
+  // x reaches the loss by two paths; one op's backward returns a tensor it also keeps. Where the
+  // two gradients meet, the sum may be written into one of them (NOTE [ Sums gathered in place ] in
+  // backends/ops_elementwise.cpp), never into the kept one.
+  for (bool kept_first : {false, true}) {
+    Tensor kept;
+    Tensor x = leaf({1, 2});
+    auto keeping = [&](const Tensor& in) {
+      Tensor y;
+      {
+        const autograd::InternalOps internal;
+        y = ops::clone(in);
+      }
+      return autograd::record("keeping", y, {autograd::edge_to(in)}, [&kept](const Tensor& g) -> autograd::Grads {
+        kept = ops::mul(g, 3.0);
+        return {kept};
+      });
+    };
+    Tensor loss = kept_first ? sum(x * 2.0) + sum(keeping(x)) : sum(keeping(x)) + sum(x * 2.0);
+    backward(loss);
+    expect_values(x.grad(), {5, 5});
+    expect_values(kept, {3, 3});
+    EXPECT_NE(kept.storage().get(), x.grad().storage().get());
+  }
 }
 
 }  // namespace

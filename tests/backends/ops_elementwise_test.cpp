@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 
 #include <mvgpt/backends/ops.h>
@@ -251,6 +252,63 @@ TEST(OpsBinary, Bfloat16) {
   EXPECT_EQ(y.dtype(), DType::bf16);
   expect_all_close(y, [&](int64_t i) { return read_element(a, i) * read_element(b, i % 5); }, 8e-3, "bf16 mul");
   EXPECT_EQ(ops::lt(a, b).dtype(), DType::boolean);
+}
+
+// ops::accumulate, the engine's sums (NOTE [ Sums gathered in place ]): written into whichever input
+// is the only handle on its storage, else into a fresh tensor, and add's bits in every case.
+TEST(OpsAccumulate, WritesOnlyTheSoleOwnerOfItsMemory) {
+  for (DType dt : {DType::f32, DType::f64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor a0 = make_input({3, 37}, dt, 11), b0 = make_input({3, 37}, dt, 12);
+    const Tensor want = ops::add(a0, b0);
+    auto expect_add = [&](const Tensor& got, const char* what) {
+      ASSERT_TRUE(got.shape() == want.shape() && got.dtype() == dt) << what;
+      EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0) << what;
+    };
+    auto expect_unchanged = [](const Tensor& t, const Tensor& before, const char* what) {
+      EXPECT_EQ(std::memcmp(t.raw_data(), before.raw_data(), before.nbytes()), 0) << what;
+    };
+    {  // sum alone on its memory: written there
+      Tensor sum = ops::clone(a0), g = ops::clone(b0);
+      const void* at = sum.raw_data();
+      const Tensor got = ops::accumulate(std::move(sum), std::move(g));
+      EXPECT_EQ(got.raw_data(), at);
+      expect_add(got, "into sum");
+    }
+    {  // sum held elsewhere, g alone: written into g, sum's holder sees nothing
+      Tensor sum = ops::clone(a0), g = ops::clone(b0);
+      const Tensor held = sum;
+      const void* at = g.raw_data();
+      const Tensor got = ops::accumulate(sum, std::move(g));
+      EXPECT_EQ(got.raw_data(), at);
+      expect_add(got, "into g");
+      expect_unchanged(held, a0, "the held sum");
+    }
+    {  // both seen by others (a view of one, another handle of the other): a fresh tensor
+      Tensor sum = ops::clone(a0), g = ops::clone(b0);
+      const Tensor row = ops::narrow(sum, 0, 1, 1), held = g.as_strided(g.shape(), g.strides(), g.offset());
+      const Tensor got = ops::accumulate(std::move(sum), std::move(g));
+      EXPECT_NE(got.storage().get(), row.storage().get());
+      EXPECT_NE(got.storage().get(), held.storage().get());
+      expect_add(got, "fresh");
+      expect_unchanged(held, b0, "the held g");
+      expect_unchanged(row, ops::narrow(a0, 0, 1, 1), "the view of sum");
+    }
+    // Not written in place, add's values all the same: a transposed sum, a broadcast g.
+    Tensor t = ops::transpose(ops::clone(ops::transpose(a0, 0, 1)), 0, 1);
+    expect_add(ops::contiguous(ops::accumulate(std::move(t), ops::clone(b0))), "transposed");
+    const Tensor row_b = make_input({37}, dt, 13);
+    const Tensor broadcast = ops::accumulate(ops::clone(a0), row_b);
+    const Tensor broadcast_want = ops::add(a0, row_b);
+    EXPECT_EQ(std::memcmp(broadcast.raw_data(), broadcast_want.raw_data(), broadcast_want.nbytes()), 0);
+  }
+  // bfloat16 sums widen: never in place.
+  Tensor a = ops::to(make_input({3, 5}, DType::f32, 1), DType::bf16), b = ops::to(make_input({3, 5}, DType::f32, 2), DType::bf16);
+  const void* at = a.raw_data();
+  const Tensor want = ops::add(a, b);
+  const Tensor got = ops::accumulate(std::move(a), std::move(b));
+  EXPECT_NE(got.raw_data(), at);
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0);
 }
 
 TEST(OpsBinary, ErrorsNameTheOp) {
