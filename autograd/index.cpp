@@ -1,5 +1,6 @@
 // Indexing ops, forward beside backward. Index tensors are integers and get no gradient; the
-// backward of a read (index_select, gather, embedding) is the matching scatter into zeros.
+// backward of a read (index_select, gather, embedding) is the matching scatter into zeros (in place:
+// the zeros are its own, so no copy of them).
 #include <mvgpt/autograd/op_impl.h>
 
 namespace mvgpt {
@@ -10,8 +11,9 @@ Tensor index_select(const Tensor& x, int axis, const Tensor& index) {
   if (!needs_grad(x)) return y;
   return record("index_select", std::move(y), {edge_to(x)},
                 [axis, in = x.shape(), si = SavedTensor(index)](const Tensor& g) -> Grads {
-                  Tensor zero = ops::zeros(in, g.dtype(), g.device());
-                  return {ops::index_add(zero, axis, si.unpack("index_select"), g)};
+                  Tensor dx = ops::zeros(in, g.dtype(), g.device());
+                  ops::index_add_(dx, axis, si.unpack("index_select"), g);
+                  return {dx};
                 });
 }
 
@@ -21,8 +23,9 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   if (!needs_grad(x)) return y;
   return record("gather", std::move(y), {edge_to(x)},
                 [axis, in = x.shape(), si = SavedTensor(index)](const Tensor& g) -> Grads {
-                  Tensor zero = ops::zeros(in, g.dtype(), g.device());
-                  return {ops::scatter_add(zero, axis, si.unpack("gather"), g)};
+                  Tensor dx = ops::zeros(in, g.dtype(), g.device());
+                  ops::scatter_add_(dx, axis, si.unpack("gather"), g);
+                  return {dx};
                 });
 }
 
@@ -35,7 +38,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                   // Rows of g added into the rows of dweight their ids name; repeated ids accumulate.
                   Tensor flat_ids = ops::reshape(si.unpack("embedding"), {-1});  // (N)
                   Tensor rows = ops::reshape(g, {-1, in[1]});                     // (N, C)
-                  return {ops::index_add(ops::zeros(in, g.dtype(), g.device()), 0, flat_ids, rows)};
+                  Tensor dweight = ops::zeros(in, g.dtype(), g.device());
+                  ops::index_add_(dweight, 0, flat_ids, rows);
+                  return {dweight};
                 });
 }
 

@@ -121,6 +121,10 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index);
 // Out of place: a copy of x with src added at `index` along axis.
 Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
+// The same into x in place (bumps its version): the backward of a read scatters into zeros it made
+// itself, without a copy of them.
+void index_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
+void scatter_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
 // weight (V, C), ids (...) -> (..., C).
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 

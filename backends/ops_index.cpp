@@ -64,7 +64,16 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
 }
 
 Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  Tensor out = clone(x);
+  index_add_(out, axis, index, src);
+  return out;
+}
+
+void index_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
   detail::check_no_grad("index_add", {&x, &src});
+  detail::check_defined(x, "index_add_");
+  if (!x.is_contiguous())  // an expanded x would add twice into one element
+    throw std::invalid_argument("index_add_: x of shape " + to_string(x.shape()) + " is not contiguous");
   int ax = check_axis_input(x, index, axis, "index_add");
   check_same_device(x, src, "index_add");
   check_same_dtype(x, src, "index_add");
@@ -76,14 +85,22 @@ Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& s
                                 to_string(expected) + " (the input's shape with axis " + std::to_string(ax) +
                                 " of the index's length)");
   const Tensor idx = detail::kernel_indices(index, x.shape()[ax], "index_add", ax);
-  Tensor out = clone(x);
   const profile::Span span("index_add");
-  detail::backend_of(x).index_add(out, ax, idx, src);
-  return out;
+  detail::backend_of(x).index_add(x, ax, idx, src);
+  x.bump_version();
 }
 
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  Tensor out = clone(x);
+  scatter_add_(out, axis, index, src);
+  return out;
+}
+
+void scatter_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
   detail::check_no_grad("scatter_add", {&x, &src});
+  detail::check_defined(x, "scatter_add_");
+  if (!x.is_contiguous())  // an expanded x would add twice into one element
+    throw std::invalid_argument("scatter_add_: x of shape " + to_string(x.shape()) + " is not contiguous");
   int ax = check_axis_input(x, index, axis, "scatter_add");
   check_same_device(x, src, "scatter_add");
   check_same_dtype(x, src, "scatter_add");
@@ -93,10 +110,9 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
   // Only the part of src that the index covers takes part.
   Tensor s = src;
   for (int d = 0; d < src.dim(); ++d) s = views::narrow(s, d, 0, index.shape()[d]);
-  Tensor out = clone(x);
   const profile::Span span("scatter_add");
-  detail::backend_of(x).scatter_add(out, ax, idx, s);
-  return out;
+  detail::backend_of(x).scatter_add(x, ax, idx, s);
+  x.bump_version();
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {

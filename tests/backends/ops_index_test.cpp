@@ -111,6 +111,28 @@ TEST(OpsIndex, ScatterAddMatchesNaive) {
   expect_all_close(y, [&](int64_t i) { return ref[size_t(i)]; }, 1e-12, "scatter_add");
 }
 
+// The in-place forms (the backward of a read scatters into zeros it made): the out-of-place op's
+// values in x itself, its version bumped; a non-contiguous x is refused.
+TEST(OpsIndex, InPlaceAddsWriteTheOutOfPlaceValuesIntoX) {
+  const Tensor x0 = make_input({5, 7}, DType::f32, 7);
+  const Tensor index = indices({4, 0, 4, 2}, DType::i64);
+  const Tensor rows = make_input({4, 7}, DType::f32, 8);
+  Tensor x = ops::clone(x0);
+  const uint64_t version = x.version();
+  ops::index_add_(x, 0, index, rows);
+  EXPECT_EQ(x.to_vector<float>(), ops::index_add(x0, 0, index, rows).to_vector<float>());
+  EXPECT_GT(x.version(), version);
+  const Tensor where = indices({6, 0, 6, 1, 3, 3, 3, 2}, DType::i64, {2, 4});
+  const Tensor src = make_input({2, 4}, DType::f32, 9);
+  Tensor y = ops::clone(x0);
+  ops::scatter_add_(y, 1, where, src);
+  EXPECT_EQ(y.to_vector<float>(), ops::scatter_add(x0, 1, where, src).to_vector<float>());
+  const Tensor column = ops::expand(ops::zeros({5, 1}), {5, 7});
+  expect_throw_with([&] { ops::index_add_(column, 0, index, rows); }, "index_add_: x of shape [5, 7] is not contiguous");
+  expect_throw_with([&] { ops::scatter_add_(ops::transpose(ops::clone(x0), 0, 1), 0, where, src); },
+                    "scatter_add_: x of shape [7, 5] is not contiguous");
+}
+
 TEST(OpsIndex, EmbeddingLooksUpRows) {
   Tensor w = make_input({10, 4}, DType::f32, 7);
   Tensor ids = indices({9, 0, 3, 3, 1, 9}, DType::i64, {2, 3});
