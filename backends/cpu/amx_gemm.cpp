@@ -325,10 +325,11 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
     parallel_for(panels, std::max<int64_t>(1, (panels + threads - 1) / threads), [&](int64_t p0, int64_t p1) {
       TaskBuffers& task = task_buffers();
       // A transposed A in chunks: a group's panels cut together (NOTE [ A group's panels cut together ]).
-      const int64_t cut_together = ta && chunks > 1 ? std::min(group, p1 - p0) : 1;
+      const int64_t group_here = std::min(group, p1 - p0);  // panels of this task summed per column block
+      const int64_t cut_together = ta && chunks > 1 ? group_here : 1;
       bfloat16* panel = task.panel.get(cut_together * kPanelRows * width);
       // (group panels' rows, block_cols): a column block's partial sums between chunks
-      float* partial = chunks > 1 ? task.partial.get(std::min(group, p1 - p0) * kPanelRows * block_cols) : nullptr;
+      float* partial = chunks > 1 ? task.partial.get(group_here * kPanelRows * block_cols) : nullptr;
       // Two staging buffers: a block's sums go to C while the next block multiplies.
       alignas(64) float stage[2][kPanelRows * kPairCols];
       struct Pending {
