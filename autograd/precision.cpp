@@ -92,7 +92,11 @@ Tensor bf16_copy(const Tensor& weight) {
 namespace detail {
 
 bool bf16_products(const Tensor& a, const Tensor& b) {
-  return state().precision == Precision::bf16 && a.dtype() == DType::f32 && b.dtype() == DType::f32;
+  // Both float32, or one an activation already made in bfloat16 for the product (NOTE [ Norms made
+  // for products ] in autograd/fused/norms.h) against a float32 other.
+  const bool f32a = a.dtype() == DType::f32, f32b = b.dtype() == DType::f32;
+  return state().precision == Precision::bf16 && (f32a || a.dtype() == DType::bf16) &&
+         (f32b || b.dtype() == DType::bf16) && (f32a || f32b);
 }
 
 Tensor product_operand(const Tensor& t) {

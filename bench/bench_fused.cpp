@@ -51,26 +51,30 @@ void set_flops(benchmark::State& state, double flops) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// bf16:1, the norm made for a product under the bf16 policy (NOTE [ Norms made for products ]):
+// y written in bfloat16, against bf16:0's float32 y and then a conversion (BM_ConvertCold's).
 void BM_LayerNormForward(benchmark::State& state) {
   const int64_t N = 4096, C = 384;
-  Tensor x = filled({N, C}), w = filled({C}), b = filled({C}), y = Tensor::empty({N, C}, DType::f32);
+  const DType yt = state.range(0) ? DType::bf16 : DType::f32;
+  Tensor x = filled({N, C}), w = filled({C}), b = filled({C}), y = Tensor::empty({N, C}, yt);
   Tensor mean = Tensor::empty({N}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
   for (auto _ : state) cpu_norms().layer_norm(x, w, b, 1e-5, y, mean, rstd);
-  set_bytes(state, 2.0 * N * C * 4);
+  set_bytes(state, double(N * C) * (4.0 + double(dtype_size(yt))));
 }
-BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LayerNormForward)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_LayerNormBackward(benchmark::State& state) {
   const int64_t N = 4096, C = 384;
   Tensor x = filled({N, C}), w = filled({C}), b = filled({C}), y = Tensor::empty({N, C}, DType::f32);
   Tensor mean = Tensor::empty({N}, DType::f32), rstd = Tensor::empty({N}, DType::f32);
   cpu_norms().layer_norm(x, w, b, 1e-5, y, mean, rstd);
-  Tensor dy = filled({N, C}), dx = Tensor::empty({N, C}, DType::f32);
+  const DType dyt = state.range(0) ? DType::bf16 : DType::f32;  // bf16:1, a norm made for a product's gradient
+  Tensor dy = ops::to(filled({N, C}), dyt), dx = Tensor::empty({N, C}, DType::f32);
   Tensor dw = Tensor::empty({C}, DType::f32), db = Tensor::empty({C}, DType::f32);
   for (auto _ : state) cpu_norms().layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
-  set_bytes(state, 3.0 * N * C * 4);  // read dy and x, write dx
+  set_bytes(state, double(N * C) * (8.0 + double(dtype_size(dyt))));  // read dy and x, write dx
 }
-BENCHMARK(BM_LayerNormBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LayerNormBackward)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 Tensor positions(int64_t T) {
   Tensor p = Tensor::empty({T}, DType::i64);

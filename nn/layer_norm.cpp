@@ -17,4 +17,11 @@ Tensor LayerNorm::forward(const Tensor& x) const {
   return layer_norm(x, weight, bias, eps);
 }
 
+Tensor LayerNorm::forward_for_product(const Tensor& x) const {
+  if (x.dim() < 1 || x.size(-1) != dim)
+    throw std::invalid_argument("LayerNorm::forward: expected input (..., " + std::to_string(dim) + "), found " +
+                                x.describe());
+  return layer_norm_for_product(x, weight, bias, eps);
+}
+
 }  // namespace mvgpt::nn

@@ -13,6 +13,8 @@ class LayerNorm : public Module {
 
   // x (..., dim) -> same shape (the fused kernel).
   Tensor forward(const Tensor& x) const override;
+  // Rounded to bfloat16 under the bf16 policy (layer_norm_for_product).
+  Tensor forward_for_product(const Tensor& x) const override;
 
   int64_t dim;
   double eps;

@@ -161,8 +161,8 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
       "linear_gelu_linear", std::move(y), {edge_to(x), edge_to(w1), edge_to(b1), edge_to(w2), edge_to(b2)},
       [sx = SavedTensor(need_w1 ? xb : Tensor()), sw1 = SavedTensor(need_x ? w1b : Tensor()),
        spre = SavedTensor(below ? pre : Tensor()), sh = SavedTensor(w2.requires_grad() ? h : Tensor()),
-       sw2 = SavedTensor(below ? w2b : Tensor()), need_b1, need_b2, shape = x.shape(), in, hidden,
-       out](const Tensor& grad) -> Grads {
+       sw2 = SavedTensor(below ? w2b : Tensor()), need_b1, need_b2, shape = x.shape(), in, hidden, out,
+       dx_dtype = x.dtype() == DType::bf16 ? DType::bf16 : DType::f32](const Tensor& grad) -> Grads {
         const int64_t rows = numel(fused::rows_shape(grad));
         // The second layer: as linear's backward.
         Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
@@ -179,7 +179,7 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
             fused::gelu_backward_rounded(ops::reshape(spre.unpack("linear_gelu_linear"), {rows, hidden}), dh);
         if (need_b1) db1 = sums;
         if (sw1.defined())  // (N, hidden) @ (hidden, in)
-          dx = ops::reshape(ops::matmul(dpre, sw1.unpack("linear_gelu_linear"), DType::f32), shape);
+          dx = ops::reshape(ops::matmul(dpre, sw1.unpack("linear_gelu_linear"), dx_dtype), shape);  // x's dtype
         if (sx.defined())  // (hidden, N) @ (N, in)
           dw1 = ops::matmul(ops::transpose(dpre, 0, 1), ops::reshape(sx.unpack("linear_gelu_linear"), {rows, in}),
                             DType::f32);

@@ -331,7 +331,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   if (!grad) return y;
   return record(op, std::move(y), {edge_to(x), edge_to(weight)},
                 [sd = SavedTensor(dlogits), sx = SavedTensor(weight.requires_grad() ? xa : Tensor()),
-                 sw = SavedTensor(x.requires_grad() ? wa : Tensor()), shape = x.shape(), out](const Tensor& g) -> Grads {
+                 sw = SavedTensor(x.requires_grad() ? wa : Tensor()), shape = x.shape(), out,
+                 dx_out = out && x.dtype() == DType::bf16 ? std::optional<DType>(DType::bf16) : out](const Tensor& g) -> Grads {
                   const char* op = "linear_cross_entropy";
                   const Tensor d = sd.unpack(op);  // (N, V)
                   // Times the upstream gradient, but for a 1 on the CPU (reading it there costs nothing).
@@ -339,7 +340,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                   auto times_g = [&](const Tensor& t) { return one ? t : ops::mul(t, ops::to(g, t.dtype())); };
                   Tensor dx, dw;
                   if (sw.defined())  // (N, V) @ (V, C)
-                    dx = ops::reshape(times_g(ops::matmul(d, sw.unpack(op), out)), shape);
+                    dx = ops::reshape(times_g(ops::matmul(d, sw.unpack(op), dx_out)), shape);
                   if (sx.defined())  // (V, N) @ (N, C)
                     dw = times_g(ops::matmul(ops::transpose(d, 0, 1), sx.unpack(op), out));
                   return {dx, dw};

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <mvgpt/autograd/op_impl.h>  // record, edge_to, SavedTensor, InternalOps; the raw ops
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/fused/unit.h>
 
 namespace mvgpt {
@@ -60,6 +61,25 @@ NormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tenso
   return r;
 }
 
+NormResult layer_norm_forward_rounded(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* op = "layer_norm";
+  check_norm(op, x, weight, bias, eps);
+  if (x.dtype() != DType::f32) fail(op, "a rounded output needs float32 x, found " + std::string(dtype_name(x.dtype())));
+  if (!x.device().is_cpu()) {  // other devices' kernels write float32: rounded after
+    NormResult r = layer_norm_forward(x, weight, bias, eps);
+    r.y = ops::to(r.y, DType::bf16);
+    return r;
+  }
+  NormResult r;
+  r.y = Tensor::empty(x.shape(), DType::bf16, x.device());
+  r.mean = Tensor::empty(rows_shape(x), DType::f32, x.device());
+  r.rstd = Tensor::empty(rows_shape(x), DType::f32, x.device());
+  const profile::Span span("layer_norm");
+  kernels(x.device()).layer_norm(prepared(x, DType::f32), prepared(weight, DType::f32), prepared(bias, DType::f32), eps,
+                                 r.y, r.mean, r.rstd);
+  return r;
+}
+
 std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& bias,
                                         const NormResult& saved) {
   const char* op = "layer_norm_backward";
@@ -71,11 +91,13 @@ std::vector<Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const
   Tensor dx = Tensor::empty(x.shape(), cd, x.device());
   Tensor dw = weight ? Tensor::empty({C}, cd, x.device()) : Tensor();
   Tensor db = bias ? Tensor::empty({C}, cd, x.device()) : Tensor();
+  // A bfloat16 dy of float32 x goes to the CPU's kernel as it is (widened row by row there).
+  const bool as_is = dy.dtype() == DType::bf16 && cd == DType::f32 && x.device().is_cpu();
   {
     const profile::Span span("layer_norm backward");
     kernels(x.device())
-        .layer_norm_backward(prepared(dy, cd), prepared(x, cd), prepared(weight, cd), ops::contiguous(saved.mean),
-                             ops::contiguous(saved.rstd), dx, dw, db);
+        .layer_norm_backward(as_is ? ops::contiguous(dy) : prepared(dy, cd), prepared(x, cd), prepared(weight, cd),
+                             ops::contiguous(saved.mean), ops::contiguous(saved.rstd), dx, dw, db);
   }
   return {cast_back(dx, x.dtype()), weight ? cast_back(dw, weight.dtype()) : Tensor(),
           bias ? cast_back(db, bias.dtype()) : Tensor()};
@@ -141,6 +163,27 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   Tensor x2 = fused::as_rows(x, "layer_norm");  // (N, C)
   fused::NormResult r = fused::layer_norm_forward(x2, weight, bias, eps);
   Tensor y = ops::reshape(r.y, x.shape());
+  if (!needs_grad(x, weight, bias)) return y;
+  return record("layer_norm", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
+                [sx = SavedTensor(x2), sw = SavedTensor(weight), sb = SavedTensor(bias), smean = SavedTensor(r.mean),
+                 srstd = SavedTensor(r.rstd), in = x.shape()](const Tensor& g) -> Grads {
+                  const char* op = "layer_norm";
+                  Tensor x2 = sx.unpack(op);
+                  fused::NormResult saved{Tensor(), smean.unpack(op), srstd.unpack(op)};
+                  auto d = fused::layer_norm_backward(ops::reshape(g, x2.shape()), x2, sw.unpack(op), sb.unpack(op), saved);
+                  return {ops::reshape(d[0], in), d[1], d[2]};
+                });
+}
+
+Tensor layer_norm_for_product(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  // NOTE [ Norms made for products ] (norms.h)
+  if (autograd::product_precision() != autograd::Precision::bf16 || x.dtype() != DType::f32 ||
+      (weight.defined() && weight.dtype() != DType::f32) || (bias.defined() && bias.dtype() != DType::f32))
+    return layer_norm(x, weight, bias, eps);
+  const autograd::InternalOps internal;
+  Tensor x2 = fused::as_rows(x, "layer_norm");  // (N, C)
+  fused::NormResult r = fused::layer_norm_forward_rounded(x2, weight, bias, eps);
+  Tensor y = ops::reshape(r.y, x.shape());  // bfloat16
   if (!needs_grad(x, weight, bias)) return y;
   return record("layer_norm", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
                 [sx = SavedTensor(x2), sw = SavedTensor(weight), sb = SavedTensor(bias), smean = SavedTensor(r.mean),

@@ -4,6 +4,7 @@
 // added in chunk order, so they are deterministic.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/cpu/fused_common.h>
@@ -16,6 +17,16 @@ namespace {
 using cpu::parallel_for;
 namespace vec = cpu::fused;
 
+
+// out[i] = float(x[i]) for a row of n bfloat16 (exact).
+void widen_row(const bfloat16* x, int64_t n, float* out) {
+  int64_t i = 0;
+#ifdef __AVX512F__
+  for (; i + 16 <= n; i += 16) cpu::store16(out + i, vec::load16_widened(x + i));
+#endif
+  for (; i + 8 <= n; i += 8) vec::store8(out + i, vec::load8_widened(x + i));
+  for (; i < n; ++i) out[i] = float(x[i]);
+}
 
 // Rows per task: enough work per task to amortise scheduling (~16k elements).
 int64_t row_grain(int64_t C) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)); }
@@ -32,29 +43,48 @@ int64_t rows_ahead_bytes(int64_t C) {
   return row * std::max<int64_t>(1, (4096 + row - 1) / std::max<int64_t>(row, 1));
 }
 
-template <typename T>
+// Y: T, or bfloat16 for float32 rows (NOTE [ Norms made for products ] in norms.h): each row made in
+// float32 as for a float32 y, then rounded as ops::to rounds (fused::round_to_bf16).
+template <typename T, typename Y = T>
 void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
+  constexpr bool rounded = !std::is_same_v<Y, T>;
+  static_assert(!rounded || (std::is_same_v<T, float> && std::is_same_v<Y, bfloat16>));
   const int64_t C = x.size(-1), N = rstd.numel();  // rows counted by rstd: x may have C = 0
   const T* xp = x.data<T>();
   const T* wp = weight ? weight.data<T>() : nullptr;
   const T* bp = bias ? bias.data<T>() : nullptr;
-  T* yp = y.data<T>();
+  Y* yp = y.data<Y>();
   T* mp = mean.data<T>();
   T* rp = rstd.data<T>();
   const int64_t ahead = rows_ahead_bytes<T>(C), row_bytes = C * int64_t(sizeof(T));
   parallel_for(N, row_grain(C), [&](int64_t r0, int64_t r1) {
+    std::vector<T> row(rounded ? size_t(C) : 0);
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = xp + r * C;
-      T* yr = yp + r * C;
+      T* yr;
+      if constexpr (rounded) yr = row.data();
+      else yr = yp + r * C;
       cpu::prefetch_lines(xr, ahead, row_bytes);
-      cpu::prefetch_lines(yr, ahead, row_bytes, /*for_write=*/true);
+      cpu::prefetch_lines(yp + r * C, ahead, C * int64_t(sizeof(Y)), /*for_write=*/true);
       // Two passes (mean, then the centred sum of squares) avoid the cancellation of E[x^2] - E[x]^2.
       const T mu = vec::row_sum(xr, C) / T(C);
       const T var = vec::row_sq_centred(xr, mu, C) / T(C);
       const T rs = T(1) / std::sqrt(var + T(eps));
       mp[r] = mu;
       rp[r] = rs;
+#ifdef __AVX512F__
+      if constexpr (rounded) {
+        // The affine rows sixteen at a time, rounded as stored: the expression of the loop below
+        // (the tests compare the bits with the float32 kernel's rows rounded).
+        if (wp && bp && C % 16 == 0) {
+          const cpu::f32x16 muv = cpu::splat_as<cpu::f32x16>(mu), rsv = cpu::splat_as<cpu::f32x16>(rs);
+          for (int64_t i = 0; i < C; i += 16)
+            vec::store16_rounded(yp + r * C + i, (cpu::load16(xr + i) - muv) * rsv * cpu::load16(wp + i) + cpu::load16(bp + i));
+          continue;
+        }
+      }
+#endif
       if (wp && bp)
         for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * wp[i] + bp[i];
       else if (wp)
@@ -63,6 +93,7 @@ void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, 
         for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs + bp[i];
       else
         for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs;
+      if constexpr (rounded) vec::round_to_bf16(yr, C, yp + r * C);
     }
   });
 }
@@ -79,11 +110,15 @@ void reduce_chunks(const std::vector<T>& partial, int64_t nchunks, int64_t C, T*
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w, xhat = (x - mean) * rstd;
 // dweight = sum_rows dy * xhat, dbias = sum_rows dy.
-template <typename T>
+// DY: T, or bfloat16 for float32 rows (the gradient of a norm made for a product): each row of dy
+// widened first (exact), so the values are those of the float32 kernel on the widened dy.
+template <typename T, typename DY = T>
 void layer_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                               const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+  constexpr bool widened = !std::is_same_v<DY, T>;
+  static_assert(!widened || (std::is_same_v<T, float> && std::is_same_v<DY, bfloat16>));
   const int64_t C = x.size(-1), N = C ? x.numel() / C : 0;
-  const T* dyp = dy.data<T>();
+  const DY* dyp = dy.data<DY>();
   const T* xp = x.data<T>();
   const T* wp = weight ? weight.data<T>() : nullptr;
   const T* mp = mean.data<T>();
@@ -95,15 +130,21 @@ void layer_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& w
   std::vector<T> db_part(dbias ? size_t(nchunks * C) : 0, T(0));
   const int64_t ahead = rows_ahead_bytes<T>(C), row_bytes = C * int64_t(sizeof(T));
   parallel_for(nchunks, 1, [&](int64_t c0, int64_t c1) {
-    std::vector<T> g(static_cast<size_t>(C));
+    std::vector<T> g(static_cast<size_t>(C)), dy_row(widened ? size_t(C) : 0);
     for (int64_t c = c0; c < c1; ++c) {
       T* dw = dweight ? dw_part.data() + c * C : nullptr;
       T* db = dbias ? db_part.data() + c * C : nullptr;
       for (int64_t r = c * chunk; r < std::min(N, (c + 1) * chunk); ++r) {
         const T* xr = xp + r * C;
-        const T* dyr = dyp + r * C;
         cpu::prefetch_lines(xr, ahead, row_bytes);
-        cpu::prefetch_lines(dyr, ahead, row_bytes);
+        cpu::prefetch_lines(dyp + r * C, ahead, C * int64_t(sizeof(DY)));
+        const T* dyr;
+        if constexpr (widened) {
+          widen_row(dyp + r * C, C, dy_row.data());
+          dyr = dy_row.data();
+        } else {
+          dyr = dyp + r * C;
+        }
         if (dxp) cpu::prefetch_lines(dxp + r * C, ahead, row_bytes, /*for_write=*/true);
         const T mu = mp[r], rs = rp[r];
         if (dw)
@@ -205,14 +246,22 @@ NormKernels norms_cpu_kernels() {
   NormKernels k;
   k.layer_norm = [](const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y,
                     const Tensor& mean, const Tensor& rstd) {
-    check_norm_args("layer_norm (cpu)", x, {&weight, &bias, &y, &mean, &rstd});
+    const bool rounded = x.dtype() == DType::f32 && y.dtype() == DType::bf16;  // NOTE [ Norms made for products ]
+    check_norm_args("layer_norm (cpu)", x, {&weight, &bias, &mean, &rstd});
+    if (rounded) vec::require_contiguous(y, "layer_norm (cpu)", "y");
+    else check_norm_args("layer_norm (cpu)", x, {&y});
     if (x.dtype() == DType::f64) layer_norm_rows<double>(x, weight, bias, eps, y, mean, rstd);
+    else if (rounded) layer_norm_rows<float, bfloat16>(x, weight, bias, eps, y, mean, rstd);
     else layer_norm_rows<float>(x, weight, bias, eps, y, mean, rstd);
   };
   k.layer_norm_backward = [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                              const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
-    check_norm_args("layer_norm_backward (cpu)", x, {&dy, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+    const bool widened = x.dtype() == DType::f32 && dy.dtype() == DType::bf16;  // NOTE [ Norms made for products ]
+    check_norm_args("layer_norm_backward (cpu)", x, {&weight, &mean, &rstd, &dx, &dweight, &dbias});
+    if (widened) vec::require_contiguous(dy, "layer_norm_backward (cpu)", "dy");
+    else check_norm_args("layer_norm_backward (cpu)", x, {&dy});
     if (x.dtype() == DType::f64) layer_norm_rows_backward<double>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+    else if (widened) layer_norm_rows_backward<float, bfloat16>(dy, x, weight, mean, rstd, dx, dweight, dbias);
     else layer_norm_rows_backward<float>(dy, x, weight, mean, rstd, dx, dweight, dbias);
   };
   k.rms_norm = [](const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {

@@ -61,8 +61,9 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
 }
 
 Tensor Block::forward(const Tensor& x, const Tensor& positions, nn::KVCacheLayer* cache) const {
-  Tensor y = x + attn->forward(ln_1->forward(x), positions, cache);  // (B, T, C)
-  return y + dropout(mlp->forward(ln_2->forward(y)), config_.dropout, nullptr, is_training());
+  // The norms' outputs only feed the branches' first products (NOTE [ Norms made for products ]).
+  Tensor y = x + attn->forward(ln_1->forward_for_product(x), positions, cache);  // (B, T, C)
+  return y + dropout(mlp->forward(ln_2->forward_for_product(y)), config_.dropout, nullptr, is_training());
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {

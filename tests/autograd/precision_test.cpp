@@ -89,6 +89,39 @@ TEST(Precision, MatmulUnderBf16MultipliesRoundedOperandsBothWays) {
   expect_close(matmul(a.detach(), bm.detach()), product(a.detach(), bm.detach(), false), 2e-2, "vs float32");
 }
 
+// An activation made in bfloat16 for its product (NOTE [ Norms made for products ] in
+// autograd/fused/norms.h) multiplies as its float32 values would, and gets a bfloat16 gradient: the
+// float32 one rounded (the same sums).
+TEST(Precision, ABfloat16ActivationMultipliesAsItsValuesAndGetsABfloat16Gradient) {
+  const Tensor x0 = ops::to(uniform({12, 48}, 1), DType::bf16);
+  const Tensor w0 = uniform({40, 48}, 2), b0 = uniform({40}, 3), r = uniform({12, 40}, 4);
+  auto run = [&](bool as_bf16) {
+    Tensor x = (as_bf16 ? ops::clone(x0) : ops::to(x0, DType::f32)).requires_grad_();
+    Tensor w = parameter(ops::clone(w0)), b = parameter(ops::clone(b0));
+    PrecisionGuard bf16(Precision::bf16);
+    Tensor y = linear(x, w, b);
+    backward(sum(y * r));
+    return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+  };
+  const auto got = run(true), ref = run(false);
+  EXPECT_EQ(got[0].dtype(), DType::f32);
+  EXPECT_TRUE(same_values(got[0], ref[0]));
+  ASSERT_EQ(got[1].dtype(), DType::bf16);
+  EXPECT_TRUE(same_values(got[1], ops::to(ref[1], DType::bf16)));
+  EXPECT_TRUE(same_values(got[2], ref[2]));
+  EXPECT_TRUE(same_values(got[3], ref[3]));
+  // matmul too, either operand; two bfloat16 operands are not the policy's (a bfloat16 result).
+  Tensor a = ops::clone(x0).requires_grad_();
+  {
+    PrecisionGuard bf16(Precision::bf16);
+    const Tensor y = matmul(a, ops::transpose(w0, 0, 1));
+    EXPECT_EQ(y.dtype(), DType::f32);
+    backward(sum(y));
+    EXPECT_EQ(matmul(x0, ops::to(ops::transpose(w0, 0, 1), DType::bf16)).dtype(), DType::bf16);
+  }
+  EXPECT_EQ(a.grad().dtype(), DType::bf16);
+}
+
 TEST(Precision, Fp32AndFloat64AreUntouched) {
   Tensor x = uniform({6, 16}, 8), w = parameter(uniform({5, 16}, 9));
   const Tensor plain = linear(x, w, Tensor());

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
+#include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/norms.h>
 #include "backends/fused_test_util.h"
@@ -248,6 +251,61 @@ TEST(NormOps, Bfloat16IsWidenedAndCastBack) {
   EXPECT_FALSE(g[2].defined());
 
   EXPECT_EQ(fused::rms_norm_forward(x, Tensor(), 1e-6).y.dtype(), DType::bf16);
+}
+
+// NOTE [ Norms made for products ]: the rounded forward is the float32 forward's y rounded, bit for
+// bit (rows of 384, the kernel's sixteen-lane path, and 21, its row loop; with and without the
+// affine parameters), and the backward on a bfloat16 dy is the backward on dy widened, bit for bit.
+TEST(NormOps, ANormMadeForAProductIsTheRoundedNormBitForBit) {
+  for (int64_t C : {int64_t(384), int64_t(21)}) {
+    for (int affine = 0; affine < 3; ++affine) {
+      SCOPED_TRACE("C " + std::to_string(C) + ", affine " + std::to_string(affine));
+      const Tensor x = random_tensor({37, C}, DType::f32, 11);
+      const Tensor w = affine > 0 ? random_tensor({C}, DType::f32, 12) : Tensor();
+      const Tensor b = affine > 1 ? random_tensor({C}, DType::f32, 13) : Tensor();
+      const fused::NormResult full = fused::layer_norm_forward(x, w, b, 1e-5);
+      const fused::NormResult r = fused::layer_norm_forward_rounded(x, w, b, 1e-5);
+      ASSERT_EQ(r.y.dtype(), DType::bf16);
+      const Tensor want = ops::to(full.y, DType::bf16);
+      EXPECT_EQ(std::memcmp(r.y.raw_data(), want.raw_data(), want.nbytes()), 0);
+      EXPECT_EQ(r.mean.to_vector<float>(), full.mean.to_vector<float>());
+      EXPECT_EQ(r.rstd.to_vector<float>(), full.rstd.to_vector<float>());
+      const Tensor dy = ops::to(random_tensor({37, C}, DType::f32, 14), DType::bf16);
+      const auto got = fused::layer_norm_backward(dy, x, w, b, r);
+      const auto ref = fused::layer_norm_backward(ops::to(dy, DType::f32), x, w, b, r);
+      for (size_t k = 0; k < 3; ++k) {
+        ASSERT_EQ(got[k].defined(), ref[k].defined());
+        if (got[k].defined()) EXPECT_EQ(got[k].to_vector<float>(), ref[k].to_vector<float>()) << "gradient " << k;
+      }
+    }
+  }
+}
+
+// The differentiable op: bfloat16 under the bf16 policy, its gradients those of layer_norm on the
+// bfloat16 gradient widened; layer_norm itself under float32 products and for float64 x.
+TEST(NormOps, LayerNormForProductFollowsThePolicy) {
+  const Tensor x0 = random_tensor({2, 5, 384}, DType::f32, 21), w0 = random_tensor({384}, DType::f32, 22);
+  const Tensor b0 = random_tensor({384}, DType::f32, 23);
+  const Tensor r = random_tensor({2, 5, 384}, DType::f32, 24);
+  Tensor x = ops::clone(x0).requires_grad_(), w = ops::clone(w0).requires_grad_(), b = ops::clone(b0).requires_grad_();
+  {
+    PrecisionGuard bf16(Precision::bf16);
+    const Tensor y = layer_norm_for_product(x, w, b, 1e-5);
+    ASSERT_EQ(y.dtype(), DType::bf16);
+    EXPECT_EQ(y.shape(), x.shape());
+    const Tensor want = ops::to(layer_norm(x0, w0, b0, 1e-5), DType::bf16);
+    EXPECT_EQ(std::memcmp(y.raw_data(), want.raw_data(), want.nbytes()), 0);
+    backward(sum(mul(to(y, DType::f32), r)));  // y's gradient: r rounded to bfloat16
+  }
+  Tensor xr = ops::clone(x0).requires_grad_(), wr = ops::clone(w0).requires_grad_(), br = ops::clone(b0).requires_grad_();
+  backward(sum(mul(layer_norm(xr, wr, br, 1e-5), ops::to(ops::to(r, DType::bf16), DType::f32))));
+  EXPECT_EQ(x.grad().to_vector<float>(), xr.grad().to_vector<float>());
+  EXPECT_EQ(w.grad().to_vector<float>(), wr.grad().to_vector<float>());
+  EXPECT_EQ(b.grad().to_vector<float>(), br.grad().to_vector<float>());
+  EXPECT_EQ(layer_norm_for_product(x0, w0, b0, 1e-5).dtype(), DType::f32);  // float32 products
+  PrecisionGuard bf16(Precision::bf16);
+  EXPECT_EQ(layer_norm_for_product(ops::to(x0, DType::f64), ops::to(w0, DType::f64), Tensor(), 1e-5).dtype(),
+            DType::f64);
 }
 
 TEST(NormOps, NormErrors) {
