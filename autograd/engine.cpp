@@ -64,7 +64,7 @@ void check_gradient(const Node& n, size_t k, const Edge& e, const Tensor& g, con
 // The gradient gathered for one node while the nodes that use its output run backward.
 struct GradBuffer {
   Tensor sum;
-  bool owned = false;  // sum was made here (no node holds it): blocks may be written into it
+  bool owned = false;  // no one else holds sum (made here, or a sum written in place): blocks may be written into it
   int block_axis = -1;  // >= 0 while sum is written only in `blocks` along this axis
   std::vector<std::pair<int64_t, int64_t>> blocks;  // [start, end), disjoint
 };

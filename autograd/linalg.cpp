@@ -16,6 +16,11 @@ Tensor gradient_operand(const Tensor& g, bool bf16) { return bf16 ? ops::to(g, D
 std::optional<DType> gradient_dtype(DType input, std::optional<DType> out) {
   return out && input == DType::bf16 ? std::optional<DType>(DType::bf16) : out;
 }
+// A matmul's input gradient in the input's dtype: rounded once, after any sum over broadcast axes.
+Tensor in_dtype(const Tensor& d, DType input, std::optional<DType> out) {
+  const std::optional<DType> want = gradient_dtype(input, out);
+  return want && d.dtype() != *want ? ops::to(d, *want) : d;
+}
 
 }  // namespace
 
@@ -27,8 +32,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // Each input's gradient needs the other input.
   SavedTensor saved_a(b.requires_grad() ? p.a : Tensor()), saved_b(a.requires_grad() ? p.b : Tensor());
   return record("matmul", std::move(y), {edge_to(a), edge_to(b)},
-                [saved_a, saved_b, sa = a.shape(), sb = b.shape(), bf16 = p.bf16, out_a = gradient_dtype(a.dtype(), p.out()),
-                 out_b = gradient_dtype(b.dtype(), p.out())](const Tensor& grad) -> Grads {
+                [saved_a, saved_b, sa = a.shape(), sb = b.shape(), bf16 = p.bf16, out = p.out(), ta = a.dtype(),
+                 tb = b.dtype()](const Tensor& grad) -> Grads {
                   // Work with the 2-d-or-more forms: a (..., M, K), b (..., K, N), g (..., M, N); a 1-d
                   // a is (1, K) and a 1-d b is (K, 1), their added axis missing from g.
                   Tensor g = gradient_operand(grad, bf16);
@@ -38,16 +43,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                   if (saved_b.defined()) {
                     Tensor b = saved_b.unpack("matmul");
                     if (b.dim() == 1) b = ops::unsqueeze(b, -1);
-                    Tensor d = ops::matmul(g, ops::transpose(b, -1, -2), out_a);  // (..., M, K)
+                    Tensor d = ops::matmul(g, ops::transpose(b, -1, -2), out);  // (..., M, K)
                     if (sa.size() == 1) d = ops::squeeze(d, -2);
-                    da = ops::sum_to(d, sa);
+                    da = in_dtype(ops::sum_to(d, sa), ta, out);
                   }
                   if (saved_a.defined()) {
                     Tensor a = saved_a.unpack("matmul");
                     if (a.dim() == 1) a = ops::unsqueeze(a, 0);
-                    Tensor d = ops::matmul(ops::transpose(a, -1, -2), g, out_b);  // (..., K, N)
+                    Tensor d = ops::matmul(ops::transpose(a, -1, -2), g, out);  // (..., K, N)
                     if (sb.size() == 1) d = ops::squeeze(d, -1);
-                    db = ops::sum_to(d, sb);
+                    db = in_dtype(ops::sum_to(d, sb), tb, out);
                   }
                   return {da, db};
                 });
@@ -62,7 +67,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool need_bias = bias.defined() && bias.requires_grad();
   return record("linear", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
                 [saved_x, saved_w, need_bias, sx = x.shape(), out = weight.size(0), in = weight.size(1),
-                 bf16 = p.bf16, out_dtype = p.out(), dx_dtype = gradient_dtype(x.dtype(), p.out())](const Tensor& grad) -> Grads {
+                 bf16 = p.bf16, dx_dtype = gradient_dtype(x.dtype(), p.out()),
+                 dw_dtype = gradient_dtype(weight.dtype(), p.out())](const Tensor& grad) -> Grads {
                   int64_t rows = 1;
                   for (int d = 0; d + 1 < sx.size(); ++d) rows *= sx[d];
                   Tensor g = ops::reshape(grad, {rows, out});  // (N, out)
@@ -73,7 +79,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                     dx = ops::reshape(ops::matmul(gp, saved_w.unpack("linear"), dx_dtype), sx);
                   if (saved_x.defined())  // (out, N) @ (N, in)
                     dw = ops::matmul(ops::transpose(gp, 0, 1), ops::reshape(saved_x.unpack("linear"), {rows, in}),
-                                     out_dtype);
+                                     dw_dtype);
                   return {dx, dw, db};
                 });
 }

@@ -93,10 +93,11 @@ namespace detail {
 
 bool bf16_products(const Tensor& a, const Tensor& b) {
   // Both float32, or one an activation already made in bfloat16 for the product (NOTE [ Norms made
-  // for products ] in autograd/fused/norms.h) against a float32 other.
+  // for products ] in autograd/fused/norms.h) against a float32 other; never a bfloat16 parameter
+  // (a leaf that requires grad), whose gradient the policy's float32 sums would not fit.
+  auto activation = [](const Tensor& t) { return t.dtype() == DType::bf16 && !(t.is_leaf() && t.requires_grad()); };
   const bool f32a = a.dtype() == DType::f32, f32b = b.dtype() == DType::f32;
-  return state().precision == Precision::bf16 && (f32a || a.dtype() == DType::bf16) &&
-         (f32b || b.dtype() == DType::bf16) && (f32a || f32b);
+  return state().precision == Precision::bf16 && (f32a || activation(a)) && (f32b || activation(b)) && (f32a || f32b);
 }
 
 Tensor product_operand(const Tensor& t) {

@@ -57,9 +57,9 @@ namespace detail {
 // The operand of a product as it is multiplied under the current policy: a bfloat16 copy of a float32
 // tensor under bf16 (weights, i.e. leaves that require grad, from the guard's cache), else t itself.
 Tensor product_operand(const Tensor& t);
-// Whether products of a and b run in bfloat16 now: the bf16 policy, both float32 or one of them
-// bfloat16 (an activation made for the product: NOTE [ Norms made for products ]). A bfloat16
-// input's gradient is made in bfloat16 (the products' result rounded).
+// Whether products of a and b run in bfloat16 now: the bf16 policy, both float32 or one of them a
+// bfloat16 activation (not a parameter: made for the product, NOTE [ Norms made for products ]). A
+// bfloat16 input's gradient is made in bfloat16 (the products' float32 sums rounded).
 bool bf16_products(const Tensor& a, const Tensor& b);
 // How a product's passes multiply: the forward's operands as multiplied (bfloat16 copies under the
 // bf16 policy), and the dtype its products (and the backward's) ask for. linear, matmul and

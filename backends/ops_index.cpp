@@ -63,17 +63,33 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   return out;
 }
 
-Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+namespace {
+using ScatterInPlace = void (*)(const Tensor&, int, const Tensor&, const Tensor&);
+
+// The out-of-place op: its in-place one on a copy of x (x checked first, so that an error names the op).
+Tensor on_a_copy(const char* op, ScatterInPlace in_place, const Tensor& x, int axis, const Tensor& index,
+                 const Tensor& src) {
+  detail::check_no_grad(op, {&x, &src});
+  detail::check_defined(x, op);
   Tensor out = clone(x);
-  index_add_(out, axis, index, src);
+  in_place(out, axis, index, src);
   return out;
 }
 
+// An in-place op's own checks of x: defined, and contiguous (an expanded x would add twice into one element).
+void check_in_place_target(const char* op, const std::string& name, const Tensor& x, const Tensor& src) {
+  detail::check_no_grad(op, {&x, &src});
+  detail::check_defined(x, name.c_str());
+  if (!x.is_contiguous()) throw std::invalid_argument(name + ": x of shape " + to_string(x.shape()) + " is not contiguous");
+}
+}  // namespace
+
+Tensor index_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  return on_a_copy("index_add", index_add_, x, axis, index, src);
+}
+
 void index_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
-  detail::check_no_grad("index_add", {&x, &src});
-  detail::check_defined(x, "index_add_");
-  if (!x.is_contiguous())  // an expanded x would add twice into one element
-    throw std::invalid_argument("index_add_: x of shape " + to_string(x.shape()) + " is not contiguous");
+  check_in_place_target("index_add", "index_add_", x, src);
   int ax = check_axis_input(x, index, axis, "index_add");
   check_same_device(x, src, "index_add");
   check_same_dtype(x, src, "index_add");
@@ -91,16 +107,11 @@ void index_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& sr
 }
 
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
-  Tensor out = clone(x);
-  scatter_add_(out, axis, index, src);
-  return out;
+  return on_a_copy("scatter_add", scatter_add_, x, axis, index, src);
 }
 
 void scatter_add_(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
-  detail::check_no_grad("scatter_add", {&x, &src});
-  detail::check_defined(x, "scatter_add_");
-  if (!x.is_contiguous())  // an expanded x would add twice into one element
-    throw std::invalid_argument("scatter_add_: x of shape " + to_string(x.shape()) + " is not contiguous");
+  check_in_place_target("scatter_add", "scatter_add_", x, src);
   int ax = check_axis_input(x, index, axis, "scatter_add");
   check_same_device(x, src, "scatter_add");
   check_same_dtype(x, src, "scatter_add");

@@ -51,6 +51,8 @@ class SelfAttention : public Module {
   // appended to it and the queries attend over everything cached (query i sits at key position
   // length_before + i).
   Tensor forward(const Tensor& x, const Tensor& positions, KVCacheLayer* cache = nullptr) const;
+  // x goes to c_attn alone, unless an adapter on c_attn reads it too.
+  bool input_feeds_one_product() const override { return !c_attn->lora_A; }
   // Positions 0..T-1, no cache.
   Tensor forward(const Tensor& x) const override { return forward(x, Tensor{}, nullptr); }
   using Module::operator();

@@ -10,17 +10,21 @@ LayerNorm::LayerNorm(int64_t d, double e, bool affine, bool with_bias, const Ini
   if (affine && with_bias) bias = register_parameter("bias", zeros({d}, init));
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const {
+namespace {
+void check_input(const Tensor& x, int64_t dim) {
   if (x.dim() < 1 || x.size(-1) != dim)
     throw std::invalid_argument("LayerNorm::forward: expected input (..., " + std::to_string(dim) + "), found " +
                                 x.describe());
+}
+}  // namespace
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  check_input(x, dim);
   return layer_norm(x, weight, bias, eps);
 }
 
 Tensor LayerNorm::forward_for_product(const Tensor& x) const {
-  if (x.dim() < 1 || x.size(-1) != dim)
-    throw std::invalid_argument("LayerNorm::forward: expected input (..., " + std::to_string(dim) + "), found " +
-                                x.describe());
+  check_input(x, dim);
   return layer_norm_for_product(x, weight, bias, eps);
 }
 

@@ -11,6 +11,8 @@ MLP::MLP(int64_t n_embd, int64_t hidden, bool bias, const Init& init) {
   c_proj = register_module("c_proj", std::make_shared<Linear>(hidden, n_embd, bias, init));
 }
 
+bool MLP::input_feeds_one_product() const { return !c_fc->lora_A; }
+
 Tensor MLP::forward(const Tensor& x) const {
   // GPT-2's GELU: with plain layers the whole MLP is one op (linear_gelu_linear), whose passes under
   // bf16 products write the products' bfloat16 operands and keep the hidden activations in bfloat16

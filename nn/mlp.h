@@ -22,6 +22,8 @@ class MLP : public Module {
 
   // x (..., C) -> (..., C).
   Tensor forward(const Tensor& x) const override;
+  // x goes to c_fc alone, unless an adapter on c_fc reads it too.
+  bool input_feeds_one_product() const override;
 
   std::shared_ptr<Linear> c_fc, c_proj;
   Activation activation = Activation::gelu;

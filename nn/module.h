@@ -39,10 +39,14 @@ class Module {
   // cache) add their own forward beside it. The base throws std::logic_error naming the type.
   virtual Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
-  // forward(x) where only a product reads the result (a pre-norm block's norm): a module may hand it
-  // as the product multiplies it (LayerNorm: bfloat16 under the bf16 policy, NOTE [ Norms made for
-  // products ] in autograd/fused/norms.h). The base calls forward.
+  // forward(x) where one product is all that reads the result (a pre-norm block's norm before a
+  // branch whose input_feeds_one_product()): a module may hand it as the product multiplies it
+  // (LayerNorm: bfloat16 under the bf16 policy, NOTE [ Norms made for products ] in
+  // autograd/fused/norms.h). The base calls forward.
   virtual Tensor forward_for_product(const Tensor& x) const { return forward(x); }
+  // Whether forward reads its input only as the operand of one product (no adapter or second
+  // product beside it), so that its gradient comes from that product alone. The base: false.
+  virtual bool input_feeds_one_product() const { return false; }
 
   // --- structure ---
   // Parameters: floating-point leaves that require grad. Returns the registered handle.

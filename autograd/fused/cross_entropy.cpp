@@ -339,8 +339,12 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                   const bool one = g.device().is_cpu() && g.numel() == 1 && read_element(g, 0) == 1.0;
                   auto times_g = [&](const Tensor& t) { return one ? t : ops::mul(t, ops::to(g, t.dtype())); };
                   Tensor dx, dw;
-                  if (sw.defined())  // (N, V) @ (V, C)
-                    dx = ops::reshape(times_g(ops::matmul(d, sw.unpack(op), dx_out)), shape);
+                  if (sw.defined()) {  // (N, V) @ (V, C)
+                    // A bfloat16 x's gradient rounded once: as the product writes it, or after the times g.
+                    dx = one ? ops::matmul(d, sw.unpack(op), dx_out) : times_g(ops::matmul(d, sw.unpack(op), out));
+                    if (dx_out && dx.dtype() != *dx_out) dx = ops::to(dx, *dx_out);
+                    dx = ops::reshape(dx, shape);
+                  }
                   if (sx.defined())  // (V, N) @ (N, C)
                     dw = times_g(ops::matmul(ops::transpose(d, 0, 1), sx.unpack(op), out));
                   return {dx, dw};

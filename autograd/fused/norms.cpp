@@ -158,10 +158,15 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
 
 // ---------------------------------------------------------------- the differentiable ops
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+namespace {
+
+// layer_norm's forward (float32 y, or rounded to bfloat16 for a product) and its recorded backward,
+// which takes the gradient in y's dtype.
+Tensor layer_norm_of(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, bool rounded) {
   const autograd::InternalOps internal;
   Tensor x2 = fused::as_rows(x, "layer_norm");  // (N, C)
-  fused::NormResult r = fused::layer_norm_forward(x2, weight, bias, eps);
+  fused::NormResult r = rounded ? fused::layer_norm_forward_rounded(x2, weight, bias, eps)
+                                : fused::layer_norm_forward(x2, weight, bias, eps);
   Tensor y = ops::reshape(r.y, x.shape());
   if (!needs_grad(x, weight, bias)) return y;
   return record("layer_norm", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
@@ -175,25 +180,21 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 });
 }
 
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return layer_norm_of(x, weight, bias, eps, /*rounded=*/false);
+}
+
 Tensor layer_norm_for_product(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   // NOTE [ Norms made for products ] (norms.h)
-  if (autograd::product_precision() != autograd::Precision::bf16 || x.dtype() != DType::f32 ||
-      (weight.defined() && weight.dtype() != DType::f32) || (bias.defined() && bias.dtype() != DType::f32))
-    return layer_norm(x, weight, bias, eps);
-  const autograd::InternalOps internal;
-  Tensor x2 = fused::as_rows(x, "layer_norm");  // (N, C)
-  fused::NormResult r = fused::layer_norm_forward_rounded(x2, weight, bias, eps);
-  Tensor y = ops::reshape(r.y, x.shape());  // bfloat16
-  if (!needs_grad(x, weight, bias)) return y;
-  return record("layer_norm", std::move(y), {edge_to(x), edge_to(weight), edge_to(bias)},
-                [sx = SavedTensor(x2), sw = SavedTensor(weight), sb = SavedTensor(bias), smean = SavedTensor(r.mean),
-                 srstd = SavedTensor(r.rstd), in = x.shape()](const Tensor& g) -> Grads {
-                  const char* op = "layer_norm";
-                  Tensor x2 = sx.unpack(op);
-                  fused::NormResult saved{Tensor(), smean.unpack(op), srstd.unpack(op)};
-                  auto d = fused::layer_norm_backward(ops::reshape(g, x2.shape()), x2, sw.unpack(op), sb.unpack(op), saved);
-                  return {ops::reshape(d[0], in), d[1], d[2]};
-                });
+  // On the CPU, whose products write a bfloat16 result and whose kernel reads a bfloat16 gradient
+  // (elsewhere the gradient would be narrowed after its product and widened again here).
+  const bool rounded = autograd::product_precision() == autograd::Precision::bf16 && x.dtype() == DType::f32 &&
+                       x.device().is_cpu() &&
+                       (!weight.defined() || weight.dtype() == DType::f32) &&
+                       (!bias.defined() || bias.dtype() == DType::f32);
+  return layer_norm_of(x, weight, bias, eps, rounded);
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {

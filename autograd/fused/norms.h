@@ -13,7 +13,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
 // NOTE [ Norms made for products ]
-// A pre-norm block's norm feeds a product and nothing else. Under the bf16 policy the product
+// A pre-norm block's norm feeds its branch's first product. Under the bf16 policy the product
 // multiplies its input rounded to bfloat16: the norm wrote a float32 row, a conversion read it back
 // and wrote it rounded (12 of the series' step's 44 forward conversions), and in the backward the
 // product wrote the norm's gradient in float32 for the norm to read. layer_norm_for_product gives
@@ -24,8 +24,11 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // bfloat16 gradient widened. linear, matmul and the fused MLP and classifier multiply a bfloat16
 // activation against float32 weights under the policy and hand it a bfloat16 gradient
 // (NOTE [ Precision policy ] in autograd/precision.h). Elsewhere (float32 products, float64, no
-// float32 x) it is layer_norm. The GPT's blocks use it for ln_1 and ln_2 (not ln_f, whose output
-// GPT::hidden hands out). In the bf16 step profile on the 2-core AMX Xeon (family 6 model 167),
+// float32 x, devices other than the CPU, whose products would narrow the gradient in a pass of its
+// own for the norm to widen again) it is layer_norm. The GPT's blocks use it for ln_1 and ln_2
+// where the branch reads its input as one product's operand alone (Module::input_feeds_one_product:
+// not beside an adapter, not SwiGLU's two products, whose bfloat16 gradients would be summed in
+// bfloat16); not ln_f, whose output GPT::hidden hands out. In the bf16 step profile on the 2-core AMX Xeon (family 6 model 167),
 // four alternations: the forward's conversions 4.8-5.6 ms a step against 7.5-7.7, the norms
 // 4.9-5.1 against 3.6-3.9 (they round as they write), the products that make the norms'
 // gradients 1-2 ms less (a bfloat16 result); the step 375-388 ms against 380-408 (one outlier

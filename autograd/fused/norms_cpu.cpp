@@ -66,7 +66,7 @@ void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, 
       if constexpr (rounded) yr = row.data();
       else yr = yp + r * C;
       cpu::prefetch_lines(xr, ahead, row_bytes);
-      cpu::prefetch_lines(yp + r * C, ahead, C * int64_t(sizeof(Y)), /*for_write=*/true);
+      cpu::prefetch_lines(yp + r * C, rows_ahead_bytes<Y>(C), C * int64_t(sizeof(Y)), /*for_write=*/true);
       // Two passes (mean, then the centred sum of squares) avoid the cancellation of E[x^2] - E[x]^2.
       const T mu = vec::row_sum(xr, C) / T(C);
       const T var = vec::row_sq_centred(xr, mu, C) / T(C);
@@ -137,7 +137,7 @@ void layer_norm_rows_backward(const Tensor& dy, const Tensor& x, const Tensor& w
       for (int64_t r = c * chunk; r < std::min(N, (c + 1) * chunk); ++r) {
         const T* xr = xp + r * C;
         cpu::prefetch_lines(xr, ahead, row_bytes);
-        cpu::prefetch_lines(dyp + r * C, ahead, C * int64_t(sizeof(DY)));
+        cpu::prefetch_lines(dyp + r * C, rows_ahead_bytes<DY>(C), C * int64_t(sizeof(DY)));
         const T* dyr;
         if constexpr (widened) {
           widen_row(dyp + r * C, C, dy_row.data());

@@ -271,11 +271,10 @@ inline void store16_rounded(bfloat16* out, f32x16 v, int64_t n) {
   std::memcpy(static_cast<void*>(out), &h, size_t(n) * sizeof(bfloat16));
 #endif
 }
-// The floats at p in the lanes of `first` (a row's first lanes), or the first n (< 16); the rest zero.
-inline f32x16 load16_partial(const float* p, __mmask16 first) {
-  return reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(first, p));
-}
-inline f32x16 load16_partial(const float* p, int64_t n) { return load16_partial(p, __mmask16((1u << n) - 1)); }
+// The floats at p in the lanes of mask m (a row's first lanes), the rest zero; load16_partial: the
+// first n (< 16).
+inline f32x16 load16_masked(const float* p, __mmask16 m) { return reinterpret_cast<f32x16>(_mm512_maskz_loadu_ps(m, p)); }
+inline f32x16 load16_partial(const float* p, int64_t n) { return load16_masked(p, __mmask16((1u << n) - 1)); }
 #endif
 
 // Eight bfloat16 values widened to float32 (exact: a bfloat16 is the top half of a float32).
@@ -300,7 +299,7 @@ inline f32x8 as_float8(const bfloat16* p) { return load8_widened(p); }
 #ifdef __AVX512F__
 inline f32x16 as_float16(const float* p) { return load16(p); }
 inline f32x16 as_float16(const bfloat16* p) { return load16_widened(p); }
-inline f32x16 as_float16(const float* p, __mmask16 m) { return load16_partial(p, m); }
+inline f32x16 as_float16(const float* p, __mmask16 m) { return load16_masked(p, m); }
 inline f32x16 as_float16(const bfloat16* p, __mmask16 m) {
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
   const auto h = reinterpret_cast<bf16_u16x16>(_mm256_maskz_loadu_epi16(m, p));

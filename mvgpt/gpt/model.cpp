@@ -61,9 +61,13 @@ Block::Block(const GPTConfig& config, const nn::Init& init, const nn::Init& resi
 }
 
 Tensor Block::forward(const Tensor& x, const Tensor& positions, nn::KVCacheLayer* cache) const {
-  // The norms' outputs only feed the branches' first products (NOTE [ Norms made for products ]).
-  Tensor y = x + attn->forward(ln_1->forward_for_product(x), positions, cache);  // (B, T, C)
-  return y + dropout(mlp->forward(ln_2->forward_for_product(y)), config_.dropout, nullptr, is_training());
+  // A norm hands its branch x as the branch's one product multiplies it, where that product is all
+  // that reads it (NOTE [ Norms made for products ]): not beside an adapter, not SwiGLU's two.
+  auto normed = [](const nn::Module& norm, const nn::Module& branch, const Tensor& in) {
+    return branch.input_feeds_one_product() ? norm.forward_for_product(in) : norm.forward(in);
+  };
+  Tensor y = x + attn->forward(normed(*ln_1, *attn, x), positions, cache);  // (B, T, C)
+  return y + dropout(mlp->forward(normed(*ln_2, *mlp, y)), config_.dropout, nullptr, is_training());
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {

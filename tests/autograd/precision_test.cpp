@@ -91,35 +91,43 @@ TEST(Precision, MatmulUnderBf16MultipliesRoundedOperandsBothWays) {
 
 // An activation made in bfloat16 for its product (NOTE [ Norms made for products ] in
 // autograd/fused/norms.h) multiplies as its float32 values would, and gets a bfloat16 gradient: the
-// float32 one rounded (the same sums).
+// float32 one rounded (the same sums). The activations here are to(leaf, bf16), as a norm's output
+// is made; a bfloat16 parameter is not the policy's (a forward error, as before).
 TEST(Precision, ABfloat16ActivationMultipliesAsItsValuesAndGetsABfloat16Gradient) {
-  const Tensor x0 = ops::to(uniform({12, 48}, 1), DType::bf16);
+  const Tensor x0 = ops::to(ops::to(uniform({12, 48}, 1), DType::bf16), DType::f32);  // bf16 values
   const Tensor w0 = uniform({40, 48}, 2), b0 = uniform({40}, 3), r = uniform({12, 40}, 4);
+  auto rounded = [](const Tensor& t) { return ops::to(ops::to(t, DType::bf16), DType::f32); };
   auto run = [&](bool as_bf16) {
-    Tensor x = (as_bf16 ? ops::clone(x0) : ops::to(x0, DType::f32)).requires_grad_();
+    Tensor x = ops::clone(x0).requires_grad_();
     Tensor w = parameter(ops::clone(w0)), b = parameter(ops::clone(b0));
     PrecisionGuard bf16(Precision::bf16);
-    Tensor y = linear(x, w, b);
+    Tensor y = linear(as_bf16 ? to(x, DType::bf16) : x, w, b);
     backward(sum(y * r));
     return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
   };
   const auto got = run(true), ref = run(false);
   EXPECT_EQ(got[0].dtype(), DType::f32);
   EXPECT_TRUE(same_values(got[0], ref[0]));
-  ASSERT_EQ(got[1].dtype(), DType::bf16);
-  EXPECT_TRUE(same_values(got[1], ops::to(ref[1], DType::bf16)));
+  EXPECT_TRUE(same_values(got[1], rounded(ref[1])));  // made in bf16, widened by to's backward
   EXPECT_TRUE(same_values(got[2], ref[2]));
   EXPECT_TRUE(same_values(got[3], ref[3]));
-  // matmul too, either operand; two bfloat16 operands are not the policy's (a bfloat16 result).
-  Tensor a = ops::clone(x0).requires_grad_();
-  {
+  // matmul, either operand; a broadcast operand's gradient summed over the batch, then rounded once.
+  const Tensor a0 = uniform({2, 40, 12}, 8), m0 = ops::to(ops::to(uniform({12, 48}, 9), DType::bf16), DType::f32);
+  auto run_mm = [&](bool as_bf16) {
+    Tensor a = ops::clone(a0).requires_grad_(), m = ops::clone(m0).requires_grad_();
     PrecisionGuard bf16(Precision::bf16);
-    const Tensor y = matmul(a, ops::transpose(w0, 0, 1));
+    Tensor y = matmul(a, as_bf16 ? to(m, DType::bf16) : m);  // (2, 40, 48)
     EXPECT_EQ(y.dtype(), DType::f32);
-    backward(sum(y));
-    EXPECT_EQ(matmul(x0, ops::to(ops::transpose(w0, 0, 1), DType::bf16)).dtype(), DType::bf16);
-  }
-  EXPECT_EQ(a.grad().dtype(), DType::bf16);
+    backward(sum(y * y));
+    return std::vector<Tensor>{y, a.grad(), m.grad()};
+  };
+  const auto mm = run_mm(true), mm_ref = run_mm(false);
+  EXPECT_TRUE(same_values(mm[0], mm_ref[0]));
+  EXPECT_TRUE(same_values(mm[1], mm_ref[1]));
+  EXPECT_TRUE(same_values(mm[2], rounded(mm_ref[2])));
+  PrecisionGuard bf16(Precision::bf16);
+  EXPECT_EQ(matmul(ops::to(x0, DType::bf16), ops::to(ops::transpose(w0, 0, 1), DType::bf16)).dtype(), DType::bf16);
+  EXPECT_THROW(linear(x0, parameter(ops::to(w0, DType::bf16)), Tensor()), std::invalid_argument);
 }
 
 TEST(Precision, Fp32AndFloat64AreUntouched) {

@@ -294,9 +294,14 @@ TEST(OpsAccumulate, WritesOnlyTheSoleOwnerOfItsMemory) {
       expect_unchanged(held, b0, "the held g");
       expect_unchanged(row, ops::narrow(a0, 0, 1, 1), "the view of sum");
     }
-    // Not written in place, add's values all the same: a transposed sum, a broadcast g.
+    // Not written in place, add's values all the same: a transposed sum (its g held elsewhere), a
+    // broadcast g.
     Tensor t = ops::transpose(ops::clone(ops::transpose(a0, 0, 1)), 0, 1);
-    expect_add(ops::contiguous(ops::accumulate(std::move(t), ops::clone(b0))), "transposed");
+    const Tensor g_held = ops::clone(b0);
+    const Tensor transposed = ops::accumulate(std::move(t), g_held);
+    EXPECT_NE(transposed.storage().get(), g_held.storage().get());
+    expect_add(ops::contiguous(transposed), "transposed");
+    expect_unchanged(g_held, b0, "the held g");
     const Tensor row_b = make_input({37}, dt, 13);
     const Tensor broadcast = ops::accumulate(ops::clone(a0), row_b);
     const Tensor broadcast_want = ops::add(a0, row_b);

@@ -12,6 +12,8 @@
 #include <mvgpt/autograd/precision.h>
 #include <mvgpt/backends/ops.h>
 #include <mvgpt/fused/norms.h>
+#include <mvgpt/fused/cross_entropy.h>
+#include <mvgpt/fused/bias_gelu.h>
 #include "backends/fused_test_util.h"
 
 namespace mvgpt {
@@ -275,7 +277,9 @@ TEST(NormOps, ANormMadeForAProductIsTheRoundedNormBitForBit) {
       const auto ref = fused::layer_norm_backward(ops::to(dy, DType::f32), x, w, b, r);
       for (size_t k = 0; k < 3; ++k) {
         ASSERT_EQ(got[k].defined(), ref[k].defined());
-        if (got[k].defined()) EXPECT_EQ(got[k].to_vector<float>(), ref[k].to_vector<float>()) << "gradient " << k;
+        if (got[k].defined()) {
+          EXPECT_EQ(got[k].to_vector<float>(), ref[k].to_vector<float>()) << "gradient " << k;
+        }
       }
     }
   }
@@ -306,6 +310,38 @@ TEST(NormOps, LayerNormForProductFollowsThePolicy) {
   PrecisionGuard bf16(Precision::bf16);
   EXPECT_EQ(layer_norm_for_product(ops::to(x0, DType::f64), ops::to(w0, DType::f64), Tensor(), 1e-5).dtype(),
             DType::f64);
+}
+
+Tensor uniform_cpu(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return ops::rand(shape, DType::f32, Device::cpu(), &g) * 2.0 - 1.0;
+}
+bool same_cpu_values(const Tensor& a, const Tensor& b) { return a.to_vector<double>() == b.to_vector<double>(); }
+
+// The fused MLP and the classifier take such an activation too: the values of its float32 copy,
+// and its gradient rounded once (the classifier's after the upstream gradient, here 0.3, scales it).
+TEST(NormOps, TheFusedMlpAndClassifierTakeANormMadeForThem) {
+  const Tensor x0 = ops::to(ops::to(uniform_cpu({6, 5, 64}, 11), DType::bf16), DType::f32);
+  const Tensor w1 = uniform_cpu({96, 64}, 12), b1 = uniform_cpu({96}, 13), w2 = uniform_cpu({64, 96}, 14), b2 = uniform_cpu({64}, 15);
+  const Tensor wv = uniform_cpu({50, 64}, 16);
+  const Tensor targets = ops::to(ops::mul(ops::add(uniform_cpu({30}, 17), 1.0), 24.0), DType::i64);  // [0, 48)
+  auto rounded = [](const Tensor& t) { return ops::to(ops::to(t, DType::bf16), DType::f32); };
+  auto run = [&](bool as_bf16, bool classifier) {
+    Tensor x = ops::clone(x0).requires_grad_();
+    PrecisionGuard bf16(Precision::bf16);
+    const Tensor in = as_bf16 ? to(x, DType::bf16) : x;
+    Tensor y = classifier ? mul(linear_cross_entropy(reshape(in, {30, 64}), parameter(ops::clone(wv)), targets), 0.3)
+                          : linear_gelu_linear(in, parameter(ops::clone(w1)), parameter(ops::clone(b1)),
+                                               parameter(ops::clone(w2)), parameter(ops::clone(b2)));
+    backward(sum(y));
+    return std::vector<Tensor>{y, x.grad()};
+  };
+  for (bool classifier : {false, true}) {
+    SCOPED_TRACE(classifier ? "linear_cross_entropy" : "linear_gelu_linear");
+    const auto got = run(true, classifier), ref = run(false, classifier);
+    EXPECT_TRUE(same_cpu_values(got[0], ref[0]));
+    EXPECT_TRUE(same_cpu_values(got[1], rounded(ref[1])));
+  }
 }
 
 TEST(NormOps, NormErrors) {
