@@ -6,21 +6,12 @@
 namespace mvgpt {
 namespace {
 
+using autograd::detail::gradient_dtype;
+using autograd::detail::in_gradient_dtype;
 using autograd::detail::Product;
 
 // The incoming gradient as the backward's products take it.
 Tensor gradient_operand(const Tensor& g, bool bf16) { return bf16 ? ops::to(g, DType::bf16) : g; }
-
-// The dtype a product makes an input's gradient in: bfloat16 for an input made in bfloat16 for the
-// products (NOTE [ Norms made for products ] in autograd/fused/norms.h), else what the products ask.
-std::optional<DType> gradient_dtype(DType input, std::optional<DType> out) {
-  return out && input == DType::bf16 ? std::optional<DType>(DType::bf16) : out;
-}
-// A matmul's input gradient in the input's dtype: rounded once, after any sum over broadcast axes.
-Tensor in_dtype(const Tensor& d, DType input, std::optional<DType> out) {
-  const std::optional<DType> want = gradient_dtype(input, out);
-  return want && d.dtype() != *want ? ops::to(d, *want) : d;
-}
 
 }  // namespace
 
@@ -45,14 +36,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                     if (b.dim() == 1) b = ops::unsqueeze(b, -1);
                     Tensor d = ops::matmul(g, ops::transpose(b, -1, -2), out);  // (..., M, K)
                     if (sa.size() == 1) d = ops::squeeze(d, -2);
-                    da = in_dtype(ops::sum_to(d, sa), ta, out);
+                    da = in_gradient_dtype(ops::sum_to(d, sa), ta, out);  // rounded after the broadcast sum
                   }
                   if (saved_a.defined()) {
                     Tensor a = saved_a.unpack("matmul");
                     if (a.dim() == 1) a = ops::unsqueeze(a, 0);
                     Tensor d = ops::matmul(ops::transpose(a, -1, -2), g, out);  // (..., K, N)
                     if (sb.size() == 1) d = ops::squeeze(d, -1);
-                    db = in_dtype(ops::sum_to(d, sb), tb, out);
+                    db = in_gradient_dtype(ops::sum_to(d, sb), tb, out);
                   }
                   return {da, db};
                 });

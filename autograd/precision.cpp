@@ -113,6 +113,15 @@ Tensor product_operand(const Tensor& t) {
   return s.copies.back().copy;
 }
 
+std::optional<DType> gradient_dtype(DType input, std::optional<DType> out) {
+  return out && input == DType::bf16 ? std::optional<DType>(DType::bf16) : out;
+}
+
+Tensor in_gradient_dtype(const Tensor& d, DType input, std::optional<DType> out) {
+  const std::optional<DType> want = gradient_dtype(input, out);
+  return want && d.dtype() != *want ? ops::to(d, *want) : d;
+}
+
 LinearGradient linear_gradient(const Tensor& g, bool bf16, bool want_operand, bool want_bias) {
   LinearGradient r;
   if (want_operand && want_bias && bf16 && g.dtype() == DType::f32) {

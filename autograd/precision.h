@@ -71,6 +71,12 @@ struct Product {
       : bf16(bf16_products(x, y)), a(bf16 ? product_operand(x) : x), b(bf16 ? product_operand(y) : y) {}
   std::optional<DType> out() const { return bf16 ? std::optional<DType>(DType::f32) : std::nullopt; }
 };
+// The dtype a product makes an input's gradient in, given the dtype its products ask for (out()):
+// bfloat16 for a bfloat16 input under bf16 products (an activation made for the product: NOTE
+// [ Norms made for products ] in autograd/fused/norms.h), else out.
+std::optional<DType> gradient_dtype(DType input, std::optional<DType> out);
+// d, made in `out`, in that dtype: rounded once, after whatever was done to it in float32.
+Tensor in_gradient_dtype(const Tensor& d, DType input, std::optional<DType> out);
 // A linear layer's incoming gradient g (N, out) as its backward takes it (linear, and the GPT-2
 // MLP's second layer): `operand` for its products (bfloat16 under bf16 products, else g; undefined
 // where no product wants it) and `bias`, g's column sums (undefined where not wanted). Both from a

@@ -162,7 +162,7 @@ Tensor linear_gelu_linear(const Tensor& x, const Tensor& w1, const Tensor& b1, c
       [sx = SavedTensor(need_w1 ? xb : Tensor()), sw1 = SavedTensor(need_x ? w1b : Tensor()),
        spre = SavedTensor(below ? pre : Tensor()), sh = SavedTensor(w2.requires_grad() ? h : Tensor()),
        sw2 = SavedTensor(below ? w2b : Tensor()), need_b1, need_b2, shape = x.shape(), in, hidden, out,
-       dx_dtype = x.dtype() == DType::bf16 ? DType::bf16 : DType::f32](const Tensor& grad) -> Grads {
+       dx_dtype = autograd::detail::gradient_dtype(x.dtype(), DType::f32)](const Tensor& grad) -> Grads {
         const int64_t rows = numel(fused::rows_shape(grad));
         // The second layer: as linear's backward.
         Tensor g = ops::reshape(grad, {rows, out});  // (N, out)

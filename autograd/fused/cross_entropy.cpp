@@ -332,7 +332,7 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
   return record(op, std::move(y), {edge_to(x), edge_to(weight)},
                 [sd = SavedTensor(dlogits), sx = SavedTensor(weight.requires_grad() ? xa : Tensor()),
                  sw = SavedTensor(x.requires_grad() ? wa : Tensor()), shape = x.shape(), out,
-                 dx_out = out && x.dtype() == DType::bf16 ? std::optional<DType>(DType::bf16) : out](const Tensor& g) -> Grads {
+                 tx = x.dtype()](const Tensor& g) -> Grads {
                   const char* op = "linear_cross_entropy";
                   const Tensor d = sd.unpack(op);  // (N, V)
                   // Times the upstream gradient, but for a 1 on the CPU (reading it there costs nothing).
@@ -341,8 +341,8 @@ Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor&
                   Tensor dx, dw;
                   if (sw.defined()) {  // (N, V) @ (V, C)
                     // A bfloat16 x's gradient rounded once: as the product writes it, or after the times g.
-                    dx = one ? ops::matmul(d, sw.unpack(op), dx_out) : times_g(ops::matmul(d, sw.unpack(op), out));
-                    if (dx_out && dx.dtype() != *dx_out) dx = ops::to(dx, *dx_out);
+                    dx = one ? ops::matmul(d, sw.unpack(op), autograd::detail::gradient_dtype(tx, out))
+                             : autograd::detail::in_gradient_dtype(times_g(ops::matmul(d, sw.unpack(op), out)), tx, out);
                     dx = ops::reshape(dx, shape);
                   }
                   if (sx.defined())  // (V, N) @ (N, C)

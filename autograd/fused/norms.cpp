@@ -45,19 +45,25 @@ void check_saved_stat(const char* op, const Tensor& stat, const Tensor& x, const
 
 // ---------------------------------------------------------------- the raw ops
 
-NormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  const char* op = "layer_norm";
-  check_norm(op, x, weight, bias, eps);
+namespace {
+// The layer norm kernel on x (checked) in its compute dtype, y written in y_dtype (the compute dtype,
+// or bfloat16 for float32 x on a kernel that rounds).
+NormResult layer_norm_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType y_dtype) {
   const DType cd = compute_dtype(x.dtype());
   NormResult r;
-  Tensor y = Tensor::empty(x.shape(), cd, x.device());
+  r.y = Tensor::empty(x.shape(), y_dtype, x.device());
   r.mean = Tensor::empty(rows_shape(x), cd, x.device());
   r.rstd = Tensor::empty(rows_shape(x), cd, x.device());
-  {
-    const profile::Span span("layer_norm");
-    kernels(x.device()).layer_norm(prepared(x, cd), prepared(weight, cd), prepared(bias, cd), eps, y, r.mean, r.rstd);
-  }
-  r.y = cast_back(y, x.dtype());
+  const profile::Span span("layer_norm");
+  kernels(x.device()).layer_norm(prepared(x, cd), prepared(weight, cd), prepared(bias, cd), eps, r.y, r.mean, r.rstd);
+  return r;
+}
+}  // namespace
+
+NormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_norm("layer_norm", x, weight, bias, eps);
+  NormResult r = layer_norm_kernel(x, weight, bias, eps, compute_dtype(x.dtype()));
+  r.y = cast_back(r.y, x.dtype());
   return r;
 }
 
@@ -65,18 +71,9 @@ NormResult layer_norm_forward_rounded(const Tensor& x, const Tensor& weight, con
   const char* op = "layer_norm";
   check_norm(op, x, weight, bias, eps);
   if (x.dtype() != DType::f32) fail(op, "a rounded output needs float32 x, found " + std::string(dtype_name(x.dtype())));
-  if (!x.device().is_cpu()) {  // other devices' kernels write float32: rounded after
-    NormResult r = layer_norm_forward(x, weight, bias, eps);
-    r.y = ops::to(r.y, DType::bf16);
-    return r;
-  }
-  NormResult r;
-  r.y = Tensor::empty(x.shape(), DType::bf16, x.device());
-  r.mean = Tensor::empty(rows_shape(x), DType::f32, x.device());
-  r.rstd = Tensor::empty(rows_shape(x), DType::f32, x.device());
-  const profile::Span span("layer_norm");
-  kernels(x.device()).layer_norm(prepared(x, DType::f32), prepared(weight, DType::f32), prepared(bias, DType::f32), eps,
-                                 r.y, r.mean, r.rstd);
+  if (x.device().is_cpu()) return layer_norm_kernel(x, weight, bias, eps, DType::bf16);
+  NormResult r = layer_norm_kernel(x, weight, bias, eps, DType::f32);  // other devices' kernels write float32
+  r.y = ops::to(r.y, DType::bf16);
   return r;
 }
 
