@@ -34,7 +34,7 @@ bfloat16 vnni_at(const std::vector<bfloat16>& packed, int64_t K, int64_t k, int6
 struct PackShape {
   int64_t K, N;
 };
-const PackShape kPackShapes[] = {{64, 256}, {256, 64}, {32, 16}, {5, 3}, {33, 17}, {70, 45}, {1, 1}};
+const PackShape kPackShapes[] = {{64, 256}, {256, 64}, {32, 16}, {5, 3}, {33, 17}, {70, 45}, {1, 1}, {40, 80}, {3, 32}};
 
 // B (K, N) packed from its rows (transposed false) or from its transpose's: every element at its
 // place in the layout, zeros past K and N.
