@@ -210,16 +210,47 @@ struct Direct {
   int64_t ldc = 0;
 };
 
+// NOTE [ float32 results streamed to memory ]
+// Where a block's tiles are stored into C itself, each line of C is first read into the cache
+// (the store owns it), and a product of few k tiles per block waits for those reads when C's lines
+// are not in the cache. A float32 result goes past the caches instead (non-temporal stores of each
+// staged row, no read) where that was measured to pay: a weight gradient (A transposed), which
+// nothing reads until the optimizer, after the whole backward; and a product over K <= 384 into
+// at most 384 columns (the attention's output projection and its input gradient, 4,096 x 384 x 384
+// in the series' step), whose 6 MB result came from memory there. On the 2-core AMX Xeon (family 6
+// model 167), step_profile --precision bf16 alternated four times: the step 329-346 ms (median 334)
+// against 338-350 (343); those two products 3.5-3.9 ms a step against 6.5-6.6 each, the weight
+// gradients 0.7-0.9 ms less each, the residual add that reads the projection 0.4 more. Streaming
+// every float32 result lost: the q/k/v projection (4,096 x 384 x 1,152, its result read by the
+// attention at once) took 2.4 ms more and the attention 5.5 more. BM_Bf16GemmCold/evict:256 (N 384):
+// 0.70 ms against 1.23-1.28; in cache (evict:0) 0.51 against 0.40-0.43, the price where C is hot.
+constexpr int64_t kStreamedDepth = 384, kStreamedWidth = 384;
+
 // Writes a block's sums (rows x cols of stage) into C at (m0, n0): C = alpha sums + beta C.
 struct FloatOut {
   float alpha, beta;
   float* C;
   int64_t ldc;
+  bool stream = false;  // NOTE [ float32 results streamed to memory ]
   // C itself where the tiles store a whole block into it as they are (alpha 1, beta 0): on the
   // 2-core AMX Xeon 2,700-3,100 GFLOP/s (BM_Bf16Gemm 4096 x 384 x 1536, hot) against 2,000-2,200
   // through the staging buffer and vector stores, 3,400 writing nothing: writing C is what is left.
-  Direct direct() const { return alpha == 1.0f && beta == 0.0f ? Direct{C, ldc} : Direct{}; }
+  Direct direct() const { return alpha == 1.0f && beta == 0.0f && !stream ? Direct{C, ldc} : Direct{}; }
   void operator()(const float* stage, int64_t m0, int64_t n0, int64_t rows, int64_t cols) const {
+    if (stream && alpha == 1.0f && beta == 0.0f && cols == kPairCols) {  // whole rows, past the caches
+      for (int64_t r = 0; r < rows; ++r) {
+        float* c = C + (m0 + r) * ldc + n0;
+        const __m512 lo = _mm512_load_ps(stage + r * kPairCols), hi = _mm512_load_ps(stage + r * kPairCols + kTileCols);
+        if (reinterpret_cast<uintptr_t>(c) % 64 == 0) {
+          _mm512_stream_ps(c, lo);
+          _mm512_stream_ps(c + kTileCols, hi);
+        } else {
+          _mm512_storeu_ps(c, lo);
+          _mm512_storeu_ps(c + kTileCols, hi);
+        }
+      }
+      return;
+    }
     const __m512 a = _mm512_set1_ps(alpha), b = _mm512_set1_ps(beta);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t h = 0; h < kPairCols && h < cols; h += kTileCols) {
@@ -389,7 +420,7 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
         }
       }
       flush(1 - which);
-      _mm_sfence();  // the streamed stores (RoundedOut) before the pool says this task is done
+      _mm_sfence();  // the streamed stores (RoundedOut, FloatOut) before the pool says this task is done
       _tile_release();
     });
   });
@@ -440,7 +471,9 @@ void large_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
                 const bfloat16* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
 #ifdef MVGPT_AMX
   if (bias && alpha != 1.0f) throw std::logic_error("amx::large_gemm: a bias with alpha other than 1");
-  run(ta, tb, M, N, K, A, lda, B, ldb, bias, FloatOut{alpha, beta, C, ldc});
+  // NOTE [ float32 results streamed to memory ]
+  const bool stream = ta || (K <= kStreamedDepth && N <= kStreamedWidth);
+  run(ta, tb, M, N, K, A, lda, B, ldb, bias, FloatOut{alpha, beta, C, ldc, stream});
 #else
   (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta, (void)C,
       (void)ldc, (void)bias;

@@ -86,6 +86,7 @@ const Case kCases[] = {
     {257, 300, 224, false, false, 1.0f, 0.0f, true, true},   // ... but for the partial panel
     {96, 200, 2500, false, true, 0.5f, 0.25f, false, true},  // ... but for the partial chunk of K
     {64, 320, 2112, true, true, 1.0f, 0.0f, false, true},    // C^T reading B where it lies
+    {288, 384, 384, false, true, 1.0f, 0.0f, true, true},    // a float32 C streamed (K and N <= 384), aligned
     // Chunks of K over several column blocks of B and several groups of panels a thread, with a
     // bias and beta C: the double loop checks a sample of rows.
     {2048, 1000, 2100, false, false, 1.0f, 0.25f, true, true},
