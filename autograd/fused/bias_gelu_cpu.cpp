@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include <mvgpt/backends/cpu/column_sum_order.h>
@@ -80,18 +81,66 @@ inline cpu::f32x16 store_rounded(bfloat16* out, cpu::f32x16 v) {
   return cpu::fused::load16_widened(out);
 }
 #endif
+#ifdef __AVX512F__
+// NOTE [ GELU of a bfloat16 by table ]
+// Under bf16 products the MLP's pre-activation is a bfloat16: one of 65,536 values. Its GELU rounded
+// to bfloat16 and its GELU derivative are then each a table of the kernels' own lanes over every bit
+// pattern (cpu::gelu_v and gelu_grad_v on the widened value, sixteen at a time, as the passes compute
+// them), read with one sixteen-lane gather: the same bits as computing them, in fewer instructions
+// than the exp and the division take (the two tables, 128 and 256 KB, stay in L2; a normal
+// pre-activation reads a small part of them). Built once, on first use. On the 2-core AMX Xeon
+// (family 6 model 167): see docs/performance.md's eighth session. Without AVX-512 (no sixteen-lane
+// gather) the passes compute, as with a float32 pre-activation.
+struct Bf16GeluTables {
+  std::vector<uint16_t> rounded;  // bits of bfloat16(gelu(x)), then one padding entry (a gather reads 4 bytes)
+  std::vector<float> derivative;  // gelu'(x)
+};
+const Bf16GeluTables& bf16_gelu_tables() {
+  static const Bf16GeluTables tables = [] {
+    Bf16GeluTables t;
+    t.rounded.assign(65536 + 1, 0);
+    t.derivative.assign(65536, 0.0f);
+    uint16_t patterns[16];
+    for (uint32_t b0 = 0; b0 < 65536; b0 += 16) {
+      for (uint32_t l = 0; l < 16; ++l) patterns[l] = uint16_t(b0 + l);
+      const cpu::f32x16 x = cpu::fused::load16_widened(reinterpret_cast<const bfloat16*>(patterns));
+      cpu::fused::store16_rounded(reinterpret_cast<bfloat16*>(t.rounded.data() + b0), cpu::gelu_v(x));
+      cpu::store16(t.derivative.data() + b0, cpu::gelu_grad_v(x));
+    }
+    return t;
+  }();
+  return tables;
+}
+// Sixteen bfloat16 bit patterns as 32-bit gather indices.
+inline __m512i patterns16(const bfloat16* p) {
+  return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// (The masked gathers and conversions, all lanes: the unmasked ones trip GCC 12's bug 105593 warning.)
+inline void store16_gelu_by_table(bfloat16* o, const bfloat16* x, const uint16_t* rounded) {
+  const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), __mmask16(0xffff), patterns16(x), rounded, 2);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_maskz_cvtepi32_epi16(__mmask16(0xffff), v));
+}
+inline cpu::f32x16 gelu_grad_by_table(const bfloat16* x, const float* derivative) {
+  return cpu::f32x16(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), __mmask16(0xffff), patterns16(x), derivative, 4));
+}
+#endif
+
 // bfloat16(gelu(x)), x float32 or bfloat16 (the MLP's pre-activation as its product wrote it): the
 // unary GELU kernel's lanes (cpu::gelu_v, lane by lane the same in any width), each rounded as it
-// is stored.
+// is stored; a bfloat16 x sixteen at a time by table (NOTE [ GELU of a bfloat16 by table ]).
 template <typename In>
 void gelu_rounded_impl(const In* xp, bfloat16* o, int64_t n) {
+#ifdef __AVX512F__
+  const uint16_t* table = std::is_same_v<In, bfloat16> ? bf16_gelu_tables().rounded.data() : nullptr;
+#endif
   parallel_for(n, cpu::kElementwiseGrain, [&](int64_t i0, int64_t i1) {
     int64_t i = i0;
 #ifdef __AVX512F__
     for (; i + 16 <= i1; i += 16) {
       cpu::prefetch_ahead(xp + i);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
       cpu::prefetch_ahead_for_write(o + i);
-      cpu::fused::store16_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x16{})));
+      if constexpr (std::is_same_v<In, bfloat16>) store16_gelu_by_table(o + i, xp + i, table);
+      else cpu::fused::store16_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x16{})));
     }
 #endif
     for (; i + 8 <= i1; i += 8) store_rounded(o + i, cpu::gelu_v(load(xp + i, cpu::f32x8{})));
@@ -118,6 +167,10 @@ inline void store(float* p, cpu::f32x16 v) { cpu::store16(p, v); }
 // bfloat16 each.
 template <typename TX, typename TG>
 void gelu_backward_rounded_impl(const TX* xp, const TG* gp, int64_t N, int64_t C, bfloat16* dp, float* o) {
+#ifdef __AVX512F__
+  // NOTE [ GELU of a bfloat16 by table ]
+  const float* table = std::is_same_v<TX, bfloat16> ? bf16_gelu_tables().derivative.data() : nullptr;
+#endif
   cpu::sum_columns_row_by_row(N, C, o, [&](int64_t r, float* s, bool first) {
     const TX* xr = xp + r * C;
     const TG* gr = gp + r * C;
@@ -134,7 +187,12 @@ void gelu_backward_rounded_impl(const TX* xp, const TG* gp, int64_t N, int64_t C
       cpu::prefetch_ahead(xr + j);  // NOTE [ Prefetching ahead ] (backends/cpu/vec_math.h)
       cpu::prefetch_ahead(gr + j);
       cpu::prefetch_ahead_for_write(dr + j);
-      columns(cpu::f32x16{}, j);
+      if constexpr (std::is_same_v<TX, bfloat16>) {
+        const cpu::f32x16 d = store_rounded(dr + j, load(gr + j, cpu::f32x16{}) * gelu_grad_by_table(xr + j, table));
+        store(s + j, first ? d : load(s + j, cpu::f32x16{}) + d);
+      } else {
+        columns(cpu::f32x16{}, j);
+      }
     }
 #endif
     for (; j + 8 <= C; j += 8) columns(cpu::f32x8{}, j);

@@ -153,6 +153,34 @@ TEST(BiasGelu, GeluRoundedRoundsTheUnaryGelu) {
                "gelu_rounded: x must be float32 or bfloat16");
 }
 
+// Every bfloat16 value, as the MLP's pre-activation (NOTE [ GELU of a bfloat16 by table ] in
+// autograd/fused/bias_gelu_cpu.cpp: where the build has AVX-512 its GELU and derivative come from
+// tables of all 65,536): the same bits as the float32 ops on the widened values, infinities and NaNs
+// included, sixteen-lane blocks and tails.
+TEST(BiasGelu, EveryBfloat16PreActivationGivesTheFloat32OpsBits) {
+  std::vector<bfloat16> patterns(65536);
+  for (uint32_t b = 0; b < 65536; ++b) patterns[b].bits = uint16_t(b);
+  const Tensor all = Tensor::from_vector(patterns, {65536});
+  for (const Shape& shape : {Shape{2048, 32}, Shape{4096, 16}, Shape{1024, 64}}) {
+    const Tensor xb = ops::reshape(all, shape), x32 = ops::to(xb, DType::f32);
+    EXPECT_TRUE(testing::bitwise_equal(fused::gelu_rounded(xb), fused::gelu_rounded(x32))) << to_string(shape);
+    const Tensor g = random_tensor(shape, DType::f32, 21, -2, 2);
+    for (DType gd : {DType::f32, DType::bf16}) {
+      auto [dx, sums] = fused::gelu_backward_rounded(xb, ops::to(g, gd));
+      auto [dx32, sums32] = fused::gelu_backward_rounded(x32, ops::to(g, gd));
+      EXPECT_TRUE(testing::bitwise_equal(dx, dx32)) << to_string(shape) << " " << dtype_name(gd);
+      EXPECT_TRUE(testing::bitwise_equal(sums, sums32)) << to_string(shape) << " " << dtype_name(gd);
+    }
+  }
+  // A tail past the last block of sixteen, and a row shorter than sixteen.
+  const Tensor odd = ops::narrow(all, 0, 40000, 16 * 37 + 5);
+  EXPECT_TRUE(testing::bitwise_equal(fused::gelu_rounded(odd), fused::gelu_rounded(ops::to(odd, DType::f32))));
+  const Tensor narrow_rows = ops::reshape(ops::narrow(all, 0, 16000, 13 * 9), {13, 9});
+  const Tensor gn = random_tensor({13, 9}, DType::f32, 22);
+  EXPECT_TRUE(testing::bitwise_equal(fused::gelu_backward_rounded(narrow_rows, gn).first,
+                                     fused::gelu_backward_rounded(ops::to(narrow_rows, DType::f32), gn).first));
+}
+
 TEST(BiasGelu, ZeroWidthGivesEmptyGradients) {
   Tensor x = Tensor::empty({3, 0}, DType::f32), b = Tensor::empty({0}, DType::f32);
   x.requires_grad_(true);
