@@ -285,6 +285,28 @@ void BM_Bf16WeightGradientCold(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
+// The classifier's two backward products over its bf16 gradient dlogits (4,096 x 10,000) from
+// memory: dW = dlogits^T x (prod:0) and dX = dlogits W (prod:1), with dlogits's rows 10,000 apart
+// (pad:0: 20,000 bytes, every other row off a 64-byte boundary) or 10,016 (pad:1, 64-byte rows).
+void BM_Bf16ClassifierBackwardCold(benchmark::State& state) {
+  const int64_t N = 4096, V = 10000, C = 384, Vp = state.range(1) ? 10016 : V;
+  Tensor d = ops::narrow(ops::to(input({N, Vp}), DType::bf16), 1, 0, V);
+  Tensor x = ops::to(input({N, C}), DType::bf16), w = ops::to(input({V, C}), DType::bf16);
+  std::vector<float> sweep = eviction_buffer(state);
+  for (auto _ : state) {
+    evict_caches(state, sweep);
+    if (state.range(2)) benchmark::DoNotOptimize(ops::matmul(d, w, DType::f32));
+    else benchmark::DoNotOptimize(ops::matmul(ops::transpose(d, 0, 1), x, DType::f32));
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(N) * double(V) * double(C) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Bf16ClassifierBackwardCold)
+    ->ArgNames({"evict", "pad", "prod"})
+    ->ArgsProduct({{256}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 BENCHMARK(BM_Bf16WeightGradientCold)
     ->ArgNames({"evict", "M", "N"})
     ->ArgsProduct({{0, 256}, {384}, {1536}})

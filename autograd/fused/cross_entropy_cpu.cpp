@@ -103,11 +103,12 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
   float* lp = losses.data<float>();
   float* sp = lse.data<float>();
   bfloat16* dp = dlogits.data<bfloat16>();
+  const int64_t ldd = dlogits.strides()[0];  // V, or more where the rows are padded (NOTE [ dlogits rows on lines ])
   // A row of bf16 logits is read from memory once, for its max, and again from the cache for its
   // exps, widened as they are read (exact: the values of a float32 row).
   auto row_pass = [&](const auto* rows, int64_t n, std::vector<float>& row) {
     const auto* x = rows + n * V;
-    bfloat16* d = dp + n * V;
+    bfloat16* d = dp + n * ldd;
     const int64_t t = target_at(targets, n);
     const bool ignored = t == ignore_index;
     const float m = vec::row_max(x, V, /*fetch_ahead=*/true);
@@ -150,7 +151,7 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
 
 }  // namespace
 
-// Every tensor contiguous; targets already range-checked by the op.
+// Every tensor contiguous (dlogits: rows of unit stride, padded or not); targets already range-checked by the op.
 CrossEntropyKernels cross_entropy_cpu_kernels() {
   CrossEntropyKernels k;
   k.forward = [](const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
@@ -181,8 +182,10 @@ CrossEntropyKernels cross_entropy_cpu_kernels() {
     if (logits.dtype() != DType::f32 && logits.dtype() != DType::bf16)
       throw std::logic_error(std::string(op) + ": float32 or bfloat16 logits only");
     if (dlogits.dtype() != DType::bf16) throw std::logic_error(std::string(op) + ": bfloat16 dlogits only");
-    for (const Tensor* t : {&logits, &targets, &dlosses, &losses, &lse, &dlogits})
+    for (const Tensor* t : {&logits, &targets, &dlosses, &losses, &lse})
       vec::require_contiguous(*t, op, "every tensor");
+    if (dlogits.dim() != 2 || dlogits.strides()[1] != 1 || dlogits.strides()[0] < dlogits.size(1))
+      throw std::logic_error(std::string(op) + ": dlogits must be rows of unit stride");
     cross_entropy_rows_with_gradient(logits, targets, ignore_index, dlosses, losses, lse, dlogits);
   };
   return k;

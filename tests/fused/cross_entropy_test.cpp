@@ -296,6 +296,14 @@ TEST(CrossEntropyKernel, LossWithGradientIsTheTwoKernelsInOneVisit) {
     }
   }
   EXPECT_LT(differ, 10 * N) << "the two routes' roundings should mostly agree";
+  // Rows further apart than V (NOTE [ dlogits rows on lines ] in cross_entropy.cpp): the same rows,
+  // and the padding between them untouched.
+  Tensor padded = ops::full({N, V + 29}, 7.0, DType::bf16, Device::cpu());
+  fused::cross_entropy_with_gradient(logits, targets, dl, ops::narrow(padded, 1, 0, V));
+  EXPECT_TRUE(testing::bitwise_equal(ops::contiguous(ops::narrow(padded, 1, 0, V)), got));
+  EXPECT_TRUE(testing::bitwise_equal(ops::narrow(padded, 1, V, 29), ops::full({N, 29}, 7.0, DType::bf16, Device::cpu())));
+  expect_error([&] { fused::cross_entropy_with_gradient(logits, targets, dl, ops::transpose(Tensor::empty({V, N}, DType::bf16), 0, 1)); },
+               "dlogits must be contiguous bfloat16, found bfloat16 with strides");
   expect_error([&] { fused::cross_entropy_with_gradient(logits, targets, dl, Tensor::empty({N, V}, DType::f32)); },
                "dlogits must be contiguous bfloat16, found float32");
   expect_error([&] { fused::cross_entropy_with_gradient(ops::to(logits, DType::f64), targets, dl, got); },
@@ -376,31 +384,36 @@ TEST(LinearCrossEntropy, IsTheComposition) {
 
 TEST(LinearCrossEntropy, UnderTheBf16PolicyIsTheCompositionUnderIt) {
   // Both round the same float32 gradient of the logits to bfloat16 for the backward's products.
-  const int64_t T = 170, C = 4, V = 131072;
-  Tensor x = random_tensor({T, C}, DType::f32, 33, -2, 2), w = random_tensor({V, C}, DType::f32, 34);
-  Tensor t = Tensor::from_vector(some_targets(T, V));
-  PrecisionGuard bf16(Precision::bf16);
-  for (double g : {1.0, -2.5}) {
-    // For g = 1 the same rounded gradient; otherwise the composition rounds it times g, and
-    // linear_cross_entropy multiplies by g after the products: the same within bf16's precision.
-    // (Within 2e-3 of the largest gradient then: sums of rounded terms cancel.)
-    const LossAndGrads got = run_loss(true, x, w, t, g), want = run_loss(false, x, w, t, g, /*bf16_logits=*/true);
-    EXPECT_TRUE(all_close(got.loss, want.loss, 1e-6, 1e-6)) << "g " << g;
-    for (auto [a, b] : {std::pair{got.dx, want.dx}, std::pair{got.dw, want.dw}}) {
-      const double largest = max_abs(b);
-      EXPECT_TRUE(g == 1.0 ? all_close(a, b, 1e-7, 1e-5) : all_close(a, b, 2e-3 * largest, 0)) << "g " << g;
+  // 1,003 classes: the gradient's rows padded to 1,024 apart (NOTE [ dlogits rows on lines ]).
+  for (const int64_t V : {int64_t(131072), int64_t(1003)}) {
+    SCOPED_TRACE("V " + std::to_string(V));
+    const int64_t T = 170, C = 4;
+    Tensor x = random_tensor({T, C}, DType::f32, 33, -2, 2), w = random_tensor({V, C}, DType::f32, 34);
+    Tensor t = Tensor::from_vector(some_targets(T, V));
+    PrecisionGuard bf16(Precision::bf16);
+    // (The bound for g != 1 is made for many classes, where each gradient is small.)
+    for (double g : V > 100000 ? std::vector<double>{1.0, -2.5} : std::vector<double>{1.0}) {
+      // For g = 1 the same rounded gradient; otherwise the composition rounds it times g, and
+      // linear_cross_entropy multiplies by g after the products: the same within bf16's precision.
+      // (Within 2e-3 of the largest gradient then: sums of rounded terms cancel.)
+      const LossAndGrads got = run_loss(true, x, w, t, g), want = run_loss(false, x, w, t, g, /*bf16_logits=*/true);
+      EXPECT_TRUE(all_close(got.loss, want.loss, 1e-6, 1e-6)) << "g " << g;
+      for (auto [a, b] : {std::pair{got.dx, want.dx}, std::pair{got.dw, want.dw}}) {
+        const double largest = max_abs(b);
+        EXPECT_TRUE(g == 1.0 ? all_close(a, b, 1e-7, 1e-5) : all_close(a, b, 2e-3 * largest, 0)) << "g " << g;
+      }
     }
+    // And it is bf16: near the float32 loss's gradient at bf16's precision only.
+    const LossAndGrads got = run_loss(true, x, w, t, 1);
+    {  // Without a graph, the same loss (from the same bf16 logits).
+      NoGradGuard no_grad;
+      EXPECT_TRUE(testing::bitwise_equal(linear_cross_entropy(x, w, t), got.loss));
+    }
+    PrecisionGuard fp32(Precision::fp32);
+    const LossAndGrads exact = run_loss(false, x, w, t, 1);
+    EXPECT_TRUE(all_close(got.dw, exact.dw, 1e-4, 2e-2));
+    EXPECT_FALSE(all_close(got.dw, exact.dw, 1e-7, 1e-5));
   }
-  // And it is bf16: near the float32 loss's gradient at bf16's precision only.
-  const LossAndGrads got = run_loss(true, x, w, t, 1);
-  {  // Without a graph, the same loss (from the same bf16 logits).
-    NoGradGuard no_grad;
-    EXPECT_TRUE(testing::bitwise_equal(linear_cross_entropy(x, w, t), got.loss));
-  }
-  PrecisionGuard fp32(Precision::fp32);
-  const LossAndGrads exact = run_loss(false, x, w, t, 1);
-  EXPECT_TRUE(all_close(got.dw, exact.dw, 1e-4, 2e-2));
-  EXPECT_FALSE(all_close(got.dw, exact.dw, 1e-7, 1e-5));
 }
 
 TEST(LinearCrossEntropy, AFrozenWeightGetsNoGradientAndXItsOwn) {
