@@ -285,6 +285,26 @@ void BM_Bf16WeightGradientCold(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * double(M) * double(N) * double(K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
+BENCHMARK(BM_Bf16WeightGradientCold)
+    ->ArgNames({"evict", "M", "N"})
+    ->ArgsProduct({{0, 256}, {384}, {1536}})
+    ->ArgsProduct({{0, 256}, {1536}, {384}})
+    ->ArgsProduct({{0, 256}, {10000}, {384}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Its backward as the first layer's operand: bfloat16(grad * gelu'(x)) and the bias gradient in one
+// pass, against BM_GeluBackward and then a conversion and a column sum (BM_Sum/cols0_rows1_all2:0).
+// bf16:1, the MLP's under bf16 products: x and grad in bfloat16 (NOTE [ The MLP's activations in
+// bf16 ] in autograd/fused/bias_gelu.h).
+void BM_GeluBackwardRounded(benchmark::State& state) {
+  const DType dt = state.range(0) ? DType::bf16 : DType::f32;
+  Tensor a = ops::to(input({4096, 1536}), dt), g = ops::to(input({4096, 1536}), dt);
+  for (auto _ : state) benchmark::DoNotOptimize(fused::gelu_backward_rounded(a, g));
+  set_bytes(state, (2.0 * double(dtype_size(dt)) + 2.0) * double(a.numel()));
+}
+BENCHMARK(BM_GeluBackwardRounded)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // The classifier's two backward products over its bf16 gradient dlogits (4,096 x 10,000) from
 // memory: dW = dlogits^T x (prod:0) and dX = dlogits W (prod:1), with dlogits's rows 10,000 apart
 // (pad:0: 20,000 bytes, every other row off a 64-byte boundary) or 10,016 (pad:1, 64-byte rows).
@@ -306,26 +326,6 @@ BENCHMARK(BM_Bf16ClassifierBackwardCold)
     ->ArgsProduct({{256}, {0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-
-BENCHMARK(BM_Bf16WeightGradientCold)
-    ->ArgNames({"evict", "M", "N"})
-    ->ArgsProduct({{0, 256}, {384}, {1536}})
-    ->ArgsProduct({{0, 256}, {1536}, {384}})
-    ->ArgsProduct({{0, 256}, {10000}, {384}})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-
-// Its backward as the first layer's operand: bfloat16(grad * gelu'(x)) and the bias gradient in one
-// pass, against BM_GeluBackward and then a conversion and a column sum (BM_Sum/cols0_rows1_all2:0).
-// bf16:1, the MLP's under bf16 products: x and grad in bfloat16 (NOTE [ The MLP's activations in
-// bf16 ] in autograd/fused/bias_gelu.h).
-void BM_GeluBackwardRounded(benchmark::State& state) {
-  const DType dt = state.range(0) ? DType::bf16 : DType::f32;
-  Tensor a = ops::to(input({4096, 1536}), dt), g = ops::to(input({4096, 1536}), dt);
-  for (auto _ : state) benchmark::DoNotOptimize(fused::gelu_backward_rounded(a, g));
-  set_bytes(state, (2.0 * double(dtype_size(dt)) + 2.0) * double(a.numel()));
-}
-BENCHMARK(BM_GeluBackwardRounded)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // nn.Linear at the MLP's first layer, bias folded into the GEMM.
 void BM_Linear(benchmark::State& state) {

@@ -140,10 +140,9 @@ CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tenso
   require_defined(dlogits, op, "dlogits");
   require_device(dlogits, logits, op, "dlogits");
   require_shape(dlogits, logits.shape(), op, "dlogits");
-  // Contiguous, or rows of unit stride further apart (NOTE [ dlogits rows on lines ]).
-  const bool rows = dlogits.dim() == 2 && dlogits.strides()[1] == 1 && dlogits.strides()[0] >= dlogits.size(1);
-  if (dlogits.dtype() != DType::bf16 || !(dlogits.is_contiguous() || rows))
-    fail(op, "dlogits must be contiguous bfloat16, found " + std::string(dtype_name(dlogits.dtype())) +
+  if (dlogits.dtype() != DType::bf16 || !dlogits_rows(dlogits))  // NOTE [ dlogits rows on lines ]
+    fail(op, "dlogits must be bfloat16 rows of unit stride (contiguous or padded), found " +
+                 std::string(dtype_name(dlogits.dtype())) +
                  (dlogits.dtype() == DType::bf16 ? " with strides " + to_string(dlogits.strides()) : ""));
   const auto kernel = kernels(logits.device()).loss_with_gradient;
   if (!kernel) fail(op, "no kernel on " + logits.device().str() + " (ask has_loss_with_gradient first)");

@@ -44,7 +44,8 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, in
 }  // namespace reference
 
 // Where the device has the kernel (the CPU; see has_loss_with_gradient): the forward and, into dlogits
-// (N, V) contiguous bfloat16, the gradient (softmax - onehot) * dlosses of float32 or bfloat16
+// (N, V) bfloat16 (contiguous, or rows of unit stride further apart: dlogits_rows), the gradient
+// (softmax - onehot) * dlosses of float32 or bfloat16
 // logits (bfloat16 ones read as their float32 widening: NOTE [ bf16 logits ] in cross_entropy.cpp),
 // each row's exps made once (NOTE [ The loss and its gradient in one visit ] in
 // cross_entropy_cpu.cpp). The losses and lse are the forward's bit for bit; the gradient is softmax
@@ -54,9 +55,16 @@ bool has_loss_with_gradient(Device d);
 CrossEntropyResult cross_entropy_with_gradient(const Tensor& logits, const Tensor& targets, const Tensor& dlosses,
                                                const Tensor& dlogits, int64_t ignore_index = -100);
 
+// dlogits as loss_with_gradient takes it: contiguous, or (N, V) rows of unit stride at least V apart
+// (NOTE [ dlogits rows on lines ] in cross_entropy.cpp).
+inline bool dlogits_rows(const Tensor& d) {
+  return d.is_contiguous() || (d.dim() == 2 && d.strides()[1] == 1 && d.strides()[0] >= d.size(1));
+}
+
 // The kernels of one device, on contiguous float tensors of one dtype and contiguous targets whose
-// entries are classes or ignore_index (out-of-range ones never reach a kernel). The CPU's backward
-// also writes bfloat16 dlogits for float32 logits (cross_entropy_backward_into).
+// entries are classes or ignore_index (out-of-range ones never reach a kernel; loss_with_gradient's
+// dlogits as dlogits_rows says). The CPU's backward also writes bfloat16 dlogits for float32 logits
+// (cross_entropy_backward_into).
 struct CrossEntropyKernels {
   void (*forward)(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
                   const Tensor& lse);

@@ -103,7 +103,8 @@ void cross_entropy_rows_with_gradient(const Tensor& logits, const Tensor& target
   float* lp = losses.data<float>();
   float* sp = lse.data<float>();
   bfloat16* dp = dlogits.data<bfloat16>();
-  const int64_t ldd = dlogits.strides()[0];  // V, or more where the rows are padded (NOTE [ dlogits rows on lines ])
+  // V, or more where the rows are padded (NOTE [ dlogits rows on lines ] in cross_entropy.cpp)
+  const int64_t ldd = dlogits.is_contiguous() ? V : dlogits.strides()[0];
   // A row of bf16 logits is read from memory once, for its max, and again from the cache for its
   // exps, widened as they are read (exact: the values of a float32 row).
   auto row_pass = [&](const auto* rows, int64_t n, std::vector<float>& row) {
@@ -184,8 +185,7 @@ CrossEntropyKernels cross_entropy_cpu_kernels() {
     if (dlogits.dtype() != DType::bf16) throw std::logic_error(std::string(op) + ": bfloat16 dlogits only");
     for (const Tensor* t : {&logits, &targets, &dlosses, &losses, &lse})
       vec::require_contiguous(*t, op, "every tensor");
-    if (dlogits.dim() != 2 || dlogits.strides()[1] != 1 || dlogits.strides()[0] < dlogits.size(1))
-      throw std::logic_error(std::string(op) + ": dlogits must be rows of unit stride");
+    if (!dlogits_rows(dlogits)) throw std::logic_error(std::string(op) + ": dlogits must be rows of unit stride");
     cross_entropy_rows_with_gradient(logits, targets, ignore_index, dlosses, losses, lse, dlogits);
   };
   return k;

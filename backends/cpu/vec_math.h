@@ -97,7 +97,8 @@ inline constexpr bool kHasWideLanes = false;
 #endif
 
 // e^x = 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2) / 2; e^r by its Taylor series to degree 7
-// (truncation error below 6e-9). 2^n is applied in two halves so that n = 128 and subnormal results work.
+// (truncation error below 6e-9). 2^n is applied in two halves so that n = 128 and subnormal results work
+// (or, with AVX-512, by one vscalefps that rounds as they do: NOTE [ exp's 2^n in one instruction ]).
 // The clamps keep NaN (comparisons with NaN are false), and a NaN then flows through to the result.
 template <typename V>
 inline V exp_v(V x) {

@@ -2,8 +2,9 @@
 // fused_common.h for softmax and cross-entropy) where the build targets AVX-512: their 2^n applied by
 // vscalefps (NOTE [ exp's 2^n in one instruction ]) against the integer scaling it replaced, written
 // out again here, bit for bit at every width, over the whole range: subnormal results, overflow to
-// inf, infinities and NaN included (checked over all 2^32 inputs once, when it was written; sampled
-// here). Without AVX-512 the functions are those forms themselves.
+// inf and infinities included, a NaN wherever the reference gives one (its payload not compared).
+// Checked over all 2^32 inputs once, when it was written; sampled here. Without AVX-512 (or with
+// AVX-512F alone) the functions are those forms themselves.
 #include <gtest/gtest.h>
 
 #include <cmath>

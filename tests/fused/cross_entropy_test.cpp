@@ -303,9 +303,9 @@ TEST(CrossEntropyKernel, LossWithGradientIsTheTwoKernelsInOneVisit) {
   EXPECT_TRUE(testing::bitwise_equal(ops::contiguous(ops::narrow(padded, 1, 0, V)), got));
   EXPECT_TRUE(testing::bitwise_equal(ops::narrow(padded, 1, V, 29), ops::full({N, 29}, 7.0, DType::bf16, Device::cpu())));
   expect_error([&] { fused::cross_entropy_with_gradient(logits, targets, dl, ops::transpose(Tensor::empty({V, N}, DType::bf16), 0, 1)); },
-               "dlogits must be contiguous bfloat16, found bfloat16 with strides");
+               "dlogits must be bfloat16 rows of unit stride (contiguous or padded), found bfloat16 with strides");
   expect_error([&] { fused::cross_entropy_with_gradient(logits, targets, dl, Tensor::empty({N, V}, DType::f32)); },
-               "dlogits must be contiguous bfloat16, found float32");
+               "dlogits must be bfloat16 rows of unit stride (contiguous or padded), found float32");
   expect_error([&] { fused::cross_entropy_with_gradient(ops::to(logits, DType::f64), targets, dl, got); },
                "logits must be float32 or bfloat16, found float64");
 }
