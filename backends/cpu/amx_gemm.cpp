@@ -203,6 +203,14 @@ inline void multiply_block(int64_t kts, const bfloat16* panel, int64_t width, co
   _tile_stored(3, to + kTileRows * ld_to + kTileCols, s);
 }
 
+// A 64-byte line of C past the caches (no read of the line first) where it lies on a line, else an
+// ordinary store: the streamed results (FloatOut's, NOTE [ float32 results streamed to memory ];
+// RoundedOut's bf16 rows). Each task ends with an sfence, before the pool says it is done.
+inline void store_line(void* c, __m512i v) {
+  if (reinterpret_cast<uintptr_t>(c) % 64 == 0) _mm512_stream_si512(static_cast<__m512i*>(c), v);
+  else _mm512_storeu_si512(c, v);
+}
+
 // Where the tiles store a whole block of sums into C as they are: C and its leading dimension, or
 // no C where the sums need a pass of their own on the way.
 struct Direct {
@@ -240,14 +248,8 @@ struct FloatOut {
     if (stream && alpha == 1.0f && beta == 0.0f && cols == kPairCols) {  // whole rows, past the caches
       for (int64_t r = 0; r < rows; ++r) {
         float* c = C + (m0 + r) * ldc + n0;
-        const __m512 lo = _mm512_load_ps(stage + r * kPairCols), hi = _mm512_load_ps(stage + r * kPairCols + kTileCols);
-        if (reinterpret_cast<uintptr_t>(c) % 64 == 0) {
-          _mm512_stream_ps(c, lo);
-          _mm512_stream_ps(c + kTileCols, hi);
-        } else {
-          _mm512_storeu_ps(c, lo);
-          _mm512_storeu_ps(c + kTileCols, hi);
-        }
+        store_line(c, _mm512_load_si512(stage + r * kPairCols));
+        store_line(c + kTileCols, _mm512_load_si512(stage + r * kPairCols + kTileCols));
       }
       return;
     }
@@ -280,8 +282,7 @@ struct RoundedOut {
         const __m256i hi = fused::rounded16(load16(stage + r * kPairCols + kTileCols));
         bfloat16* c = C + (m0 + r) * ldc + n0;
         const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        if (reinterpret_cast<uintptr_t>(c) % 64 == 0) _mm512_stream_si512(reinterpret_cast<__m512i*>(c), v);
-        else _mm512_storeu_si512(c, v);
+        store_line(c, v);
       }
       return;
     }

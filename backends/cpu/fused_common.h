@@ -107,18 +107,12 @@ inline V exp_lanes(V x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  V y;
 #if defined(__AVX512F__) && defined(__AVX512VL__)
-  // NOTE [ exp's 2^n in one instruction ] (vec_math.h): for n in [-126, 127] one vscalefps rounds
-  // p 2^n as the product with 2^n's bits does.
-  if constexpr (sizeof(V) == 64) y = (V)_mm512_mask_scalef_ps((__m512)p, __mmask16(0xffff), (__m512)p, (__m512)n);
-  else if constexpr (sizeof(V) == 32) y = (V)_mm256_mask_scalef_ps((__m256)p, __mmask8(0xff), (__m256)p, (__m256)n);
-  else
+  V y = times_pow2(p, n);  // NOTE [ exp's 2^n in one instruction ] (vec_math.h)
+#else
+  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
+  V y = p * reinterpret_cast<V>(bits);  // same-size vector cast: reinterprets the bits
 #endif
-  {
-    const I bits = (__builtin_convertvector(n, I) + 127) << 23;
-    y = p * reinterpret_cast<V>(bits);  // same-size vector cast: reinterprets the bits
-  }
   y = x < -87.0f ? V{} : y;
   y = x > 88.0f ? V{} + INFINITY : y;
   return x != x ? x : y;

@@ -96,6 +96,20 @@ inline void store16(float* p, f32x16 v) { *reinterpret_cast<f32x16_unaligned*>(p
 inline constexpr bool kHasWideLanes = false;
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+// NOTE [ exp's 2^n in one instruction ]
+// p 2^n for an integer-valued n by one vscalefps: it multiplies by 2^n and rounds once, as the exps
+// below did with 2^n built from its exponent bits (exp_v's two exact halves: the first product is
+// exact, so the second is the one rounding; exp_lanes's one power for n in [-126, 127]): the same
+// bits, subnormal results and overflow to inf included, in one instruction where they take four to
+// nine. (The masked forms, all lanes: the unmasked ones trip GCC 12's bug 105593 warning.)
+template <typename V>
+inline V times_pow2(V p, V n) {
+  if constexpr (sizeof(V) == 64) return (V)_mm512_mask_scalef_ps((__m512)p, __mmask16(0xffff), (__m512)p, (__m512)n);
+  else return (V)_mm256_mask_scalef_ps((__m256)p, __mmask8(0xff), (__m256)p, (__m256)n);
+}
+#endif
+
 // e^x = 2^n * e^r with n = round(x / ln 2) and |r| <= ln(2) / 2; e^r by its Taylor series to degree 7
 // (truncation error below 6e-9). 2^n is applied in two halves so that n = 128 and subnormal results work
 // (or, with AVX-512, by one vscalefps that rounds as they do: NOTE [ exp's 2^n in one instruction ]).
@@ -120,12 +134,7 @@ inline V exp_v(V x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
 #if defined(__AVX512F__) && defined(__AVX512VL__)
-  // NOTE [ exp's 2^n in one instruction ]: vscalefps multiplies by 2^n and rounds once, as the two
-  // exact halves below do (the first product is exact, so the second is the one rounding): the same
-  // bits, subnormal results and overflow to inf included, in one instruction where they take nine.
-  // (The masked forms, all lanes: the unmasked ones trip GCC 12's bug 105593 warning.)
-  if constexpr (sizeof(V) == 64) return (V)_mm512_mask_scalef_ps((__m512)p, __mmask16(0xffff), (__m512)p, (__m512)n);
-  else if constexpr (sizeof(V) == 32) return (V)_mm256_mask_scalef_ps((__m256)p, __mmask8(0xff), (__m256)p, (__m256)n);
+  return times_pow2(p, n);  // NOTE [ exp's 2^n in one instruction ]
 #endif
   I ni = (I)t - (I)magic;
   I half = ni >> 1;
