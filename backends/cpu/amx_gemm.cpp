@@ -22,8 +22,9 @@
 //   beta 0), else through one of two 4 KB staging buffers (a block's sums go out while the next
 //   block multiplies) with alpha, beta C or the rounding to bf16.
 // K up to 2,048 is one chunk; deeper (weight gradients over 4,096 tokens, the classifier's input
-// gradient over 10,000 classes) it is cut into chunks of 512 whose float32 partial sums are stored
-// and loaded again exactly, so each C[i][j] is one sum over k in order, whatever the cut.
+// gradient over 10,000 classes) it is cut into chunks of 512 (256 for a weight gradient: NOTE [ A
+// weight gradient's chunks ]) whose float32 partial sums are stored and loaded again exactly, so
+// each C[i][j] is one sum over k in order, whatever the cut.
 // TDPBF16PS treats denormal inputs as zero and flushes denormal sums, as oneDNN's AMX kernels do.
 #include <mvgpt/backends/cpu/amx_gemm.h>
 
@@ -321,11 +322,26 @@ struct TransposedOut {
 constexpr int64_t kWholeDepth = 2048, kChunkDepth = 512;
 // The partial sums a thread keeps between K's chunks: a group of panels' rows of a column block, in L2.
 constexpr int64_t kPartialBytes = int64_t(512) << 10;
+// NOTE [ A weight gradient's chunks ]
+// A weight gradient (A transposed: dY^T over K = 4,096 tokens) takes chunks of 256 and groups of
+// panels whose partial sums fill 768 KB instead. A block then multiplies a 16 KB panel of A by a 16 KB
+// pair of B's column tiles, both in L1 (48 KB); at 512 the 32 KB panel and the 32 KB of B streaming
+// past it do not fit, and the tiles wait on L2 (one thread in a standalone loop on the 2-core AMX
+// Xeon: 6.1 ns a TDPBF16PS at 8 k tiles a block against 7.2 at 16, 5.0 and 6.0 without storing C).
+// The larger group (16 panels of N = 384 against 10) reads each chunk of B from beyond L2 fewer
+// times. In the bf16 step profile on that Xeon (family 6 model 167), alternated five times: the
+// MLP's two weight gradients 22.6 and 22.0 ms a step against 24.8 and 24.1, the classifier's 19.7
+// against 21.9, the q/k/v projection's 18.8 against 19.2. Groups of 512 KB at chunks of 256: the
+// MLP's 0.8 ms slower each; 1,200 KB (partial sums, panels and B's chunk near L2's 2 MB): the
+// classifier's 3 ms slower. Deeper products that are not weight gradients (the classifier's input
+// gradient, K = 10,000) lost 1 ms at 256 and keep 512; 3072^3 was 15-45% slower at 256.
+constexpr int64_t kTransposedChunkDepth = 256, kTransposedPartialBytes = int64_t(768) << 10;
 
 template <typename Out>
 void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
                   const bfloat16* B, int64_t ldb, const float* bias_n, const Out& out) {
-  const int64_t chunk = K <= kWholeDepth ? K : kChunkDepth, chunks = (K + chunk - 1) / chunk;
+  // NOTE [ A weight gradient's chunks ]
+  const int64_t chunk = K <= kWholeDepth ? K : ta ? kTransposedChunkDepth : kChunkDepth, chunks = (K + chunk - 1) / chunk;
   const int64_t width = round_up(chunk, kTileDepth), chunk_tiles = width / kTileDepth;
   const int64_t k_tiles = round_up(K, kTileDepth) / kTileDepth;  // of a packed column tile
   const int64_t pairs = round_up(N, kPairCols) / kPairCols, Np = pairs * kPairCols;
@@ -337,7 +353,8 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
   const int64_t block_cols = block_pairs * kPairCols;
   // With K in chunks, panels go in groups whose partial sums (a column block's) stay in L2 between
   // the chunks; whole, a thread's panels are one group (each column block of B read once).
-  const int64_t group = chunks > 1 ? std::max<int64_t>(1, kPartialBytes / (kPanelRows * block_cols * 4)) : panels;
+  const int64_t partial_bytes = ta ? kTransposedPartialBytes : kPartialBytes;
+  const int64_t group = chunks > 1 ? std::max<int64_t>(1, partial_bytes / (kPanelRows * block_cols * 4)) : panels;
   // The calling thread's, kept between products; the pool's tasks reach them through the pointers.
   // Isolated: while this thread waits for the pool it runs only this product's tasks, never another
   // product that would reuse the buffers.
