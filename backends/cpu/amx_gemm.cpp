@@ -326,8 +326,9 @@ constexpr int64_t kPartialBytes = int64_t(512) << 10;
 // A weight gradient (A transposed: dY^T over K = 4,096 tokens) takes chunks of 256 and groups of
 // panels whose partial sums fill 768 KB instead. A block then multiplies a 16 KB panel of A by a 16 KB
 // pair of B's column tiles, both in L1 (48 KB); at 512 the 32 KB panel and the 32 KB of B streaming
-// past it do not fit, and the tiles wait on L2 (one thread in a standalone loop on the 2-core AMX
-// Xeon: 6.1 ns a TDPBF16PS at 8 k tiles a block against 7.2 at 16, 5.0 and 6.0 without storing C).
+// past it do not fit, and the tiles wait on L2 (BM_AmxTileLoop, the tile loop alone on one thread of
+// the 2-core AMX Xeon: 6.7 ns a TDPBF16PS at 8 k tiles a block against 7.4 at 16, storing C; NOTE
+// [ The tile loop alone ] in bench/bench_amx_tiles.cpp).
 // The larger group (16 panels of N = 384 against 10) reads each chunk of B from beyond L2 fewer
 // times. In the bf16 step profile on that Xeon (family 6 model 167), alternated five times: the
 // MLP's two weight gradients 22.6 and 22.0 ms a step against 24.8 and 24.1, the classifier's 19.7
