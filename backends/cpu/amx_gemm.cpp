@@ -163,15 +163,32 @@ void pack_panels_transposed(const bfloat16* A, int64_t lda, int64_t M, int64_t p
   for (int64_t p = whole; p < p1; ++p) pack_panel(true, A, lda, M, p * kPanelRows, k0, depth, panels + (p - p0) * pitch, width);
 }
 
+// NOTE [ B read past the cache ]
+// A block reads its panel of A once a pair of B's column tiles, and each pair once a panel: the panel
+// should stay in L1 while B goes by. Where a chunk is more than 8 k tiles deep the two no longer fit
+// L1 together (48 KB: a 12-tile panel and pair are 24 KB each), and B's lines pushed the panel's out.
+// There B's tiles are read with TILELOADDT1, the hint that their lines are not wanted again soon, and
+// the panel keeps L1: BM_AmxTileLoop (the tile loop alone, NOTE [ The tile loop alone ] in
+// bench/bench_amx_tiles.cpp) 6.3 ns a TDPBF16PS at 16 k tiles against 7.4, 6.8 at 24 against 10.9,
+// level at 8. In the bf16 step profile on the 2-core AMX Xeon (family 6 model 167), alternated five
+// times: the step 366-390 ms (median 387) against 386-402 (396); the classifier's logits 18.6 ms
+// against 20.3 and its input gradient 17.4 against 19.3, the MLP's first layer 13.8 against 15.9 and
+// its input gradient 14.1 against 15.9, the 1,536-deep products 0.6-0.8 ms less each, the GELUs 1.8
+// ms more (both passes, which read what those products wrote). Read so in the weight gradients'
+// chunks of 8 k tiles too, B cost them 0.4 ms each.
+constexpr int64_t kStreamedBFrom = 9;  // k tiles in a chunk from which B is read past the cache
+
 // A 32 x 32 block: the four tiles start from zero, or from `from` (row-major, ld_from floats a row:
 // partial sums, or with ld_from 0 the bias, one row read for all), and sum 32 rows of A (`width`
-// bf16 apart, 64-byte aligned) times two column tiles of packed B over kts k tiles.
+// bf16 apart, 64-byte aligned) times two column tiles of packed B over kts k tiles, B read past the
+// cache where b_past_cache (NOTE [ B read past the cache ]).
 // meanwhile() runs once the block's tile instructions are issued, before its sums are stored (to
 // `to`, ld_to floats a row): the previous block's way out to C, which the core runs while the tiles
 // multiply.
 template <typename Meanwhile>
 inline void multiply_block(int64_t kts, const bfloat16* panel, int64_t width, const bfloat16* b0, const bfloat16* b1,
-                           const float* from, int64_t ld_from, float* to, int64_t ld_to, Meanwhile&& meanwhile) {
+                           bool b_past_cache, const float* from, int64_t ld_from, float* to, int64_t ld_to,
+                           Meanwhile&& meanwhile) {
   if (from) {
     const int64_t s = ld_from * int64_t(sizeof(float));
     _tile_loadd(0, from, s);
@@ -188,9 +205,11 @@ inline void multiply_block(int64_t kts, const bfloat16* panel, int64_t width, co
   const bfloat16* a1 = panel + kTileRows * width;
   for (int64_t kt = 0; kt < kts; ++kt) {
     _tile_loadd(4, panel + kt * kTileDepth, as);
-    _tile_loadd(6, b0 + kt * kTileElems, 64);
+    if (b_past_cache) _tile_stream_loadd(6, b0 + kt * kTileElems, 64);
+    else _tile_loadd(6, b0 + kt * kTileElems, 64);
     _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b1 + kt * kTileElems, 64);
+    if (b_past_cache) _tile_stream_loadd(7, b1 + kt * kTileElems, 64);
+    else _tile_loadd(7, b1 + kt * kTileElems, 64);
     _tile_dpbf16ps(1, 4, 7);
     _tile_loadd(5, a1 + kt * kTileDepth, as);
     _tile_dpbf16ps(2, 5, 6);
@@ -344,6 +363,7 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
   // NOTE [ A weight gradient's chunks ]
   const int64_t chunk = K <= kWholeDepth ? K : ta ? kTransposedChunkDepth : kChunkDepth, chunks = (K + chunk - 1) / chunk;
   const int64_t width = round_up(chunk, kTileDepth), chunk_tiles = width / kTileDepth;
+  const bool b_past_cache = chunk_tiles >= kStreamedBFrom;  // NOTE [ B read past the cache ]
   const int64_t k_tiles = round_up(K, kTileDepth) / kTileDepth;  // of a packed column tile
   const int64_t pairs = round_up(N, kPairCols) / kPairCols, Np = pairs * kPairCols;
   const int64_t panels = round_up(M, kPanelRows) / kPanelRows;
@@ -423,15 +443,15 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
                 const float* from = first ? (bias ? bias + n0 : nullptr) : sums;
                 const int64_t ld_from = first ? 0 : block_cols;
                 if (last && to.C && m0 + kPanelRows <= M && n0 + kPairCols <= N) {
-                  multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, to.C + m0 * to.ldc + n0, to.ldc,
-                                 [&] { flush(1 - which); });
+                  multiply_block(kts, a_rows, stride, b0, b1, b_past_cache, from, ld_from, to.C + m0 * to.ldc + n0,
+                                 to.ldc, [&] { flush(1 - which); });
                 } else if (last) {
-                  multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, stage[which], kPairCols,
+                  multiply_block(kts, a_rows, stride, b0, b1, b_past_cache, from, ld_from, stage[which], kPairCols,
                                  [&] { flush(1 - which); });
                   pending[which] = {m0, n0};
                   which = 1 - which;
                 } else {
-                  multiply_block(kts, a_rows, stride, b0, b1, from, ld_from, sums, block_cols, [] {});
+                  multiply_block(kts, a_rows, stride, b0, b1, b_past_cache, from, ld_from, sums, block_cols, [] {});
                 }
               }
             }
