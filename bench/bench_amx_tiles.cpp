@@ -3,7 +3,7 @@
 //
 // NOTE [ The tile loop alone ]
 // A 32 x 32 block of C sums in four tiles over `kts` k tiles: two A tiles (a 32-row panel, kts * 2 KB,
-// reused across the pairs) and two B tiles (a pair of column tiles, kts * 2 KB each, read once a
+// reused across the pairs) and two B tiles (a pair of column tiles, kts * 2 KB a pair, read once a
 // panel from a buffer of `pairs` of them) a k tile, four TDPBF16PS. C goes out per block: store:0
 // never (the tiles only sum), store:1 zeroed then stored (a whole K), store:2 loaded and stored again
 // from partial sums of `group` panels (K in chunks). stream:1 reads B with TILELOADDT1 (a hint that
@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 
 #include <mvgpt/backends/cpu/amx.h>
 
@@ -51,6 +52,7 @@ template <typename T>
 std::unique_ptr<T, Free> zeroed(size_t n) {
   const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
   std::memset(p, 0, bytes);
   return std::unique_ptr<T, Free>(static_cast<T*>(p));
 }
@@ -132,8 +134,8 @@ void BM_AmxTileLoop(benchmark::State& state) {
   const double tdps = double(group * pairs * kts * 4);
   state.counters["GFLOP/s"] =
       benchmark::Counter(tdps * 16 * 16 * 32 * 2 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["ns/TDP"] = benchmark::Counter(tdps, benchmark::Counter::kIsIterationInvariantRate |
-                                                          benchmark::Counter::kInvert);
+  state.counters["ns/TDP"] = benchmark::Counter(tdps * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                                 benchmark::Counter::kInvert);
 #else
   state.SkipWithError("skipped: this build has no AMX tiles");
 #endif

@@ -165,12 +165,12 @@ void pack_panels_transposed(const bfloat16* A, int64_t lda, int64_t M, int64_t p
 
 // NOTE [ B read past the cache ]
 // A block reads its panel of A once a pair of B's column tiles, and each pair once a panel: the panel
-// should stay in L1 while B goes by. Where a chunk is more than 8 k tiles deep the two no longer fit
-// L1 together (48 KB: a 12-tile panel and pair are 24 KB each), and B's lines pushed the panel's out.
-// There B's tiles are read with TILELOADDT1, the hint that their lines are not wanted again soon, and
-// the panel keeps L1: BM_AmxTileLoop (the tile loop alone, NOTE [ The tile loop alone ] in
+// should stay in L1 while B goes by. Deeper chunks crowd L1 (48 KB; a panel and a pair of 12 k tiles
+// are 24 KB each), and B's lines pushed the panel's out. So where a chunk is more than 8 k tiles deep
+// B's tiles are read with TILELOADDT1, the hint that their lines are not wanted again soon, and the
+// panel keeps L1: BM_AmxTileLoop (the tile loop alone, NOTE [ The tile loop alone ] in
 // bench/bench_amx_tiles.cpp) 6.3 ns a TDPBF16PS at 16 k tiles against 7.4, 6.8 at 24 against 10.9,
-// level at 8. In the bf16 step profile on the 2-core AMX Xeon (family 6 model 167), alternated five
+// level at 8 (9-11 were not measured). In the bf16 step profile on the 2-core AMX Xeon (family 6 model 167), alternated five
 // times: the step 366-390 ms (median 387) against 386-402 (396); the classifier's logits 18.6 ms
 // against 20.3 and its input gradient 17.4 against 19.3, the MLP's first layer 13.8 against 15.9 and
 // its input gradient 14.1 against 15.9, the 1,536-deep products 0.6-0.8 ms less each, the GELUs 1.8
@@ -334,12 +334,14 @@ struct TransposedOut {
 // partial sums kept in float32 between them (stored and loaded exactly: the same sums in the same
 // order as one chunk). Chunks of 384-512 ran the weight gradients (K = 4,096) at 1,700-1,840
 // GFLOP/s (hot, 2-core AMX Xeon) against 1,450-1,650 at 1,024 and 1,100-1,400 at 2,048, where a
-// panel of A no longer stays in L1. Yet K = 1,536 (the MLP's second layer) ran faster whole, 2,300
+// panel of A no longer stays in L1; they now take 256 (NOTE [ A weight gradient's chunks ]), and 512
+// serves the other deep products (the classifier's input gradient). Yet K = 1,536 (the MLP's second layer) ran faster whole, 2,300
 // against 2,070 in chunks of 512 (BM_Bf16Gemm 4096 x 1536 x 384): its partial sums would be a
 // fifth of its work, where the weight gradients' are a fifteenth (a 384 x 384 to 1,536 x 384 C over
 // 4,096 tokens).
 constexpr int64_t kWholeDepth = 2048, kChunkDepth = 512;
-// The partial sums a thread keeps between K's chunks: a group of panels' rows of a column block, in L2.
+// The partial sums a thread keeps between K's chunks: a group of panels' rows of a column block, in L2
+// (768 KB for a weight gradient: NOTE [ A weight gradient's chunks ]).
 constexpr int64_t kPartialBytes = int64_t(512) << 10;
 // NOTE [ A weight gradient's chunks ]
 // A weight gradient (A transposed: dY^T over K = 4,096 tokens) takes chunks of 256 and groups of
@@ -347,7 +349,10 @@ constexpr int64_t kPartialBytes = int64_t(512) << 10;
 // pair of B's column tiles, both in L1 (48 KB); at 512 the 32 KB panel and the 32 KB of B streaming
 // past it do not fit, and the tiles wait on L2 (BM_AmxTileLoop, the tile loop alone on one thread of
 // the 2-core AMX Xeon: 6.7 ns a TDPBF16PS at 8 k tiles a block against 7.4 at 16, storing C; NOTE
-// [ The tile loop alone ] in bench/bench_amx_tiles.cpp).
+// [ The tile loop alone ] in bench/bench_amx_tiles.cpp). With B read past the cache at 16 k tiles
+// (NOTE [ B read past the cache ]) chunks of 512 still lost in the step: the classifier's 1.0 ms,
+// the MLP's second layer's 0.3. "A transposed" is as the product runs: one run as C^T (NOTE [ A
+// weight gradient wider than tall ]) with both operands stored transposed takes 512.
 // The larger group (16 panels of N = 384 against 10) reads each chunk of B from beyond L2 fewer
 // times. In the bf16 step profile on that Xeon (family 6 model 167), alternated five times: the
 // MLP's two weight gradients 22.6 and 22.0 ms a step against 24.8 and 24.1, the classifier's 19.7
@@ -360,8 +365,8 @@ constexpr int64_t kTransposedChunkDepth = 256, kTransposedPartialBytes = int64_t
 template <typename Out>
 void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda,
                   const bfloat16* B, int64_t ldb, const float* bias_n, const Out& out) {
-  // NOTE [ A weight gradient's chunks ]
-  const int64_t chunk = K <= kWholeDepth ? K : ta ? kTransposedChunkDepth : kChunkDepth, chunks = (K + chunk - 1) / chunk;
+  const int64_t deep_chunk = ta ? kTransposedChunkDepth : kChunkDepth;  // NOTE [ A weight gradient's chunks ]
+  const int64_t chunk = K <= kWholeDepth ? K : deep_chunk, chunks = (K + chunk - 1) / chunk;
   const int64_t width = round_up(chunk, kTileDepth), chunk_tiles = width / kTileDepth;
   const bool b_past_cache = chunk_tiles >= kStreamedBFrom;  // NOTE [ B read past the cache ]
   const int64_t k_tiles = round_up(K, kTileDepth) / kTileDepth;  // of a packed column tile
@@ -469,8 +474,8 @@ void run_oriented(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
 // A weight gradient's A is dY^T: a panel is 32 of dY's columns, one 64-byte line of each of 4,096
 // rows (a row 768 B to 20 KB long), and cut a panel at a time, each line was fetched alone, far from
 // the last. With K in chunks the panels of a group (whose partial sums stay in L2) are cut together
-// for each chunk instead: 32 rows of dY at a time across all of them, each row's lines (640 B for a
-// group of ten) read one after another, where the prefetchers follow. In
+// for each chunk instead: 32 rows of dY at a time across all of them, each row's lines (1 KB for a
+// group of sixteen) read one after another, where the prefetchers follow. In
 // BM_Bf16WeightGradientCold/evict:256 on the 2-core AMX Xeon (alternated twice): 384 x 4,096 x 1,536
 // 4.2-4.8 ms against 5.1-5.5, the classifier's 10,000 x 4,096 x 384 21.4-24.1 against 23.9-25.9; in
 // the bf16 step profile the MLP's second layer's gradient 25.7 ms a step against 29.3-29.6. Software

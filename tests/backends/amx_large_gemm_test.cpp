@@ -91,6 +91,13 @@ const Case kCases[] = {
     // bias and beta C: the double loop checks a sample of rows.
     {2048, 1000, 2100, false, false, 1.0f, 0.25f, true, true},
     {2048, 1000, 2100, true, true, 1.0f, 0.0f, false},
+    // More column blocks of B than one: in chunks of 512 (B read past the cache, NOTE [ B read
+    // past the cache ]) and, A transposed with a bias (not run as C^T), in chunks of 256.
+    {64, 1400, 2100, false, false, 1.0f, 0.25f, true},
+    {64, 5200, 2100, true, false, 1.0f, 0.0f, true},
+    // Nine k tiles, whole: the first depth whose B is read past the cache; the last tile partial.
+    {256, 256, 288, false, true, 1.0f, 0.0f, false},
+    {700, 96, 260, true, false, 1.0f, 0.0f, false},
 };
 
 // The rows the double loop checks: all, or for a case past its budget the edges of panels, groups
