@@ -27,24 +27,12 @@
 #include <new>
 
 #include <mvgpt/backends/cpu/amx.h>
-
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
-#include <immintrin.h>
-#define MVGPT_BENCH_AMX 1
-#endif
+#include <mvgpt/backends/cpu/amx_tiles.h>  // MVGPT_AMX, the kernels' tile configuration
 
 namespace mvgpt {
 namespace {
 
-#ifdef MVGPT_BENCH_AMX
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+#ifdef MVGPT_AMX
 struct Free {
   void operator()(void* p) const { std::free(p); }
 };
@@ -112,7 +100,7 @@ void tile_loop(int64_t kts, int64_t pairs, int64_t store, int64_t group, const u
 #endif
 
 void BM_AmxTileLoop(benchmark::State& state) {
-#ifdef MVGPT_BENCH_AMX
+#ifdef MVGPT_AMX
   if (!cpu::amx::usable()) {
     state.SkipWithError("skipped: this CPU has no usable AMX tiles");
     return;
@@ -122,9 +110,7 @@ void BM_AmxTileLoop(benchmark::State& state) {
   auto A = zeroed<uint16_t>(size_t(group * 32 * kts * 32));
   auto B = zeroed<uint16_t>(size_t(pairs * 2 * kts * 512));
   auto C = zeroed<float>(size_t(group * 32 * pairs * 32));
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) config.colsb[t] = 64, config.rows[t] = 16;
-  _tile_loadconfig(&config);
+  cpu::amx::tiles::configure_tiles();
   for (auto _ : state) {
     if (stream) tile_loop<true>(kts, pairs, store, group, A.get(), B.get(), C.get());
     else tile_loop<false>(kts, pairs, store, group, A.get(), B.get(), C.get());
