@@ -170,12 +170,12 @@ void pack_panels_transposed(const bfloat16* A, int64_t lda, int64_t M, int64_t p
 // B's tiles are read with TILELOADDT1, the hint that their lines are not wanted again soon, and the
 // panel keeps L1: BM_AmxTileLoop (the tile loop alone, NOTE [ The tile loop alone ] in
 // bench/bench_amx_tiles.cpp) 6.3 ns a TDPBF16PS at 16 k tiles against 7.4, 6.8 at 24 against 10.9,
-// level at 8 (9-11 were not measured). In the bf16 step profile on the 2-core AMX Xeon (family 6 model 167), alternated five
-// times: the step 366-390 ms (median 387) against 386-402 (396); the classifier's logits 18.6 ms
-// against 20.3 and its input gradient 17.4 against 19.3, the MLP's first layer 13.8 against 15.9 and
-// its input gradient 14.1 against 15.9, the 1,536-deep products 0.6-0.8 ms less each, the GELUs 1.8
-// ms more (both passes, which read what those products wrote). Read so in the weight gradients'
-// chunks of 8 k tiles too, B cost them 0.4 ms each.
+// level at 8 (9-11 were not measured). In the bf16 step profile on the 2-core AMX Xeon (family 6
+// model 167), alternated five times: the step 366-390 ms (median 387) against 386-402 (396); the
+// classifier's logits 18.6 ms against 20.3 and its input gradient 17.4 against 19.3, the MLP's first
+// layer 13.8 against 15.9 and its second layer's input gradient 14.1 against 15.9, the 1,536-deep
+// products 0.6-0.8 ms less each, the GELUs 1.8 ms more (both passes, which read what those products
+// wrote). Read so in the weight gradients' chunks of 8 k tiles too, B cost them 0.4 ms each.
 constexpr int64_t kStreamedBFrom = 9;  // k tiles in a chunk from which B is read past the cache
 
 // A 32 x 32 block: the four tiles start from zero, or from `from` (row-major, ld_from floats a row:
@@ -335,10 +335,10 @@ struct TransposedOut {
 // order as one chunk). Chunks of 384-512 ran the weight gradients (K = 4,096) at 1,700-1,840
 // GFLOP/s (hot, 2-core AMX Xeon) against 1,450-1,650 at 1,024 and 1,100-1,400 at 2,048, where a
 // panel of A no longer stays in L1; they now take 256 (NOTE [ A weight gradient's chunks ]), and 512
-// serves the other deep products (the classifier's input gradient). Yet K = 1,536 (the MLP's second layer) ran faster whole, 2,300
-// against 2,070 in chunks of 512 (BM_Bf16Gemm 4096 x 1536 x 384): its partial sums would be a
-// fifth of its work, where the weight gradients' are a fifteenth (a 384 x 384 to 1,536 x 384 C over
-// 4,096 tokens).
+// serves the other deep products (the classifier's input gradient). Yet K = 1,536 (the MLP's second
+// layer) ran faster whole, 2,300 against 2,070 in chunks of 512 (BM_Bf16Gemm 4096 x 1536 x 384): its
+// partial sums would be a fifth of its work, where the weight gradients' are a fifteenth (a 384 x 384
+// to 1,536 x 384 C over 4,096 tokens).
 constexpr int64_t kWholeDepth = 2048, kChunkDepth = 512;
 // The partial sums a thread keeps between K's chunks: a group of panels' rows of a column block, in L2
 // (768 KB for a weight gradient: NOTE [ A weight gradient's chunks ]).
