@@ -95,7 +95,8 @@ const Case kCases[] = {
     // past the cache ]) and, A transposed with a bias (not run as C^T), in chunks of 256.
     {64, 1400, 2100, false, false, 1.0f, 0.25f, true},
     {64, 5200, 2100, true, false, 1.0f, 0.0f, true},
-    // Nine k tiles, whole: the first depth whose B is read past the cache; the last tile partial.
+    // Nine k tiles, whole: the first depth whose B is read past the cache (288: whole tiles; 260, A
+    // transposed: the last tile partial).
     {256, 256, 288, false, true, 1.0f, 0.0f, false},
     {700, 96, 260, true, false, 1.0f, 0.0f, false},
 };
