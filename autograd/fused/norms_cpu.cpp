@@ -52,10 +52,14 @@ int64_t rows_ahead_bytes(int64_t C) {
 // The row's mean and 1 / sqrt(variance + eps); two passes (the mean, then the centred sum of squares)
 // avoid the cancellation of E[x^2] - E[x]^2.
 template <typename T>
-[[gnu::noinline]] void row_moments(const T* xr, int64_t C, T eps, T& mu, T& rs) {
-  mu = vec::row_sum(xr, C) / T(C);
+struct Moments {
+  T mu, rs;
+};
+template <typename T>
+[[gnu::noinline]] Moments<T> row_moments(const T* xr, int64_t C, T eps) {
+  const T mu = vec::row_sum(xr, C) / T(C);
   const T var = vec::row_sq_centred(xr, mu, C) / T(C);
-  rs = T(1) / std::sqrt(var + eps);
+  return {mu, T(1) / std::sqrt(var + eps)};
 }
 
 // yr = (xr - mu) * rs * w + b, w and b each optional.
@@ -114,8 +118,7 @@ void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, 
       else yr = yp + r * C;
       cpu::prefetch_lines(xr, ahead, row_bytes);
       cpu::prefetch_lines(yp + r * C, rows_ahead_bytes<Y>(C), C * int64_t(sizeof(Y)), /*for_write=*/true);
-      T mu, rs;
-      row_moments(xr, C, T(eps), mu, rs);
+      const auto [mu, rs] = row_moments(xr, C, T(eps));
       mp[r] = mu;
       rp[r] = rs;
 #ifdef __AVX512F__
