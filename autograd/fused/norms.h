@@ -19,10 +19,10 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // product wrote the norm's gradient in float32 for the norm to read. layer_norm_for_product gives
 // the norm's output as the product multiplies it, bfloat16, written once (the CPU's kernel rounds
 // each row as it makes it), and takes its gradient in bfloat16, as autocast's cast hands the
-// norm's backward a gradient its linear made in bfloat16. The forward's values are those of
-// to(layer_norm(x), bf16) bit for bit; the backward's those of layer_norm's backward on the
-// bfloat16 gradient widened (on every CPU: the CPU kernels share each row's arithmetic, compiled
-// once, norms_cpu.cpp). linear, matmul and the fused MLP and classifier multiply a bfloat16
+// norm's backward a gradient its linear made in bfloat16. On every CPU (the CPU kernels share each
+// row's arithmetic, compiled once without FMA contraction: norms_cpu.cpp) the forward's values are
+// those of to(layer_norm(x), bf16) bit for bit, and the backward's those of layer_norm's backward
+// on the bfloat16 gradient widened. linear, matmul and the fused MLP and classifier multiply a bfloat16
 // activation against float32 weights under the policy and hand it a bfloat16 gradient
 // (NOTE [ Precision policy ] in autograd/precision.h). Elsewhere (float32 products, float64, no
 // float32 x, devices other than the CPU, whose products would narrow the gradient in a pass of its

@@ -43,11 +43,12 @@ int64_t rows_ahead_bytes(int64_t C) {
   return row * std::max<int64_t>(1, (4096 + row - 1) / std::max<int64_t>(row, 1));
 }
 
-// One row's pieces of arithmetic, each compiled once and called by every kernel that needs it: the
-// float32 kernels and their variants for products (a rounded y, a bfloat16 dy) then give the same
-// bits on every CPU. Inlined into each variant, the copies were contracted into FMAs and vectorised
-// differently (on Zen 4 the rounded variant's rstd differed from the float32 kernel's in the last
-// bit for rows of 21), which NOTE [ Norms made for products ] promises never happens.
+// One row's pieces of arithmetic, each compiled once (noipa: neither inlined nor cloned) and called
+// by every kernel that needs it, and this file is compiled without FMA contraction (CMakeLists.txt):
+// the float32 kernels and their variants for products (a rounded y, a bfloat16 dy) then give the
+// same bits on every CPU, as NOTE [ Norms made for products ] promises. Inlined into each variant,
+// the copies were contracted and vectorised differently on the 2-core AMD EPYC Zen 4 (the rounded
+// variant's rstd one float32 ulp from the float32 kernel's for rows of 21).
 
 // The row's mean and 1 / sqrt(variance + eps); two passes (the mean, then the centred sum of squares)
 // avoid the cancellation of E[x^2] - E[x]^2.
@@ -56,7 +57,7 @@ struct Moments {
   T mu, rs;
 };
 template <typename T>
-[[gnu::noinline]] Moments<T> row_moments(const T* xr, int64_t C, T eps) {
+[[gnu::noipa]] Moments<T> row_moments(const T* xr, int64_t C, T eps) {
   const T mu = vec::row_sum(xr, C) / T(C);
   const T var = vec::row_sq_centred(xr, mu, C) / T(C);
   return {mu, T(1) / std::sqrt(var + eps)};
@@ -64,7 +65,7 @@ template <typename T>
 
 // yr = (xr - mu) * rs * w + b, w and b each optional.
 template <typename T>
-[[gnu::noinline]] void affine_row(const T* xr, T mu, T rs, const T* wp, const T* bp, int64_t C, T* yr) {
+[[gnu::noipa]] void affine_row(const T* xr, T mu, T rs, const T* wp, const T* bp, int64_t C, T* yr) {
   if (wp && bp)
     for (int64_t i = 0; i < C; ++i) yr[i] = (xr[i] - mu) * rs * wp[i] + bp[i];
   else if (wp)
@@ -78,7 +79,7 @@ template <typename T>
 // One row of the backward (the formula above layer_norm_rows_backward): dw and db (each optional)
 // accumulate the row's terms, dxr (optional) gets its input gradient; g is C of scratch.
 template <typename T>
-[[gnu::noinline]] void layer_norm_row_backward(const T* dyr, const T* xr, const T* wp, T mu, T rs, int64_t C, T* g,
+[[gnu::noipa]] void layer_norm_row_backward(const T* dyr, const T* xr, const T* wp, T mu, T rs, int64_t C, T* g,
                                                T* dw, T* db, T* dxr) {
   if (dw)
     for (int64_t i = 0; i < C; ++i) dw[i] += dyr[i] * (xr[i] - mu) * rs;
@@ -123,8 +124,8 @@ void layer_norm_rows(const Tensor& x, const Tensor& weight, const Tensor& bias, 
       rp[r] = rs;
 #ifdef __AVX512F__
       if constexpr (rounded) {
-        // The affine rows sixteen at a time, rounded as stored: the expression of the loop below
-        // (the tests compare the bits with the float32 kernel's rows rounded).
+        // The affine rows sixteen at a time, rounded as stored: affine_row's expression, uncontracted
+        // as it is (the tests compare the bits with the float32 kernel's rows rounded).
         if (wp && bp && C % 16 == 0) {
           const cpu::f32x16 muv = cpu::splat_as<cpu::f32x16>(mu), rsv = cpu::splat_as<cpu::f32x16>(rs);
           for (int64_t i = 0; i < C; i += 16)

@@ -66,14 +66,17 @@ constexpr int64_t kBf16BlocksPerThread = 1;
 // 70-76 (alternated three times). Cut along N, M 4096 K 1536 N 384 (192-column blocks) lost, 401-418
 // against 415-437, and products whose B is a transposed weight (the forward's) gained nothing; both
 // keep the cut along M. Where blocks are made dense (by default with AMX) the rule is off: there
-// every such block goes to brgemm. A product written in bfloat16 (gemm_rounded) is cut along M
-// whatever its shape, where A's rows allow it: its blocks (A's rows, all of B, C's rows) are dense
-// and go to brgemm, which rounds in its output pass. On the same Zen 4 (step profile, alternated
-// seven times) the MLP's second layer's input gradient (M 4096 K 384 N 1536) took 69-70 ms a step
-// against 75 on gemm:jit cut along N, and the classifier's logits (1,024-row chunks, N 10,000, B a
-// transposed weight) 77 against 79-81 cut along N. Each output is still one call's sum over the whole K, so
-// a cut can differ from the other only in the order oneDNN adds the exact products (a 6-step bf16
-// training run wrote the same weights with either).
+// every such block goes to brgemm. A product written in bfloat16 (gemm_rounded) with A not
+// transposed is cut along M whatever N is, wherever every block gets at least kAlign rows (else along
+// N; with A transposed, along the longer side): its blocks (A's rows, all of B, C's rows) are then
+// dense where the operands are, and go to brgemm, which rounds in its output pass. On the same Zen
+// 4 (step profile, alternated seven times) the MLP's second layer's input gradient (M 4096 K 384 N
+// 1536) took 69-70 ms a step against 75 on gemm:jit cut along N, and the classifier's logits
+// (1,024-row chunks, N 10,000, B a transposed weight, cut along N as the longer side) 77 against
+// 79-81. Only the model's shapes were measured: a product of few rows and a wide N copies all of B
+// for each block. Each output is still one call's sum over the whole K, so a cut can differ from
+// the other only in the order oneDNN adds the exact products (a 6-step bf16 training run wrote the
+// same weights with either).
 constexpr int64_t kBf16CutNFrom = 1024;
 // NOTE [ float32 products through oneDNN ]
 // Where oneDNN has its float32 brgemm kernels (CPUs with AVX-512), a float32 product's blocks go to
@@ -497,10 +500,10 @@ void gemm_bias(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A
 // memory is cold (BM_Bf16GemmCold, 4096 x 384 x 1536: 2.1 ms with its 25 MB float32 output in the
 // cache, 3.8-3.9 ms without). Cut over the pool along M where A's rows allow it (NOTE [ Cutting a
 // bf16 product ]), each block one oneDNN call, its operands where they lie; one-row and one-column
-// products, empty sums and CPUs without bf16 kernels compute the float32 product and round it: the same values up to the order of the sums, except
-// that oneDNN's rounding (VCVTNEPS2BF16) makes a denormal result 0 where ours keeps it, so only a
-// caller that names a bf16 result gets this road (ops::matmul and ops::linear's default narrows a
-// float32 product).
+// products, empty sums and CPUs without bf16 kernels compute the float32 product and round it: the
+// same values up to the order of the sums, except that oneDNN's rounding (VCVTNEPS2BF16) makes a
+// denormal result 0 where ours keeps it, so only a caller that names a bf16 result gets this road
+// (ops::matmul and ops::linear's default narrows a float32 product).
 void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloat16* A, int64_t lda, const bfloat16* B,
                   int64_t ldb, const float* bias, bfloat16* C, int64_t ldc, bool parallel) {
   if (M <= 0 || N <= 0) return;
