@@ -80,7 +80,7 @@ template <typename T>
 // accumulate the row's terms, dxr (optional) gets its input gradient; g is C of scratch.
 template <typename T>
 [[gnu::noipa]] void layer_norm_row_backward(const T* dyr, const T* xr, const T* wp, T mu, T rs, int64_t C, T* g,
-                                               T* dw, T* db, T* dxr) {
+                                            T* dw, T* db, T* dxr) {
   if (dw)
     for (int64_t i = 0; i < C; ++i) dw[i] += dyr[i] * (xr[i] - mu) * rs;
   if (db)
