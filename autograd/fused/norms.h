@@ -22,8 +22,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 // norm's backward a gradient its linear made in bfloat16. On every CPU (the CPU kernels share each
 // row's arithmetic, compiled once without FMA contraction: norms_cpu.cpp) the forward's values are
 // those of to(layer_norm(x), bf16) bit for bit, and the backward's those of layer_norm's backward
-// on the bfloat16 gradient widened. linear, matmul and the fused MLP and classifier multiply a bfloat16
-// activation against float32 weights under the policy and hand it a bfloat16 gradient
+// on the bfloat16 gradient widened. linear, matmul and the fused MLP and classifier multiply a
+// bfloat16 activation against float32 weights under the policy and hand it a bfloat16 gradient
 // (NOTE [ Precision policy ] in autograd/precision.h). Elsewhere (float32 products, float64, no
 // float32 x, devices other than the CPU, whose products would narrow the gradient in a pass of its
 // own for the norm to widen again) it is layer_norm. The GPT's blocks use it for ln_1 and ln_2

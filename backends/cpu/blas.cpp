@@ -514,8 +514,9 @@ void gemm_rounded(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bfloa
     }
     const bool large = parallel && M * N * K >= kMinParallelGemm;
     const int64_t blocks = large ? threads() * kBf16BlocksPerThread : 1;
-    // Along M wherever A's rows can be cut (NOTE [ Cutting a bf16 product ]: a bf16 result).
-    const bool cut_m = ta ? cut_along_m(true, ta, tb, M, N, false, blocks) : cut_m_for_dense_blocks(M, blocks);
+    // A bf16 result is cut as dense blocks are wherever A is not transposed (NOTE [ Cutting a bf16
+    // product ]): along M where every block gets rows.
+    const bool cut_m = cut_along_m(true, ta, tb, M, N, /*dense=*/!ta, blocks);
     if (parallel) profile::note_kernel([&] {
       const int64_t m = cut_m ? block_step(M, blocks) : M, n = cut_m ? N : block_step(N, blocks);
       return bf16::implementation_rounded(ta, tb, m, n, K, lda, ldb, ldc, bias != nullptr) + ", bf16 result";
