@@ -163,45 +163,55 @@ struct RotaryInputs {
 };
 
 // The model's attention forward: rotary, q, k and v split out of one packed projection, bf16
-// products keeping their rounded operands for the backward (keep:1, as training does: NOTE [ Kept
-// bf16 operands ]) or not (keep:0, as inference does).
+// products keeping their rounded operands for the backward (keep:1: NOTE [ Kept bf16 operands ]),
+// and the probabilities too (keep:2, as training does: NOTE [ Kept probabilities ]), or nothing
+// (keep:0, as inference does).
 void BM_RotaryAttentionForward(benchmark::State& state) {
   const RotaryInputs in;
   const int64_t B = in.B, H = in.H, T = in.T, D = in.D;
   Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   std::vector<Tensor> keep;
-  for (int i = 0; i < 3; ++i) keep.push_back(Tensor::empty({B, H, T, D}, DType::bf16));
-  const bool kept = state.range(0) != 0;
+  for (int i = 0; i < int(state.range(0)) + 2 && state.range(0) > 0; ++i)
+    keep.push_back(Tensor::empty(i < 3 ? Shape{B, H, T, D} : Shape{B, H, T, T}, DType::bf16));
   for (auto _ : state)
     attention_cpu().forward_rotary(in.q, in.k, in.v, in.scale, true, true, in.table, RopeLayout::split_half, out, lse,
-                                   kept ? &keep : nullptr);
+                                   keep.empty() ? nullptr : &keep);
 }
-BENCHMARK(BM_RotaryAttentionForward)->Arg(0)->Arg(1)->ArgName("keep")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_RotaryAttentionForward)->DenseRange(0, 2)->ArgName("keep")->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The rotary kernels' backward as the series' model runs it (16 x 256, 6 heads of 64; bf16:1 bf16
 // products, bf16:0 float32): q, k and v heads of one packed (B, T, 3H, D) projection; dq, dk and dv
 // contiguous (packed:0, as rotary_attention makes them) or the blocks of a packed gradient
-// (packed:1, rotary_attention_packed).
+// (packed:1, rotary_attention_packed). kept:1 reads the bf16 operands the forward kept (NOTE [ Kept
+// bf16 operands ]), kept:2 the probabilities too (NOTE [ Kept probabilities ]): as training runs it.
 void BM_RotaryAttentionBackward(benchmark::State& state) {
   const RotaryInputs in;
-  Tensor out = Tensor::empty(in.q.shape(), DType::f32), lse = Tensor::empty({in.B, in.H, in.T}, DType::f32);
+  const int64_t B = in.B, H = in.H, T = in.T, D = in.D;
+  Tensor out = Tensor::empty(in.q.shape(), DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   const bool packed = state.range(0) != 0, bf16 = state.range(1) != 0;
+  const int64_t kept = state.range(2);
+  std::vector<Tensor> keep;
+  for (int i = 0; i < (kept == 0 ? 0 : kept == 1 ? 3 : 4); ++i)
+    keep.push_back(Tensor::empty(i < 3 ? Shape{B, H, T, D} : Shape{B, H, T, T}, DType::bf16));
   attention_cpu().forward_rotary(in.q, in.k, in.v, in.scale, true, bf16, in.table, RopeLayout::split_half, out, lse,
-                                 nullptr);
+                                 kept ? &keep : nullptr);
   const Tensor dout = filled(out.shape(), DType::f32, -1, 1, 4);
   const Tensor dqkv = Tensor::empty(in.qkv.shape(), DType::f32);
   const Tensor dq = packed ? in.heads(dqkv, 0) : Tensor::empty(in.q.shape(), DType::f32);
   const Tensor dk = packed ? in.heads(dqkv, 1) : Tensor::empty(in.k.shape(), DType::f32);
   const Tensor dv = packed ? in.heads(dqkv, 2) : Tensor::empty(in.v.shape(), DType::f32);
+  const Tensor &q = kept ? keep[0] : in.q, &k = kept ? keep[1] : in.k, &v = kept ? keep[2] : in.v;
   for (auto _ : state)
-    attention_cpu().backward_rotary(dout, in.q, in.k, in.v, out, lse, in.scale, true, bf16, in.table, in.inverse,
-                                    RopeLayout::split_half, dq, dk, dv);
+    attention_cpu().backward_rotary(dout, q, k, v, out, lse, in.scale, true, bf16, in.table, in.inverse,
+                                    RopeLayout::split_half, dq, dk, dv, kept == 2 ? &keep[3] : nullptr);
 }
 BENCHMARK(BM_RotaryAttentionBackward)
-    ->Args({0, 1})
-    ->Args({1, 1})
-    ->Args({1, 0})
-    ->ArgNames({"packed", "bf16"})
+    ->Args({0, 1, 0})
+    ->Args({1, 1, 0})
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 1})
+    ->Args({1, 1, 2})
+    ->ArgNames({"packed", "bf16", "kept"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

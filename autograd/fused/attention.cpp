@@ -183,7 +183,9 @@ struct RotaryForward {
   std::shared_ptr<const fused::RopeTable> table, inverse;  // inverse: only when a gradient is wanted
   bool bf16 = false;                                       // bf16 products (the policy of linear and matmul)
   // For a gradient under bf16 products with as many kv heads as heads: q, k and v as the kernels
-  // rounded them (bfloat16, q and k rotated), for the backward in place of the float32 ones.
+  // rounded them (bfloat16, q and k rotated), for the backward in place of the float32 ones; and,
+  // where they are no larger than twice those, the probabilities (NOTE [ Kept probabilities ] in
+  // attention_cpu.cpp).
   std::vector<Tensor> kept;
 };
 // token_major: out is the (B, H, T, D) view of a (B, T, H, D) tensor, so that the model's transpose
@@ -199,8 +201,10 @@ RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, c
   r.out = token_major ? ops::transpose(Tensor::empty({s.B, s.Tq, s.H, s.D}, DType::f32, q.device()), 1, 2)
                       : Tensor::empty(q.shape(), DType::f32, q.device());
   r.lse = Tensor::empty({s.B, s.H, s.Tq}, DType::f32, q.device());
-  if (grad && r.bf16 && s.H == s.Hkv)
+  if (grad && r.bf16 && s.H == s.Hkv) {
     for (const Tensor* t : {&q, &k, &v}) r.kept.push_back(Tensor::empty(t->shape(), DType::bf16, q.device()));
+    if (s.Tk <= 6 * s.D) r.kept.push_back(Tensor::empty({s.B, s.H, s.Tq, s.Tk}, DType::bf16, q.device()));
+  }
   {
     const profile::Span span("attention");
     fused::kernels(q.device())
@@ -215,7 +219,7 @@ RotaryForward rotary_forward(const char* op, const Tensor& q, const Tensor& k, c
 void rotary_backward(const char* op, const Tensor& g, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& out, const Tensor& lse, bool bf16, const fused::RopeTable& table,
                      const fused::RopeTable& inverse, RopeLayout layout, double scale, bool causal, const Tensor& dq,
-                     const Tensor& dk, const Tensor& dv) {
+                     const Tensor& dk, const Tensor& dv, const Tensor* probabilities) {
   fused::check_grad_like(op, g, q, "grad");
   const profile::Span span("attention backward");
   // q, k and v: the float32 inputs, or the forward's kept bf16 operands, which go as they are.
@@ -223,7 +227,7 @@ void rotary_backward(const char* op, const Tensor& g, const Tensor& q, const Ten
   fused::kernels(q.device())
       .backward_rotary(fused::prepared_heads(g, DType::f32), operand(q), operand(k), operand(v),
                        fused::prepared_heads(out, DType::f32), ops::contiguous(lse), scale, causal, bf16, table,
-                       inverse, layout, dq, dk, dv);
+                       inverse, layout, dq, dk, dv, probabilities);
 }
 
 // q, k and v (B, heads, T, D) as views of the packed qkv (B, T, H + 2 Hkv, D).
@@ -246,18 +250,21 @@ Tensor rotary_attention(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (!grad) return f.out;
   Tensor saved_out = f.out;
   const bool kept = !f.kept.empty();
+  std::vector<SavedTensor> probabilities;  // the kept probabilities, where there are
+  if (f.kept.size() > 3) probabilities.emplace_back(f.kept[3]);
   return record(op, std::move(f.out), {edge_to(q), edge_to(k), edge_to(v)},
                 [sq = SavedTensor(kept ? f.kept[0] : q), sk = SavedTensor(kept ? f.kept[1] : k),
-                 sv = SavedTensor(kept ? f.kept[2] : v), so = SavedTensor(saved_out),
+                 sv = SavedTensor(kept ? f.kept[2] : v), sp = std::move(probabilities), so = SavedTensor(saved_out),
                  sl = SavedTensor(f.lse), table = f.table, inverse = f.inverse, bf16 = f.bf16, layout, scale,
                  causal](const Tensor& g) -> Grads {
                   const char* op = "rotary_attention";
                   const Tensor q = sq.unpack(op), k = sk.unpack(op), v = sv.unpack(op);
+                  const Tensor p = sp.empty() ? Tensor() : sp[0].unpack(op);
                   Tensor dq = Tensor::empty(q.shape(), DType::f32, q.device());
                   Tensor dk = Tensor::empty(k.shape(), DType::f32, q.device());
                   Tensor dv = Tensor::empty(v.shape(), DType::f32, q.device());
                   rotary_backward(op, g, q, k, v, so.unpack(op), sl.unpack(op), bf16, *table, *inverse, layout, scale,
-                                  causal, dq, dk, dv);
+                                  causal, dq, dk, dv, sp.empty() ? nullptr : &p);
                   return {dq, dk, dv};
                 });
 }
@@ -302,7 +309,7 @@ Tensor rotary_attention_packed(const Tensor& qkv, int64_t n_head, int64_t n_kv_h
                   Tensor dqkv = Tensor::empty(shape, DType::f32, in[0].device());
                   const std::vector<Tensor> d = packed_views(dqkv, n_head, n_kv_head);
                   rotary_backward(op, g, in[0], in[1], in[2], so.unpack(op), sl.unpack(op), bf16, *table, *inverse,
-                                  layout, scale, causal, d[0], d[1], d[2]);
+                                  layout, scale, causal, d[0], d[1], d[2], in.size() > 3 ? &in[3] : nullptr);
                   return {dqkv};
                 });
 }

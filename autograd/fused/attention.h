@@ -3,6 +3,8 @@
 // fused op is one unit ] in unit.h): only the log-sum-exp is saved, and the backward recomputes the
 // probabilities from it. The CPU kernels and the CUDA per-row kernels never hold the (Tq, Tk) scores;
 // the CUDA batched route holds them a slice at a time (NOTE [ Attention through batched products ]).
+// The one exception: rotary_attention under bf16 products on the CPU keeps the bf16 probabilities
+// where they are small (T <= 6 D) and the backward multiplies those (NOTE [ Kept probabilities ]).
 #include <vector>
 
 #include <mvgpt/fused/rope.h>  // RopeTable, RopeLayout
@@ -83,14 +85,17 @@ struct AttentionKernels {
   // keep (bf16 products, H == Hkv; may be null): contiguous bfloat16 (B, H, T, D) tensors the forward
   // writes its rounded operands into, q and k rotated, q unscaled (NOTE [ Kept bf16 operands ] in
   // attention_cpu.cpp). Handed to backward_rotary as its q, k and v (bfloat16), they are read as they
-  // lie: no rotation or rounding again, and the float32 projection need not be kept.
+  // lie: no rotation or rounding again, and the float32 projection need not be kept. A fourth,
+  // contiguous bfloat16 (B, H, T, T), takes the probabilities the forward multiplied V by; handed to
+  // backward_rotary as its probabilities, the backward multiplies them where it would recompute them
+  // (NOTE [ Kept probabilities ]). probabilities may be null.
   void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                          bool bf16_products, const RopeTable& table, RopeLayout layout, const Tensor& out,
                          const Tensor& lse, const std::vector<Tensor>* keep) = nullptr;
   void (*backward_rotary)(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, double scale, bool causal, bool bf16_products, const RopeTable& table,
                           const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,
-                          const Tensor& dv) = nullptr;
+                          const Tensor& dv, const Tensor* probabilities) = nullptr;
 };
 AttentionKernels attention_cpu_kernels();   // attention_cpu.cpp
 AttentionKernels attention_cuda_kernels();  // attention.cu (only with the CUDA backend)

@@ -49,6 +49,21 @@
 // step. In the bf16 step profile on the 2-core AMX Xeon the backward's attention took 42 ms a step
 // against 46.8, the forward's 28.5 against 26-28.5 (it writes the kept rows).
 //
+// NOTE [ Kept probabilities ]
+// The forward's bf16 probabilities (the rounded P it multiplied V by) may be kept too, in a fourth
+// (B, H, T, T) bfloat16 tensor: each block writes its query rows' first `width` keys, zeros past a
+// row's visible keys (without tiles the product reads them there; on tiles they are copied from the
+// padded rows it reads). The backward then multiplies those where it would recompute them: no S =
+// q K^T product and no exp pass, and dS = P (dP - Di) takes the kept P widened. That is autocast's
+// arithmetic (the bf16 softmax output is what a PyTorch bf16 backward saves and multiplies) and the
+// gradient of what the forward computed: its out is P_bf16 V, so Di = rowsum(dO * out) is
+// rowsum(P_bf16 * dP), and dS's rows sum to zero over the P that was used, not over a float32 P that
+// the forward never multiplied. rotary_attention keeps them where they are no larger than twice the
+// kept q, k and v (T <= 6 D: 12.6 MB a layer for the series' model; longer contexts recompute, as
+// FlashAttention does). BM_RotaryAttentionBackward on the 2-core AMD EPYC Zen 4 (AVX512-BF16), three
+// repetitions: kept:2 8.6 ms a layer against 10.5 for kept:1; the forward 5.28 against 5.19 (keep:2
+// against keep:1).
+//
 // NOTE [ Rotary attention in float32 ]
 // Float32 products take the same road (attention_rows_dense<float>): q and k are rotated into dense
 // float32 rows where the bf16 kernels round them, v, dout, P and dS are multiplied where they lie (no
@@ -299,12 +314,14 @@ void exp_rows_rounded(float* p, int64_t n, int64_t width, float shift, bfloat16*
 // dS = P (dP - Di) rounded to bfloat16, in one pass with AVX-512 where the float32 values are not
 // stored (the values of the loop then round_to_bf16); the lanes past the last sixteen (all of them
 // without AVX-512) are made in dp first.
-void ds_rounded(const float* p, float* dp, float di, int64_t width, bfloat16* out) {
+// P: the float32 probabilities, or the forward's kept bf16 ones, widened (NOTE [ Kept probabilities ]).
+template <typename P>
+void ds_rounded(const P* p, float* dp, float di, int64_t width, bfloat16* out) {
   int64_t j = 0;
 #ifdef __AVX512F__
-  for (; j + 16 <= width; j += 16) vec::store16_rounded(out + j, vec::load16(p + j) * (vec::load16(dp + j) - di));
+  for (; j + 16 <= width; j += 16) vec::store16_rounded(out + j, vec::as_float16(p + j) * (vec::load16(dp + j) - di));
 #endif
-  for (int64_t i = j; i < width; ++i) dp[i] = p[i] * (dp[i] - di);
+  for (int64_t i = j; i < width; ++i) dp[i] = float(p[i]) * (dp[i] - di);
   vec::round_to_bf16(dp + j, width - j, out + j);
 }
 
@@ -696,6 +713,9 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
   bfloat16* kept_q = keep ? (*keep)[0].data<bfloat16>() : nullptr;
   bfloat16* kept_k = keep ? (*keep)[1].data<bfloat16>() : nullptr;
   bfloat16* kept_v = keep ? (*keep)[2].data<bfloat16>() : nullptr;
+  // The probabilities too, where a fourth tensor (B, H, T, T) is given (NOTE [ Kept probabilities ]):
+  // a block's rows [0, width) of each of its query rows are written, the rest never read.
+  bfloat16* kept_p = keep && keep->size() > 3 ? (*keep)[3].data<bfloat16>() : nullptr;
   const int64_t per_run =
       keep || d.B * d.H >= 4 * int64_t(tbb::this_task_arena::max_concurrency()) ? nblocks : 1;
   parallel_for(d.B * d.H * nblocks / per_run, 1, [&](int64_t r0, int64_t r1) {
@@ -782,28 +802,35 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
         else gemm(false, true, rows, width, d.D, scale, qs, d.D, ks, d.D, 0, s, width);
       }
       // P = softmax(S) in bfloat16, its normalization and rounding one pass; its rows pld apart,
-      // zeros past the visible keys (on tiles up to a whole tile: the product reads them).
-      const int64_t pld = tiles ? cpu::amx::round_up(width, cpu::amx::kTileDepth) : width;
+      // zeros past the visible keys (on tiles up to a whole tile: the product reads them). Kept
+      // probabilities are written where they are kept (without tiles: the product reads them there)
+      // or copied there (on tiles, whose padded rows may not fit a row of the kept tensor).
+      bfloat16* kept_rows = kept_p ? kept_p + ((b * d.H + h) * d.Tq + i0) * d.Tk : nullptr;
+      bfloat16* p_rows = kept_rows && !tiles ? kept_rows : pb;
+      const int64_t pld = tiles ? cpu::amx::round_up(width, cpu::amx::kTileDepth) : kept_rows ? d.Tk : width;
+      const int64_t p_end = tiles ? pld : width;  // a row's zeros end here
       for (int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * width;
-        bfloat16* pr = pb + r * pld;
+        bfloat16* pr = p_rows + r * pld;
         const int64_t n = visible_keys(d, causal, i0 + r);
         if (tiles && !fold)
           for (int64_t j = 0; j < n; ++j) sr[j] *= scale;
         const float m = vec::row_max(sr, n);
         if (n == 0 || m == -INFINITY) {
-          std::fill(pr, pr + pld, bfloat16());
+          std::fill(pr, pr + p_end, bfloat16());
           l[r] = -INFINITY;
           continue;
         }
         const float sum = vec::exp_shifted(sr, n, m, 1.0f, sr);
         vec::round_to_bf16(sr, n, 1.0f / sum, pr);
-        std::fill(pr + n, pr + pld, bfloat16());
+        std::fill(pr + n, pr + p_end, bfloat16());
         l[r] = m + std::log(sum);
       }
+      if (kept_rows && tiles)
+        for (int64_t r = 0; r < rows; ++r) std::copy(pb + r * pld, pb + r * pld + width, kept_rows + r * d.Tk);
       // O (rows, D) = P V.
       if (tiles) cpu::amx::gemm(rows, d.D, width, 1.0f, pb, pld, v_tiles, width_max, 0.0f, o, ldo);
-      else gemm(false, false, rows, d.D, width, 1.0f, pb, width, vs, d.D, 0, o, ldo);
+      else gemm(false, false, rows, d.D, width, 1.0f, p_rows, pld, vs, d.D, 0, o, ldo);
     }
   });
 }
@@ -823,7 +850,7 @@ template <typename E>
 void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& out, const Tensor& lse, double scale_d, bool causal, const Tensor& dq,
                                    const Tensor& dk, const Tensor& dv, const Rotation* rot = nullptr,
-                                   const Rotation* inv = nullptr) {
+                                   const Rotation* inv = nullptr, const Tensor* probabilities = nullptr) {
   constexpr bool bf16 = std::is_same_v<E, bfloat16>;
   const Dims4 d = dims_of(q, k);
   const float scale = float(scale_d);
@@ -836,6 +863,9 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
   const Heads<float> Q = f32_heads(q), K = f32_heads(k), V = f32_heads(v), dO(dout), O(out);
   const Heads<bfloat16> KQ = kept_heads(q), KK = kept_heads(k), KV = kept_heads(v);
   const float* lp = lse.data<float>();
+  // The forward's probabilities (B, H, Tq, Tk), where it kept them (NOTE [ Kept probabilities ]).
+  const bfloat16* kept_p = probabilities ? probabilities->data<bfloat16>() : nullptr;
+  if (kept_p && !bf16) throw std::logic_error("attention backward (cpu): kept probabilities under float32 products");
   const HeadsOut<float> dQ(dq), dK(dk), dV(dv);
   const bool kv_in_place = dk.is_contiguous() && dv.is_contiguous();  // a head's dk and dv summed where they go
   const bool dq_in_place = dq.is_contiguous();
@@ -938,15 +968,22 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         const float* lb = lp + (b * d.H + h) * d.Tq + i0;
         const E* qblk = qh_in + i0 * d.D;
         const E* doblk = dos + i0 * dold;
-        // P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32 for dS (on
-        // tiles S comes unscaled, and is scaled here, unless the scale is folded into q).
-        if constexpr (bf16) {
-          if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qblk, d.D, kt_tiles, d.D, 0.0f, P, width);
-          else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
-        } else {
-          gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
+        // The block's bf16 probabilities: rows pld apart, the kept ones or those made below.
+        const bfloat16* kept_rows = kept_p ? kept_p + ((b * d.H + h) * d.Tq + i0) * d.Tk : nullptr;
+        const bfloat16* p_rows = kept_rows ? kept_rows : pb;
+        const int64_t pld = kept_rows ? d.Tk : width;
+        // Unless kept: P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32
+        // for dS (on tiles S comes unscaled, and is scaled here, unless the scale is folded into q).
+        const bool recompute = !kept_rows;
+        if (recompute) {
+          if constexpr (bf16) {
+            if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qblk, d.D, kt_tiles, d.D, 0.0f, P, width);
+            else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
+          } else {
+            gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
+          }
         }
-        for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t r = 0; r < rows && recompute; ++r) {
           float* pr = P + r * width;
           const int64_t n = visible_keys(d, causal, i0 + r);
           if (tiles && !fold)
@@ -963,14 +1000,14 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         }
         const float* Di = Dh + i0;
         const E* pe;
-        if constexpr (bf16) pe = pb;
+        if constexpr (bf16) pe = p_rows;
         else pe = P;
         // dV (width, D) += P^T dO (on tiles dV^T (D, width) += dO^T P).
         if (tiles) {
-          cpu::amx::pack_vnni(pb, width, rows, width, p_tiles);
+          cpu::amx::pack_vnni(p_rows, pld, rows, width, p_tiles);
           cpu::amx::gemm(d.D, width, rows, 1.0f, dot + i0, tq_pad, p_tiles, rows, 1.0f, dvt, d.Tk);
         } else {
-          gemm(true, false, width, d.D, rows, 1.0f, pe, width, doblk, dold, 1.0f, dvh, d.D);
+          gemm(true, false, width, d.D, rows, 1.0f, pe, pld, doblk, dold, 1.0f, dvh, d.D);
         }
         // dP (rows, width) = dO V^T.
         if constexpr (bf16) {
@@ -987,7 +1024,8 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
           const float* pr = P + r * width;
           const float di = Di[r];
           if constexpr (bf16) {
-            ds_rounded(pr, dpr, di, width, dsb + r * dsld);
+            if (kept_rows) ds_rounded(kept_rows + r * pld, dpr, di, width, dsb + r * dsld);
+            else ds_rounded(pr, dpr, di, width, dsb + r * dsld);
             std::fill(dsb + r * dsld + width, dsb + (r + 1) * dsld, bfloat16());
           } else {
             for (int64_t j = 0; j < width; ++j) dpr[j] = pr[j] * (dpr[j] - di);
@@ -1109,6 +1147,13 @@ Rotation rotation_of(const RopeTable& table, RopeLayout layout) {
   return {table.cos.data(), table.sin.data(), table.half, layout == RopeLayout::interleaved};
 }
 
+// The forward's kept probabilities: contiguous bfloat16 (B, H, Tq, Tk), a kv head a head.
+void check_probabilities(const Tensor& p, const Tensor& q, const Tensor& k, const char* op) {
+  if (p.dtype() != DType::bf16 || !p.is_contiguous() || !(p.shape() == Shape{q.size(0), q.size(1), q.size(2), k.size(2)}) ||
+      q.size(1) != k.size(1))
+    throw std::logic_error(std::string(op) + ": kept probabilities must be contiguous bfloat16 (B, H, Tq, Tk), a kv head a head");
+}
+
 void check_rotary(const Tensor& q, const Tensor& k, const RopeTable& table, const char* op) {
   if ((q.dtype() != DType::f32 && q.dtype() != DType::bf16) || q.size(2) != k.size(2) || q.size(3) != 2 * table.half ||
       int64_t(table.cos.size()) != q.size(2) * table.half || int64_t(table.sin.size()) != q.size(2) * table.half)
@@ -1124,12 +1169,13 @@ void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double sc
   check_output_rows("rotary attention (cpu)", {&out}, "out");
   check_rotary(q, k, table, "rotary attention (cpu)");
   if (keep) {
-    if (!bf16_products || keep->size() != 3)
-      throw std::logic_error("rotary attention (cpu): kept operands are q, k and v under bf16 products");
+    if (!bf16_products || (keep->size() != 3 && keep->size() != 4))
+      throw std::logic_error("rotary attention (cpu): kept operands are q, k and v (and the probabilities) under bf16 products");
     const Tensor* like[] = {&q, &k, &v};
     for (size_t i = 0; i < 3; ++i)
       if ((*keep)[i].dtype() != DType::bf16 || !(*keep)[i].is_contiguous() || !((*keep)[i].shape() == like[i]->shape()))
         throw std::logic_error("rotary attention (cpu): kept operands must be contiguous bfloat16 shaped as q, k, v");
+    if (keep->size() == 4) check_probabilities((*keep)[3], q, k, "rotary attention (cpu)");
   }
   if (lse.numel() == 0) return;
   const Rotation rot = rotation_of(table, layout);
@@ -1140,8 +1186,12 @@ void forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, double sc
 // dq, dk and dv: contiguous, or the blocks of a packed gradient (a unit stride on D, rows apart).
 void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      const Tensor& lse, double scale, bool causal, bool bf16_products, const RopeTable& table,
-                     const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk,
-                     const Tensor& dv) {
+                     const RopeTable& inverse, RopeLayout layout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                     const Tensor* probabilities) {
+  if (probabilities) {
+    if (!bf16_products) throw std::logic_error("rotary attention backward (cpu): kept probabilities under float32 products");
+    check_probabilities(*probabilities, q, k, "rotary attention backward (cpu)");
+  }
   // q, k and v: float32, or the forward's kept bf16 operands (contiguous).
   if (q.dtype() == DType::bf16) {
     for (const Tensor* t : {&q, &k, &v})
@@ -1156,7 +1206,8 @@ void backward_rotary(const Tensor& dout, const Tensor& q, const Tensor& k, const
   check_rotary(q, k, inverse, "rotary attention backward (cpu)");
   const Rotation rot = rotation_of(table, layout), inv = rotation_of(inverse, layout);
   if (bf16_products)
-    attention_rows_backward_dense<bfloat16>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv, &rot, &inv);
+    attention_rows_backward_dense<bfloat16>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv, &rot, &inv,
+                                            probabilities);
   else
     attention_rows_backward_dense<float>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv, &rot, &inv);
 }

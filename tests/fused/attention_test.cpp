@@ -47,8 +47,10 @@ Vec rounded_bf16(Vec v) {
 // Full-matrix attention in double; query head h reads kv head h / (H / Hkv). bf16: every product's
 // operands rounded to bfloat16 as the bf16 kernels round them (q, k, v, dout, the probabilities, dS;
 // NOTE [ bf16 attention ]), the sums exact.
+// kept_p (with bf16): dS from the rounded probabilities, as the backward on the forward's kept ones
+// (NOTE [ Kept probabilities ] in attention_cpu.cpp).
 Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* dout, double scale,
-                      bool causal, bool bf16 = false) {
+                      bool causal, bool bf16 = false, bool kept_p = false) {
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
   auto operand = [bf16](Vec x) { return bf16 ? rounded_bf16(std::move(x)) : x; };
   auto r16 = [bf16](double x) { return bf16 ? round_bf16(x) : x; };
@@ -93,7 +95,7 @@ Naive naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, const T
           for (int64_t c = 0; c < D; ++c) pdp += dout_raw[size_t(((b * H + h) * Tq + i) * D + c)] * o[c];
         }
         for (int64_t j = 0; j < n; ++j) {
-          const double ds = r16(p[j] * (dp[j] - pdp));
+          const double ds = r16((kept_p ? r16(p[j]) : p[j]) * (dp[j] - pdp));
           for (int64_t c = 0; c < D; ++c) {
             r.dq[((b * H + h) * Tq + i) * D + c] += ds * K(j, c) * scale;
             r.dk[((b * Hkv + hk) * Tk + j) * D + c] += ds * Q(i, c) * scale;
@@ -501,10 +503,10 @@ TEST(RotaryAttention, KeptBf16OperandsGiveTheBitsOfRoundingAgain) {
       const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
       if (kept)
         cpu().backward_rotary(dout, keep[0], keep[1], keep[2], out, lse, scale, true, true, table, inverse,
-                              RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2));
+                              RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2), nullptr);
       else
         cpu().backward_rotary(dout, q, k, v, out, lse, scale, true, true, table, inverse, RopeLayout::split_half,
-                              heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2));
+                              heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2), nullptr);
       results[kept] = {out, lse, dqkv};
       if (kept) {  // what was kept: the rotated rows, rounded (q unscaled)
         const Tensor rotated_q = fused::rope_rotate(q, pos, 10000, RopeLayout::split_half, false, 1.0);
@@ -516,6 +518,74 @@ TEST(RotaryAttention, KeptBf16OperandsGiveTheBitsOfRoundingAgain) {
     }
     const char* names[] = {"out", "lse", "dqkv"};
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(results[0][i], results[1][i])) << names[i];
+  }
+}
+
+// NOTE [ Kept probabilities ]: the forward writes the bf16 probabilities it multiplied V by into a
+// fourth kept tensor, its own results unchanged; the backward multiplies those (with zeros kept,
+// every gradient is zero) and matches the double loops whose dS takes the rounded probabilities.
+// Rotated by position 0 (cos 1, sin 0: no rotation), so that the loops need no rope; the model's
+// power-of-two scale and another, rows that are and are not whole tiles, tiles on and off.
+TEST(RotaryAttention, KeptProbabilitiesAreTheOnesTheBackwardMultiplies) {
+  struct TilesScope {
+    explicit TilesScope(bool on) { cpu::amx::set_enabled(on); }
+    ~TilesScope() { cpu::amx::set_enabled(true); }
+  };
+  for (const bool tiles : {true, false})
+  for (const int64_t T : {256, 100})
+  for (const double scale : {0.125, 0.3}) {
+    SCOPED_TRACE("T " + std::to_string(T) + " scale " + std::to_string(scale) + (tiles ? "" : " without tiles"));
+    const TilesScope scope(tiles);
+    const int64_t B = 2, H = 3, D = 64;
+    const Tensor qkv = random_tensor({B, T, 3 * H, D}, DType::f32, 43, -2, 2);
+    auto heads = [&](const Tensor& t, int64_t which) { return ops::transpose(ops::narrow(t, 2, which * H, H), 1, 2); };
+    const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
+    const Tensor at_zero = ops::mul(arange(0, double(T), 1, DType::i64, Device::cpu()), 0.0);
+    const fused::RopeTable table = fused::rope_table(ops::to(at_zero, DType::i64), D, 10000, false, 1.0);
+    const fused::RopeTable inverse = fused::inverse_rope_table(table);
+    const Tensor dout = random_tensor({B, H, T, D}, DType::f32, 44);
+    auto empty_keep = [&](int n) {
+      std::vector<Tensor> keep;
+      for (int i = 0; i < n; ++i) keep.push_back(Tensor::empty(i < 3 ? Shape{B, H, T, D} : Shape{B, H, T, T}, DType::bf16));
+      return keep;
+    };
+    std::vector<Tensor> keep3 = empty_keep(3), keep4 = empty_keep(4);
+    Tensor out3 = Tensor::empty({B, H, T, D}, DType::f32), lse3 = Tensor::empty({B, H, T}, DType::f32);
+    Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
+    cpu().forward_rotary(q, k, v, scale, true, true, table, RopeLayout::split_half, out3, lse3, &keep3);
+    cpu().forward_rotary(q, k, v, scale, true, true, table, RopeLayout::split_half, out, lse, &keep4);
+    EXPECT_TRUE(testing::bitwise_equal(out, out3));
+    EXPECT_TRUE(testing::bitwise_equal(lse, lse3));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(keep4[size_t(i)], keep3[size_t(i)]));
+    // What was kept is what multiplied V: out = P v over each row's visible keys.
+    const Vec pv = values(keep4[3]), vv = values(keep4[2]), ov = values(out);
+    double worst = 0;
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t c = 0; c < D; ++c) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) o += pv[size_t((bh * T + i) * T + j)] * vv[size_t((bh * T + j) * D + c)];
+          worst = std::max(worst, std::abs(o - ov[size_t((bh * T + i) * D + c)]));
+        }
+    EXPECT_LT(worst, 1e-5) << "the kept probabilities are not those the forward multiplied";
+    const Naive want = naive_attention(q, k, v, &dout, scale, true, /*bf16=*/true, /*kept_p=*/true);
+    const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
+    cpu().backward_rotary(dout, keep4[0], keep4[1], keep4[2], out, lse, scale, true, true, table, inverse,
+                          RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2), &keep4[3]);
+    const Tensor got[] = {ops::contiguous(heads(dqkv, 0)), ops::contiguous(heads(dqkv, 1)),
+                          ops::contiguous(heads(dqkv, 2))};
+    const Vec* wanted[] = {&want.dq, &want.dk, &want.dv};
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) {
+      double top = 0;
+      for (double x : *wanted[i]) top = std::max(top, std::abs(x));
+      EXPECT_TRUE(all_close(got[i], *wanted[i], 1e-3 * top, 0)) << names[i];
+    }
+    // Zeros kept: no probability reaches the backward, so neither does any gradient.
+    const Tensor zeros = ops::zeros({B, H, T, T}, DType::bf16);
+    cpu().backward_rotary(dout, keep4[0], keep4[1], keep4[2], out, lse, scale, true, true, table, inverse,
+                          RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2), &zeros);
+    EXPECT_EQ(ops::max(ops::abs(dqkv)).item<double>(), 0.0) << "the backward did not multiply the kept probabilities";
   }
 }
 
