@@ -113,6 +113,25 @@ Tensor product_operand(const Tensor& t) {
   return s.copies.back().copy;
 }
 
+Tensor refreshable_product_operand(const Tensor& weight) {
+  const PrecisionState& s = state();
+  if (s.precision != Precision::bf16 || weight.dtype() != DType::f32 || !weight.device().is_cpu()) return {};
+  for (const CachedCopy& c : s.copies)
+    if (same_view(c.source, weight)) return Tensor::empty(weight.shape(), DType::bf16, weight.device());
+  return {};
+}
+
+void adopt_product_operand(const Tensor& weight, const Tensor& copy) {
+  if (copy.dtype() != DType::bf16 || !(copy.shape() == weight.shape()) || !copy.is_contiguous())
+    throw std::logic_error("adopt_product_operand: the copy must be a contiguous bfloat16 tensor of the weight's shape");
+  for (CachedCopy& c : state().copies)
+    if (same_view(c.source, weight)) {
+      c = {weight, weight.version(), copy};
+      return;
+    }
+  throw std::logic_error("adopt_product_operand: the policy holds no copy of this weight (ask refreshable_product_operand)");
+}
+
 std::optional<DType> gradient_dtype(DType input, std::optional<DType> out) {
   return out && input == DType::bf16 ? std::optional<DType>(DType::bf16) : out;
 }

@@ -57,6 +57,14 @@ namespace detail {
 // The operand of a product as it is multiplied under the current policy: a bfloat16 copy of a float32
 // tensor under bf16 (weights, i.e. leaves that require grad, from the guard's cache), else t itself.
 Tensor product_operand(const Tensor& t);
+// For an optimizer that writes the weights' bfloat16 copies in its own pass over them (AdamW on the
+// CPU: NOTE [ Weights rounded by the optimizer ] in autograd/fused/adamw_cpu.cpp): a new, empty
+// bfloat16 tensor shaped as `weight` where the policy holds a copy of it (bf16 products now, a
+// float32 weight on the CPU that a product has multiplied since the outermost guard began), else
+// undefined. Once the update has written it, adopt_product_operand(weight, copy) makes it the copy
+// of the weight's new version, so that the next product does not make one.
+Tensor refreshable_product_operand(const Tensor& weight);
+void adopt_product_operand(const Tensor& weight, const Tensor& copy);
 // Whether products of a and b run in bfloat16 now: the bf16 policy, both float32 or one of them a
 // bfloat16 activation (not a parameter: made for the product, NOTE [ Norms made for products ]). A
 // bfloat16 input's gradient is made in bfloat16 (the products' float32 sums rounded).

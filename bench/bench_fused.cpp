@@ -344,12 +344,15 @@ void BM_AdamW(benchmark::State& state) {
   AdamWParams a;
   a.weight_decay = 0.1;
   const fused::AdamWKernels adamw_cpu = fused::adamw_cpu_kernels();
+  // rounded:1 writes the weights' bf16 copies too (NOTE [ Weights rounded by the optimizer ]).
+  const Tensor rounded = Tensor::empty({n}, DType::bf16);
+  const bool round = state.range(0) != 0;
   for (auto _ : state) {
-    adamw_cpu.step(p, g, m, v, a);
+    adamw_cpu.step(p, g, m, v, a, round ? &rounded : nullptr);
     ++a.step;
   }
-  set_bytes(state, 7.0 * n * 4);  // read p, g, m, v; write p, m, v
+  set_bytes(state, (7.0 * 4 + (round ? 2.0 : 0.0)) * double(n));  // read p, g, m, v; write p, m, v (and the copy)
 }
-BENCHMARK(BM_AdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AdamW)->ArgName("rounded")->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

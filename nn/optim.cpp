@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include <mvgpt/autograd/grad_mode.h>
+#include <mvgpt/autograd/precision.h>  // the weights' bf16 copies AdamW writes
 #include <mvgpt/autograd/ops.h>
 #include <mvgpt/fused/adamw.h>
 #include <mvgpt/fused/multi_tensor.h>
@@ -265,10 +266,15 @@ void AdamW::step() {
       std::vector<Tensor>& state = state_for(g, i);
       const AdamWParams hp{.lr = lr, .beta1 = options_.beta1, .beta2 = options_.beta2, .eps = options_.eps,
                            .weight_decay = wd, .step = step_};
-      slots.push_back({p, mvgpt::contiguous(p.grad()), state[0], state[1], hp});
+      // The weight's bfloat16 copy written in the same pass, where the precision policy holds one
+      // (NOTE [ Weights rounded by the optimizer ] in autograd/fused/adamw_cpu.cpp).
+      slots.push_back({p, mvgpt::contiguous(p.grad()), state[0], state[1], hp,
+                       autograd::detail::refreshable_product_operand(p)});
     }
   }
   fused::adamw_step_many_(slots);
+  for (const fused::AdamWSlot& s : slots)
+    if (s.rounded.defined()) autograd::detail::adopt_product_operand(s.param, s.rounded);
 }
 
 std::vector<std::pair<std::string, double>> AdamW::hyper_parameters() const {

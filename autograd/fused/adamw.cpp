@@ -44,7 +44,7 @@ void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const
   check_adamw_step("adamw_step_", param, grad, m, v, p);
   {
     const profile::Span span("adamw");
-    kernels(param.device()).step(param, grad, m, v, p);
+    kernels(param.device()).step(param, grad, m, v, p, nullptr);
   }
   param.bump_version();
   m.bump_version();

@@ -24,7 +24,11 @@ __global__ void adamw_kernel(int64_t n, T* param, const T* grad, T* m, T* v, mat
   }
 }
 
-void step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p) {
+void step(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+          const Tensor* rounded) {
+  // Rounded weights are the CPU's (NOTE [ Weights rounded by the optimizer ] in adamw_cpu.cpp):
+  // on CUDA the policy makes a weight's bfloat16 copy where a product first asks for it.
+  if (rounded) throw std::logic_error("adamw_step (cuda): no rounded copy of the weights on CUDA");
   for (const Tensor* t : {&param, &grad, &m, &v}) {
     require_on(*t, param.device(), "adamw_step (cuda)");
     if (!t->is_contiguous() || t->dtype() != param.dtype() || t->numel() != param.numel())

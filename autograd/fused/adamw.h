@@ -31,8 +31,12 @@ std::vector<Tensor> adamw_step(const Tensor& param, const Tensor& grad, const Te
                                const AdamWParams& p);
 }  // namespace reference
 
+// rounded (may be null; float32 param on the CPU): a contiguous bfloat16 tensor of param's size that
+// the step writes param's new value into, rounded (NOTE [ Weights rounded by the optimizer ] in
+// adamw_cpu.cpp). The CUDA kernel takes none.
 struct AdamWKernels {
-  void (*step)(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p);
+  void (*step)(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWParams& p,
+               const Tensor* rounded);
 };
 AdamWKernels adamw_cpu_kernels();   // adamw_cpu.cpp
 AdamWKernels adamw_cuda_kernels();  // adamw.cu (only in builds with the CUDA backend)

@@ -66,7 +66,14 @@ void scale_(const std::vector<Tensor>& xs, double factor) {
 }
 
 void adamw_step_many_(const std::vector<AdamWSlot>& slots) {
-  for (const AdamWSlot& s : slots) check_adamw_step("adamw_step_many_", s.param, s.grad, s.m, s.v, s.hp);
+  for (const AdamWSlot& s : slots) {
+    check_adamw_step("adamw_step_many_", s.param, s.grad, s.m, s.v, s.hp);
+    if (s.rounded.defined() && (s.rounded.dtype() != DType::bf16 || !s.rounded.is_contiguous() ||
+                                s.rounded.numel() != s.param.numel() || s.param.dtype() != DType::f32 ||
+                                !s.param.device().is_cpu() || s.rounded.device() != s.param.device()))
+      fail("adamw_step_many_", "a rounded copy is a contiguous bfloat16 tensor of a float32 param's size, on the CPU; found " +
+                                   s.rounded.describe() + " for param " + s.param.describe());
+  }
   {
     const profile::Span span("adamw");
     for (auto& [device, part] : by_device(slots, [](const AdamWSlot& s) { return s.param.device(); }))
@@ -76,6 +83,7 @@ void adamw_step_many_(const std::vector<AdamWSlot>& slots) {
     s.param.bump_version();
     s.m.bump_version();
     s.v.bump_version();
+    if (s.rounded.defined()) s.rounded.bump_version();
   }
 }
 

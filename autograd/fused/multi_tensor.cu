@@ -229,11 +229,13 @@ void adamw_cuda(const std::vector<AdamWSlot>& slots) {
   const char* op = "adamw_step_many_ (cuda)";
   if (slots.empty()) return;
   CudaBackend& be = backend_of(slots[0].param);
-  for (const AdamWSlot& s : slots)
+  for (const AdamWSlot& s : slots) {
+    if (s.rounded.defined()) throw std::logic_error(std::string(op) + ": no rounded copy of the weights on CUDA");
     for (const Tensor* x : {&s.param, &s.grad, &s.m, &s.v}) {
       require_kernel_ready(*x, slots[0].param.device(), op);
       if (x->dtype() != s.param.dtype()) throw std::logic_error(std::string(op) + ": a slot mixes dtypes");
     }
+  }
   cudaStream_t stream = be.activate();
   auto run = [&](auto tag) {
     using T = decltype(tag);

@@ -23,9 +23,13 @@ void scale_(const std::vector<Tensor>& xs, double factor);
 
 // One AdamW step of each slot, exactly adamw_step_(param, grad, m, v, hp) for each (the same checks,
 // the same bits), slots on any devices.
+// rounded: undefined, or (a float32 param on the CPU) a contiguous bfloat16 tensor of param's size
+// that the step writes param's new value into, rounded (NOTE [ Weights rounded by the optimizer ]
+// in adamw_cpu.cpp).
 struct AdamWSlot {
   Tensor param, grad, m, v;
   AdamWParams hp;
+  Tensor rounded = {};
 };
 void adamw_step_many_(const std::vector<AdamWSlot>& slots);
 

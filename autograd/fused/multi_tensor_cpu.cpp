@@ -83,7 +83,7 @@ void scale_cpu(const std::vector<Tensor>& xs, double factor) {
 
 void adamw_cpu(const std::vector<AdamWSlot>& slots) {
   static const AdamWKernels step = adamw_cpu_kernels();
-  for (const AdamWSlot& s : slots) step.step(s.param, s.grad, s.m, s.v, s.hp);
+  for (const AdamWSlot& s : slots) step.step(s.param, s.grad, s.m, s.v, s.hp, s.rounded.defined() ? &s.rounded : nullptr);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(AdamWKernel, ThreeStepsMatchHandComputedValues) {
         write_element(grad, i, g[i]);
         hand[i].step(g[i], a);
       }
-      cpu().step(param, grad, m, v, a);
+      cpu().step(param, grad, m, v, a, nullptr);
     }
     const double tol = dt == DType::f64 ? 1e-14 : 1e-6;
     for (int i = 0; i < 4; ++i) {
@@ -87,7 +87,7 @@ TEST(AdamWKernel, Float32MatchesPyTorchBitForBit) {
   for (int s = 1; s <= 3; ++s) {
     for (int64_t i = 0; i < n; ++i) g.data<float>()[i] = float(double((13 * i + 7 * s) % 29) / 5 - 2.9);
     a.step = s;
-    cpu().step(p, g, m, v, a);
+    cpu().step(p, g, m, v, a, nullptr);
   }
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(p.data<float>()[i], want[size_t(i)]) << i;
 }
@@ -99,7 +99,7 @@ TEST(AdamWKernel, FirstStepMovesEachWeightByAboutLr) {
   AdamWParams a;
   a.lr = 0.1;
   a.eps = 0;
-  cpu().step(param, grad, m, v, a);
+  cpu().step(param, grad, m, v, a, nullptr);
   EXPECT_NEAR(read_element(param, 0), 0.9, 1e-15);
   EXPECT_NEAR(read_element(param, 1), 1.1, 1e-15);
   EXPECT_TRUE(std::isnan(read_element(param, 2)));  // 0 / 0 with eps = 0, as PyTorch
@@ -113,13 +113,33 @@ TEST(AdamWKernel, LargeTensorTakesTheParallelPath) {
   AdamWParams a;
   a.step = 7;
   a.weight_decay = 0.01;
-  cpu().step(param, grad, m, v, a);
+  cpu().step(param, grad, m, v, a, nullptr);
   const Vec p1 = values(param);
   for (int64_t i = 0; i < n; i += 997) {
     HandAdamW h{p0[i], m0[i], v0[i]};
     h.step(g[i], a);
     ASSERT_NEAR(p1[i], h.p, 1e-6) << i;
   }
+}
+
+// NOTE [ Weights rounded by the optimizer ]: a rounded tensor gets the new weights rounded as ops::to
+// rounds them (sizes past one block and one thread's part, a tail), and the step itself is unchanged.
+TEST(AdamWKernel, WritesTheUpdatedWeightsRoundedWhereAsked) {
+  for (const int64_t n : {int64_t(5), int64_t(4096 + 17), int64_t(100003)}) {
+    Tensor param = random_tensor({n}, DType::f32, 13), grad = random_tensor({n}, DType::f32, 14);
+    Tensor m = random_tensor({n}, DType::f32, 15, 0, 0.1), v = random_tensor({n}, DType::f32, 16, 0, 0.1);
+    Tensor param2 = ops::contiguous(ops::mul(param, 1.0)), m2 = ops::mul(m, 1.0), v2 = ops::mul(v, 1.0);
+    Tensor rounded = Tensor::empty({n}, DType::bf16);
+    AdamWParams a;
+    a.step = 3;
+    a.weight_decay = 0.1;
+    cpu().step(param, grad, m, v, a, &rounded);
+    cpu().step(param2, grad, m2, v2, a, nullptr);
+    EXPECT_EQ(values(param), values(param2)) << n;
+    EXPECT_EQ(values(rounded), values(ops::to(param, DType::bf16))) << n;
+  }
+  Tensor p64 = random_tensor({4}, DType::f64, 1), r = Tensor::empty({4}, DType::bf16);
+  EXPECT_THROW(cpu().step(p64, p64, p64, p64, AdamWParams{}, &r), std::logic_error);  // float32 weights only
 }
 
 TEST(AdamWKernel, SharedDeviceMathMatchesTheCpuKernelBitForBit) {

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include <mvgpt/autograd/ops.h>
+#include <mvgpt/autograd/precision.h>
+#include <mvgpt/util/profile.h>
 #include <mvgpt/nn/linear.h>
 #include <mvgpt/nn/lr_schedule.h>
 #include <mvgpt/nn/safetensors.h>
@@ -153,6 +155,44 @@ TEST(AdamW, FollowsTheModelThroughTo) {
   backward(sum(lin(ops::ones({1, 2}, DType::f64))));
   opt.step();
   for (const auto& [n, t] : opt.state_tensors()) EXPECT_EQ(t.dtype(), DType::f64) << n;
+}
+
+// NOTE [ Weights rounded by the optimizer ]: under bf16 products AdamW writes the bfloat16 copy of a
+// weight that a product multiplied, in its own pass, and the next forward multiplies it as it is: the
+// bits of rounding the updated weight, one conversion fewer a step, and the same losses, bit for bit,
+// as a model whose copies are made again by the forward (its weight's version bumped after each step).
+TEST(AdamW, WritesTheBf16CopiesOfWeightsTheProductsMultiply) {
+  const PrecisionGuard bf16(Precision::bf16);
+  const Tensor x = ops::reshape(ops::mul(ops::arange(0, 60, 1, DType::f32), 0.05), {6, 10});
+  std::vector<double> losses[2];
+  int64_t conversions[2] = {0, 0};
+  for (int remake = 0; remake < 2; ++remake) {
+    Linear lin(10, 7);
+    for (const Tensor& p : lin.parameters()) {
+      std::vector<float> w(size_t(p.numel()));
+      for (size_t i = 0; i < w.size(); ++i) w[i] = float(0.3 * std::cos(double(i)));
+      const NoGradGuard no_grad;
+      ops::copy_(p, Tensor::from_vector(w, p.shape()));
+    }
+    AdamW opt(lin.parameters(), {.lr = 0.05});
+    for (int step = 0; step < 4; ++step) {
+      opt.zero_grad();
+      profile::Recording rec;
+      Tensor loss = sum(mul(lin(x), lin(x)));
+      const profile::Report report = rec.stop();
+      for (const profile::Row& row : report.rows) conversions[remake] += row.op == "convert" && step > 0 ? row.calls : 0;
+      losses[remake].push_back(loss.item<double>());
+      backward(loss);
+      opt.step();
+      if (remake) lin.weight.bump_version();  // the copy AdamW wrote is not the weight's any more
+    }
+    if (!remake) {  // the copy the next product takes is the updated weight, rounded
+      const Tensor copy = autograd::detail::product_operand(lin.weight);
+      EXPECT_EQ(vals(copy), vals(ops::to(ops::to(lin.weight, DType::bf16), DType::f32)));
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(conversions[0], conversions[1] - 3) << "AdamW's copies were made again (one a step after the first)";
 }
 
 TEST(SGD, MatchesTorch) {
