@@ -12,6 +12,9 @@
 // of the weight (the forward pass, its backward pass and every decoded token reuse it) and kept
 // until the outermost guard ends (with grad mode off, on the CPU, in an arena of huge pages in the
 // order they are made: NOTE [ Host arena ] in tensor/host_arena.h); inputs are cast at each call.
+// AdamW on the CPU writes the new copies of the weights it updates in its own pass, and the policy
+// takes them for the new versions (NOTE [ Weights rounded by the optimizer ] in
+// autograd/fused/adamw_cpu.cpp).
 // A weight is a leaf that requires grad: a view of one (a transpose) is not, and is cast at every
 // call, so models pass the weight itself (linear(x, w) rather than matmul(x, w^T)). fp32 (the
 // default) changes nothing.
