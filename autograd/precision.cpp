@@ -77,8 +77,9 @@ namespace {
 // guard's arena, next to the copy made before it (NOTE [ Host arena ] in tensor/host_arena.h): a
 // decoded token then streams the model's copies in the order its forward made them, on huge pages
 // (docs/performance.md: a median bf16 token of the series' model 0.58 against 0.62 ms on the 2-core
-// AMD EPYC Zen 4). Training re-makes every copy after each optimizer step and its products are
-// bound by arithmetic, not by reading the weights: its copies stay with the caching allocator.
+// AMD EPYC Zen 4). Training makes a new copy after each optimizer step (AdamW on the CPU writes it
+// in its own pass: NOTE [ Weights rounded by the optimizer ]) and its products are bound by
+// arithmetic, not by reading the weights: its copies stay with the caching allocator.
 Tensor bf16_copy(const Tensor& weight) {
   if (!weight.device().is_cpu() || grad_enabled()) return ops::to(weight, DType::bf16);
   Tensor copy = Tensor::from_storage(state().arena.storage(size_t(weight.numel()) * dtype_size(DType::bf16)),

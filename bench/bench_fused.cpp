@@ -171,7 +171,8 @@ void BM_RotaryAttentionForward(benchmark::State& state) {
   const int64_t B = in.B, H = in.H, T = in.T, D = in.D;
   Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
   std::vector<Tensor> keep;
-  for (int i = 0; i < int(state.range(0)) + 2 && state.range(0) > 0; ++i)
+  const int64_t kept = state.range(0) == 0 ? 0 : state.range(0) == 1 ? 3 : 4;
+  for (int64_t i = 0; i < kept; ++i)
     keep.push_back(Tensor::empty(i < 3 ? Shape{B, H, T, D} : Shape{B, H, T, T}, DType::bf16));
   for (auto _ : state)
     attention_cpu().forward_rotary(in.q, in.k, in.v, in.scale, true, true, in.table, RopeLayout::split_half, out, lse,

@@ -88,7 +88,8 @@ struct AttentionKernels {
   // lie: no rotation or rounding again, and the float32 projection need not be kept. A fourth,
   // contiguous bfloat16 (B, H, T, T), takes the probabilities the forward multiplied V by; handed to
   // backward_rotary as its probabilities, the backward multiplies them where it would recompute them
-  // (NOTE [ Kept probabilities ]). probabilities may be null.
+  // (NOTE [ Kept probabilities ]); they must come from the forward of the same q, k, v, scale and
+  // causal (it writes only the entries its blocks reach). probabilities may be null.
   void (*forward_rotary)(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                          bool bf16_products, const RopeTable& table, RopeLayout layout, const Tensor& out,
                          const Tensor& lse, const std::vector<Tensor>* keep) = nullptr;

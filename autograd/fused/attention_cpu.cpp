@@ -4,9 +4,10 @@
 // NOTE [ Attention on the CPU ]
 // Forward: parallel over (batch, head, query block). Each task computes the scores of a block of
 // query rows against the keys it can see with one GEMM, a row softmax (saving the log-sum-exp), and
-// one more GEMM with V. Scratch is a thread-local (block, Tk) buffer; no (T, T) tensor is made.
+// one more GEMM with V. Scratch is a thread-local (block, Tk) buffer; no (T, T) tensor is made (but
+// the bf16 probabilities rotary_attention may keep: NOTE [ Kept probabilities ]).
 // Backward (FlashAttention style): the probabilities are recomputed from q, k and the saved lse,
-// P = exp(S - lse); then dV += P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = dS K * scale,
+// P = exp(S - lse) (unless kept); then dV += P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = dS K * scale,
 // dK += dS^T Q * scale. A task owns one (batch, query head) and walks its query blocks in order, so
 // dK/dV accumulate without races; with grouped kv heads each query head accumulates into its own
 // buffer and the group's buffers are added in head order (deterministic).
@@ -24,7 +25,7 @@
 // The bf16 kernels (attention_rows_dense<bfloat16> and its backward) round each operand where it is
 // made or first read rather than before every product: a backward task rounds its head's q, k, v
 // and dout once for all its blocks, the exp pass writes P in bfloat16 beside its float32 copy (kept
-// for dS), and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward
+// for dS; where the forward kept its bf16 P, neither is made: NOTE [ Kept probabilities ]), and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward
 // writes P in bfloat16 in its normalization pass. The values are those of rounding each product's operands
 // (the same roundings of the same floats). Measured with bench/mvgpt_step_profile --precision bf16
 // on the 2-core AMD EPYC Zen 4 (AVX512-BF16), alternated against rounding both operands before each
@@ -677,7 +678,8 @@ void attention_row_kv_bf16(const Tensor& q, const Tensor& k, const Tensor& v, do
 // E = float: the float32 kernels of rotary_attention (NOTE [ Rotary attention in float32 ]), q and k
 // rotated into dense float32 rows, v read in place; the values of rope then attention_rows<float>.
 // keep (bf16, one kv head a head): the rounded operands written into these (B, H, T, D) tensors for
-// the backward (NOTE [ Kept bf16 operands ]).
+// the backward (NOTE [ Kept bf16 operands ]), and where there is a fourth (B, H, T, T), the bf16
+// probabilities (NOTE [ Kept probabilities ]).
 template <typename E>
 void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, double scale_d, bool causal,
                           const Tensor& out, const Tensor& lse, const Rotation* rot = nullptr,
@@ -837,7 +839,8 @@ void attention_rows_dense(const Tensor& q, const Tensor& k, const Tensor& v, dou
 
 // bf16 products, backward: as attention_rows_backward<float>. A task rounds its head's q, k, v and
 // dout once; the probabilities and dS are rounded in the passes that compute them, dS once for both
-// of its products.
+// of its products. probabilities: the forward's kept bf16 P, multiplied where P would be recomputed
+// (NOTE [ Kept probabilities ]).
 // With rot, q and k are rotated as they are read (and rounded) and dq and dk rotated back by inv (the
 // opposite angles) where they are made: dq a block at a time, dk once a head's blocks have summed it.
 // dq, dk and dv may be strided (HeadsOut: the blocks of a packed qkv gradient). The products then
@@ -974,28 +977,27 @@ void attention_rows_backward_dense(const Tensor& dout, const Tensor& q, const Te
         const int64_t pld = kept_rows ? d.Tk : width;
         // Unless kept: P (rows, width) = exp(scale Q K^T - lse), zero where masked; kept in float32
         // for dS (on tiles S comes unscaled, and is scaled here, unless the scale is folded into q).
-        const bool recompute = !kept_rows;
-        if (recompute) {
+        if (!kept_rows) {
           if constexpr (bf16) {
             if (tiles) cpu::amx::gemm(rows, width, d.D, 1.0f, qblk, d.D, kt_tiles, d.D, 0.0f, P, width);
             else gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
           } else {
             gemm(false, true, rows, width, d.D, scale, qblk, d.D, kh_in, d.D, 0, P, width);
           }
-        }
-        for (int64_t r = 0; r < rows && recompute; ++r) {
-          float* pr = P + r * width;
-          const int64_t n = visible_keys(d, causal, i0 + r);
-          if (tiles && !fold)
-            for (int64_t j = 0; j < n; ++j) pr[j] *= scale;
-          if (lb[r] == -INFINITY) {
-            std::fill(pr, pr + width, 0.0f);
-            if constexpr (bf16) std::fill(pb + r * width, pb + (r + 1) * width, bfloat16());
-          } else if constexpr (bf16) {
-            exp_rows_rounded(pr, n, width, lb[r], pb + r * width);
-          } else {
-            vec::exp_shifted(pr, n, lb[r], 1.0f, pr);
-            std::fill(pr + n, pr + width, 0.0f);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* pr = P + r * width;
+            const int64_t n = visible_keys(d, causal, i0 + r);
+            if (tiles && !fold)
+              for (int64_t j = 0; j < n; ++j) pr[j] *= scale;
+            if (lb[r] == -INFINITY) {
+              std::fill(pr, pr + width, 0.0f);
+              if constexpr (bf16) std::fill(pb + r * width, pb + (r + 1) * width, bfloat16());
+            } else if constexpr (bf16) {
+              exp_rows_rounded(pr, n, width, lb[r], pb + r * width);
+            } else {
+              vec::exp_shifted(pr, n, lb[r], 1.0f, pr);
+              std::fill(pr + n, pr + width, 0.0f);
+            }
           }
         }
         const float* Di = Dh + i0;

@@ -29,7 +29,7 @@ void scale_(const std::vector<Tensor>& xs, double factor);
 struct AdamWSlot {
   Tensor param, grad, m, v;
   AdamWParams hp;
-  Tensor rounded = {};
+  Tensor rounded = {};  // (a default: slots written {param, grad, m, v, hp} need not name it)
 };
 void adamw_step_many_(const std::vector<AdamWSlot>& slots);
 

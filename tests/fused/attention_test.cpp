@@ -525,16 +525,20 @@ TEST(RotaryAttention, KeptBf16OperandsGiveTheBitsOfRoundingAgain) {
 // fourth kept tensor, its own results unchanged; the backward multiplies those (with zeros kept,
 // every gradient is zero) and matches the double loops whose dS takes the rounded probabilities.
 // Rotated by position 0 (cos 1, sin 0: no rotation), so that the loops need no rope; the model's
-// power-of-two scale and another, rows that are and are not whole tiles, tiles on and off.
+// power-of-two scale and another, rows that are and are not whole tiles, causal and not, tiles on and
+// off. The kept tensor starts as NaNs: the backward reads only what the forward wrote.
 TEST(RotaryAttention, KeptProbabilitiesAreTheOnesTheBackwardMultiplies) {
   struct TilesScope {
     explicit TilesScope(bool on) { cpu::amx::set_enabled(on); }
     ~TilesScope() { cpu::amx::set_enabled(true); }
   };
   for (const bool tiles : {true, false})
+  for (const bool causal : {true, false})
   for (const int64_t T : {256, 100})
   for (const double scale : {0.125, 0.3}) {
-    SCOPED_TRACE("T " + std::to_string(T) + " scale " + std::to_string(scale) + (tiles ? "" : " without tiles"));
+    if (!causal && scale != 0.3) continue;
+    SCOPED_TRACE("T " + std::to_string(T) + " scale " + std::to_string(scale) + (causal ? "" : " not causal") +
+                 (tiles ? "" : " without tiles"));
     const TilesScope scope(tiles);
     const int64_t B = 2, H = 3, D = 64;
     const Tensor qkv = random_tensor({B, T, 3 * H, D}, DType::f32, 43, -2, 2);
@@ -550,10 +554,11 @@ TEST(RotaryAttention, KeptProbabilitiesAreTheOnesTheBackwardMultiplies) {
       return keep;
     };
     std::vector<Tensor> keep3 = empty_keep(3), keep4 = empty_keep(4);
+    ops::fill_(keep4[3], std::nan(""));
     Tensor out3 = Tensor::empty({B, H, T, D}, DType::f32), lse3 = Tensor::empty({B, H, T}, DType::f32);
     Tensor out = Tensor::empty({B, H, T, D}, DType::f32), lse = Tensor::empty({B, H, T}, DType::f32);
-    cpu().forward_rotary(q, k, v, scale, true, true, table, RopeLayout::split_half, out3, lse3, &keep3);
-    cpu().forward_rotary(q, k, v, scale, true, true, table, RopeLayout::split_half, out, lse, &keep4);
+    cpu().forward_rotary(q, k, v, scale, causal, true, table, RopeLayout::split_half, out3, lse3, &keep3);
+    cpu().forward_rotary(q, k, v, scale, causal, true, table, RopeLayout::split_half, out, lse, &keep4);
     EXPECT_TRUE(testing::bitwise_equal(out, out3));
     EXPECT_TRUE(testing::bitwise_equal(lse, lse3));
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(testing::bitwise_equal(keep4[size_t(i)], keep3[size_t(i)]));
@@ -564,13 +569,14 @@ TEST(RotaryAttention, KeptProbabilitiesAreTheOnesTheBackwardMultiplies) {
       for (int64_t i = 0; i < T; ++i)
         for (int64_t c = 0; c < D; ++c) {
           double o = 0;
-          for (int64_t j = 0; j <= i; ++j) o += pv[size_t((bh * T + i) * T + j)] * vv[size_t((bh * T + j) * D + c)];
+          for (int64_t j = 0; j < (causal ? i + 1 : T); ++j)
+            o += pv[size_t((bh * T + i) * T + j)] * vv[size_t((bh * T + j) * D + c)];
           worst = std::max(worst, std::abs(o - ov[size_t((bh * T + i) * D + c)]));
         }
     EXPECT_LT(worst, 1e-5) << "the kept probabilities are not those the forward multiplied";
-    const Naive want = naive_attention(q, k, v, &dout, scale, true, /*bf16=*/true, /*kept_p=*/true);
+    const Naive want = naive_attention(q, k, v, &dout, scale, causal, /*bf16=*/true, /*kept_p=*/true);
     const Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32);
-    cpu().backward_rotary(dout, keep4[0], keep4[1], keep4[2], out, lse, scale, true, true, table, inverse,
+    cpu().backward_rotary(dout, keep4[0], keep4[1], keep4[2], out, lse, scale, causal, true, table, inverse,
                           RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2), &keep4[3]);
     const Tensor got[] = {ops::contiguous(heads(dqkv, 0)), ops::contiguous(heads(dqkv, 1)),
                           ops::contiguous(heads(dqkv, 2))};
@@ -583,7 +589,7 @@ TEST(RotaryAttention, KeptProbabilitiesAreTheOnesTheBackwardMultiplies) {
     }
     // Zeros kept: no probability reaches the backward, so neither does any gradient.
     const Tensor zeros = ops::zeros({B, H, T, T}, DType::bf16);
-    cpu().backward_rotary(dout, keep4[0], keep4[1], keep4[2], out, lse, scale, true, true, table, inverse,
+    cpu().backward_rotary(dout, keep4[0], keep4[1], keep4[2], out, lse, scale, causal, true, table, inverse,
                           RopeLayout::split_half, heads(dqkv, 0), heads(dqkv, 1), heads(dqkv, 2), &zeros);
     EXPECT_EQ(ops::max(ops::abs(dqkv)).item<double>(), 0.0) << "the backward did not multiply the kept probabilities";
   }

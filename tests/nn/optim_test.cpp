@@ -186,8 +186,16 @@ TEST(AdamW, WritesTheBf16CopiesOfWeightsTheProductsMultiply) {
       opt.step();
       if (remake) lin.weight.bump_version();  // the copy AdamW wrote is not the weight's any more
     }
-    if (!remake) {  // the copy the next product takes is the updated weight, rounded
+    if (!remake) {
+      // The copy the next product takes is the updated weight, rounded; the one a graph may still
+      // hold is left as it was.
+      const Tensor old_copy = autograd::detail::product_operand(lin.weight);
+      const std::vector<double> old_bits = vals(old_copy);
+      backward(sum(lin(x)));
+      opt.step();
+      EXPECT_EQ(vals(old_copy), old_bits);
       const Tensor copy = autograd::detail::product_operand(lin.weight);
+      EXPECT_NE(copy.raw_data(), old_copy.raw_data());
       EXPECT_EQ(vals(copy), vals(ops::to(ops::to(lin.weight, DType::bf16), DType::f32)));
     }
   }
