@@ -7,10 +7,10 @@
 // one more GEMM with V. Scratch is a thread-local (block, Tk) buffer; no (T, T) tensor is made (but
 // the bf16 probabilities rotary_attention may keep: NOTE [ Kept probabilities ]).
 // Backward (FlashAttention style): the probabilities are recomputed from q, k and the saved lse,
-// P = exp(S - lse) (unless kept); then dV += P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = dS K * scale,
-// dK += dS^T Q * scale. A task owns one (batch, query head) and walks its query blocks in order, so
-// dK/dV accumulate without races; with grouped kv heads each query head accumulates into its own
-// buffer and the group's buffers are added in head order (deterministic).
+// P = exp(S - lse) (unless kept); then dV += P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)),
+// dQ = dS K * scale, dK += dS^T Q * scale. A task owns one (batch, query head) and walks its query
+// blocks in order, so dK/dV accumulate without races; with grouped kv heads each query head
+// accumulates into its own buffer and the group's buffers are added in head order (deterministic).
 // The per-block products go to OpenBLAS, single-threaded inside the TBB loop. Measured against
 // vectorized loops (per row: dot products over D, then axpy over D) with bench/bench_fused.cpp on
 // one thread of the 2-core Zen 3 machine, same load: causal forward B=16, H=6, T=256, D=64 takes
@@ -25,8 +25,9 @@
 // The bf16 kernels (attention_rows_dense<bfloat16> and its backward) round each operand where it is
 // made or first read rather than before every product: a backward task rounds its head's q, k, v
 // and dout once for all its blocks, the exp pass writes P in bfloat16 beside its float32 copy (kept
-// for dS; where the forward kept its bf16 P, neither is made: NOTE [ Kept probabilities ]), and the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward
-// writes P in bfloat16 in its normalization pass. The values are those of rounding each product's operands
+// for dS; where the forward kept its bf16 P, neither is made: NOTE [ Kept probabilities ]), and
+// the dS pass writes dS in bfloat16 once for its two products (dQ and dK); the forward writes P in
+// bfloat16 in its normalization pass. The values are those of rounding each product's operands
 // (the same roundings of the same floats). Measured with bench/mvgpt_step_profile --precision bf16
 // on the 2-core AMD EPYC Zen 4 (AVX512-BF16), alternated against rounding both operands before each
 // product: the backward's attention took 73-76 ms a step against 83-85; the forward's 39-40 either

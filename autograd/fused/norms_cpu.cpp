@@ -94,10 +94,7 @@ template <typename DY>
   using vec::f32x8;
   f32x8 sum0 = {}, sum1 = {}, dot0 = {}, dot1 = {};
   auto eight = [&](int64_t i, f32x8& sum, f32x8& dot) {
-    f32x8 dy;
-    if constexpr (std::is_same_v<DY, float>) dy = vec::load8(dyr + i);
-    else dy = vec::load8_widened(dyr + i);
-    const f32x8 xc = vec::load8(xr + i) - mu;
+    const f32x8 dy = vec::as_float8(dyr + i), xc = vec::load8(xr + i) - mu;
     vec::store8(dw + i, vec::load8(dw + i) + dy * xc * rs);
     vec::store8(db + i, vec::load8(db + i) + dy);
     const f32x8 gi = dy * vec::load8(wp + i);
