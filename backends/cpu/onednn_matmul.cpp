@@ -70,7 +70,9 @@ struct Plan {
   std::string impl;
 };
 
-Plan make_plan(const Product& k) {
+// The product's primitive as oneDNN picks it (impl), and with `build`, where takes() accepts it, what
+// multiply reuses: the primitive, its memory objects and scratchpad.
+Plan make_plan(const Product& k, bool build) {
   if (k.operands != DType::f32 && k.operands != DType::bf16)
     throw std::logic_error("onednn::multiply: operands of type " + std::string(dtype_name(k.operands)));
   Plan p;
@@ -94,7 +96,7 @@ Plan make_plan(const Product& k) {
     dnnl::matmul::primitive_desc pd(k.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr,
                                     engine());
     p.impl = pd.impl_info_str();
-    if (takes(k.operands, p.impl)) {
+    if (build && takes(k.operands, p.impl, k.ta)) {
       p.matmul.emplace(pd);
       p.mem_a = dnnl::memory(a, engine(), DNNL_MEMORY_NONE);
       p.mem_b = dnnl::memory(b, engine(), DNNL_MEMORY_NONE);
@@ -114,8 +116,17 @@ Plan make_plan(const Product& k) {
 
 }  // namespace
 
-bool takes(DType operands, const std::string& implementation) {
-  if (operands == DType::f32) return implementation.rfind("brg", 0) == 0;
+bool float32_brgemm() {
+  static const bool yes =
+      make_plan({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false, DType::f32}, /*build=*/false)
+          .impl.rfind("brg", 0) == 0;
+  return yes;
+}
+
+bool takes(DType operands, const std::string& implementation, bool a_transposed) {
+  if (operands == DType::f32)
+    return implementation.rfind("brg", 0) == 0 ||
+           (implementation.rfind("gemm:jit", 0) == 0 && !a_transposed && !float32_brgemm());
   return implementation.rfind("ref", 0) != 0 && implementation.rfind("none", 0) != 0;
 }
 
@@ -124,7 +135,7 @@ std::string implementation(const Product& p) {
   static std::unordered_map<Product, std::string, ProductHash> names;
   const std::lock_guard<std::mutex> lock(mutex);
   auto it = names.find(p);
-  if (it == names.end()) it = names.emplace(p, make_plan(p).impl).first;
+  if (it == names.end()) it = names.emplace(p, make_plan(p, /*build=*/false).impl).first;
   return it->second;
 }
 
@@ -136,7 +147,7 @@ bool multiply(const Product& k, const void* A, const void* B, void* C, const flo
   auto it = plans.find(k);
   if (it == plans.end()) {
     if (plans.size() >= kMaxPlans) plans.clear();
-    it = plans.emplace(k, make_plan(k)).first;
+    it = plans.emplace(k, make_plan(k, /*build=*/true)).first;
   }
   const Plan& p = it->second;
   if (!p.matmul) return false;

@@ -2,8 +2,8 @@
 // One product on the calling thread through oneDNN's matmul, with the primitive made once per
 // product shape and thread and kept (NOTE [ oneDNN on the TBB pool ] in onednn_matmul.cpp).
 // blas::gemm cuts large products into blocks over the TBB pool and calls this per block: bfloat16
-// operands always (bf16_gemm.h), float32 ones where oneDNN has its brgemm kernels (NOTE [ float32
-// products through oneDNN ] in blas.cpp).
+// operands always (bf16_gemm.h), float32 ones where oneDNN has its brgemm kernels, or without them
+// its gemm:jit for a plain A (NOTE [ float32 products through oneDNN ] in blas.cpp).
 #include <cstdint>
 #include <string>
 
@@ -31,9 +31,15 @@ struct Product {
 std::string implementation(const Product& p);
 
 // Whether multiply runs a product with this implementation: for bfloat16 operands any but oneDNN's
-// reference kernels (CPUs without AVX-512), for float32 ones only its brgemm kernels (elsewhere
-// OpenBLAS is the faster float32 GEMM).
-bool takes(DType operands, const std::string& implementation);
+// reference kernels (CPUs without AVX-512); for float32 ones its brgemm kernels (AVX-512), and on a
+// CPU without them (AVX2) its gemm:jit for a product whose A is not transposed (a_transposed: op(A)
+// = A^T). Elsewhere OpenBLAS is the faster float32 GEMM (NOTE [ float32 products through oneDNN ]
+// in blas.cpp).
+bool takes(DType operands, const std::string& implementation, bool a_transposed = false);
+
+// Whether oneDNN multiplies this CPU's float32 products with its brgemm kernels (AVX-512): its pick
+// for a typical product of the model's, made once.
+bool float32_brgemm();
 
 // Runs the product on this thread and returns true, or returns false without touching C where
 // oneDNN has no implementation it takes (see takes). A and B point at the operands' first

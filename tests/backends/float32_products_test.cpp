@@ -1,6 +1,6 @@
 // float32 products through blas::gemm and blas::gemm_bias, which send them to oneDNN's brgemm
-// kernels where this CPU has them and to OpenBLAS elsewhere (NOTE [ float32 products through
-// oneDNN ] in blas.cpp): against a double loop over the same values, in every layout, with alpha,
+// kernels where this CPU has them, to its gemm:jit where it has not (AVX2) and A is not transposed,
+// and to OpenBLAS elsewhere (NOTE [ float32 products through oneDNN ] in blas.cpp): against a double loop over the same values, in every layout, with alpha,
 // beta and a bias, cut over the pool and not, in blocks as they lie and made dense (NOTE [ Dense
 // blocks for oneDNN ]), and which library each product went to.
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@
 namespace mvgpt {
 namespace {
 
-// Whether this CPU's float32 products go to oneDNN (its brgemm kernels need AVX-512).
+// Whether this CPU's float32 products go to oneDNN (its brgemm kernels with AVX-512, gemm:jit without).
 bool onednn_float32() {
   return cpu::onednn::takes(DType::f32, cpu::onednn::implementation({false, true, 256, 384, 384, 384, 384, 384, 1.0f,
                                                                       0.0f, false, DType::f32}));
@@ -109,10 +109,10 @@ TEST(Float32Products, SumLikeADoubleLoopInEveryLayout) {
 }
 
 // The library that ran each product, as the op profile names it: oneDNN's brgemm where this CPU has
-// it and the blocks are dense, OpenBLAS elsewhere. Blocks as they lie are dense only cut along M
-// from a plain A; made dense (NOTE [ Dense blocks for oneDNN ]) they all are, but for a B stored
-// (K, N) wider than oneDNN takes and a weight gradient's (A transposed), which are never copied
-// (always OpenBLAS).
+// it and the blocks are dense (its gemm:jit where it has no brgemm), OpenBLAS elsewhere. Blocks as
+// they lie are dense only cut along M from a plain A; made dense (NOTE [ Dense blocks for oneDNN ])
+// they all are, but for a B stored (K, N) wider than oneDNN takes and a weight gradient's (A
+// transposed), which are never copied (always OpenBLAS).
 TEST(Float32Products, EachProductNamesTheLibraryThatRanIt) {
   auto kernel_of = [](const Tensor &a, const Tensor &b) {
     profile::Recording recording;
@@ -142,17 +142,21 @@ TEST(Float32Products, EachProductNamesTheLibraryThatRanIt) {
         EXPECT_EQ(kernel_of(l, r), "OpenBLAS");
       continue;
     }
-    EXPECT_TRUE(kernel_of(a, narrow).starts_with("brg:")) << kernel_of(a, narrow);
-    if (dense) EXPECT_TRUE(kernel_of(a, wide_transposed).starts_with("brg:")) << kernel_of(a, wide_transposed);
+    const std::string kernels = cpu::onednn::float32_brgemm() ? "brg:" : "gemm:jit";
+    EXPECT_TRUE(kernel_of(a, narrow).starts_with(kernels)) << kernel_of(a, narrow);
+    if (dense) EXPECT_TRUE(kernel_of(a, wide_transposed).starts_with(kernels)) << kernel_of(a, wide_transposed);
     else EXPECT_EQ(kernel_of(a, wide_transposed), "OpenBLAS");
     EXPECT_EQ(kernel_of(dy_t, x), "OpenBLAS");  // never made dense: its blocks are columns of dY
   }
 }
 
-// oneDNN takes float32 products only to its brgemm kernels, bfloat16 ones to any but the reference.
-TEST(Float32Products, OneDnnTakesOnlyItsBrgemmKernelsForFloat32) {
+// oneDNN takes float32 products to its brgemm kernels, and to gemm:jit only on a CPU without them
+// and for a plain A; bfloat16 ones to any but the reference.
+TEST(Float32Products, OneDnnTakesItsBrgemmKernelsForFloat32OrElseGemmJitForAPlainA) {
   EXPECT_TRUE(cpu::onednn::takes(DType::f32, "brg:avx512_core"));
-  EXPECT_FALSE(cpu::onednn::takes(DType::f32, "gemm:jit"));
+  EXPECT_TRUE(cpu::onednn::takes(DType::f32, "brg:avx512_core", /*a_transposed=*/true));
+  EXPECT_EQ(cpu::onednn::takes(DType::f32, "gemm:jit"), !cpu::onednn::float32_brgemm());
+  EXPECT_FALSE(cpu::onednn::takes(DType::f32, "gemm:jit", /*a_transposed=*/true));
   EXPECT_FALSE(cpu::onednn::takes(DType::f32, "ref:any"));
   EXPECT_TRUE(cpu::onednn::takes(DType::bf16, "gemm:jit"));
   EXPECT_TRUE(cpu::onednn::takes(DType::bf16, "brg:avx512_core_amx_bf16"));
