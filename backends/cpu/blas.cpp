@@ -341,19 +341,21 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   constexpr bool float32 = std::is_same_v<TA, float>;
   const bool large = parallel && M * N * K >= kMinParallelGemm;  // worth cutting over the pool
   // Products that oneDNN may multiply: bfloat16 ones where it has kernels, float32 ones where it has
-  // brgemm kernels that take them (NOTE [ float32 products through oneDNN ]).
-  bool onednn_product = false;
+  // brgemm kernels that take them, or else gemm:jit (NOTE [ float32 products through oneDNN ]).
+  bool onednn_product = false, jit = false;
   if constexpr (bf16_operands) onednn_product = bf16::native_kernels();
-  if constexpr (float32) onednn_product = float32_via_onednn(tb, N);
-  // NOTE [ Dense blocks for oneDNN ]
-  const bool dense = onednn_product && !ta && dense_blocks();
+  if constexpr (float32) onednn_product = float32_via_onednn(tb, N), jit = onednn_product && !onednn::float32_brgemm();
+  // NOTE [ Dense blocks for oneDNN ] (gemm:jit takes blocks as they lie: nothing to copy for it)
+  const bool dense = onednn_product && !ta && !jit && dense_blocks();
   // NOTE [ Cutting a bf16 product ]
   const bool cut_m =
       cut_along_m(bf16_operands, ta, tb, M, N, dense, large ? threads() * kBf16BlocksPerThread : 1);
   // float32 goes to oneDNN where its kernels take the blocks: brgemm's (AVX-512) dense ones, made so
   // or rows of a plain A cut along M (elsewhere oneDNN would hand them to gemm:jit, and OpenBLAS is
-  // the faster); on a CPU without brgemm, gemm:jit's rows of a plain A cut along M (onednn::takes).
-  const bool via_onednn = float32 && onednn_product && (dense || !large || (cut_m && !ta));
+  // the faster); on a CPU without brgemm, gemm:jit's only for the measured case: a large product's
+  // rows of a plain A, cut along M.
+  const bool via_onednn =
+      float32 && onednn_product && (jit ? large && cut_m && !ta : dense || !large || (cut_m && !ta));
   const int64_t per_thread = bf16_operands || via_onednn ? kBf16BlocksPerThread : kBlocksPerThread;
   const int64_t blocks = large ? threads() * per_thread : 1;
   // One block: C[:, n0:n0 + n] from a's rows and b's columns.

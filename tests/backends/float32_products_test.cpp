@@ -1,8 +1,9 @@
 // float32 products through blas::gemm and blas::gemm_bias, which send them to oneDNN's brgemm
-// kernels where this CPU has them, to its gemm:jit where it has not (AVX2) and A is not transposed,
-// and to OpenBLAS elsewhere (NOTE [ float32 products through oneDNN ] in blas.cpp): against a double loop over the same values, in every layout, with alpha,
-// beta and a bias, cut over the pool and not, in blocks as they lie and made dense (NOTE [ Dense
-// blocks for oneDNN ]), and which library each product went to.
+// kernels where this CPU has them, to its gemm:jit where it has not (AVX2) for large products of a
+// plain A cut along M, and to OpenBLAS elsewhere (NOTE [ float32 products through oneDNN ] in
+// blas.cpp): against a double loop over the same values, in every layout, with alpha, beta and a
+// bias, cut over the pool and not, in blocks as they lie and made dense (NOTE [ Dense blocks for
+// oneDNN ]), and which library each product went to.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -109,10 +110,11 @@ TEST(Float32Products, SumLikeADoubleLoopInEveryLayout) {
 }
 
 // The library that ran each product, as the op profile names it: oneDNN's brgemm where this CPU has
-// it and the blocks are dense (its gemm:jit where it has no brgemm), OpenBLAS elsewhere. Blocks as
-// they lie are dense only cut along M from a plain A; made dense (NOTE [ Dense blocks for oneDNN ])
-// they all are, but for a B stored (K, N) wider than oneDNN takes and a weight gradient's (A
-// transposed), which are never copied (always OpenBLAS).
+// it and the blocks are dense, OpenBLAS elsewhere. Blocks as they lie are dense only cut along M
+// from a plain A; made dense (NOTE [ Dense blocks for oneDNN ]) they all are, but for a B stored
+// (K, N) wider than oneDNN takes and a weight gradient's (A transposed), which are never copied
+// (always OpenBLAS). Without brgemm (AVX2) gemm:jit takes only a large product's rows of a plain A
+// cut along M: nothing is made dense, and small products stay with OpenBLAS.
 TEST(Float32Products, EachProductNamesTheLibraryThatRanIt) {
   auto kernel_of = [](const Tensor &a, const Tensor &b) {
     profile::Recording recording;
@@ -132,6 +134,7 @@ TEST(Float32Products, EachProductNamesTheLibraryThatRanIt) {
   const Tensor wide = randn({64, 2100});                             // B (K, N) wider than oneDNN takes
   const Tensor wide_transposed = ops::transpose(randn({2100, 64}), 0, 1);  // cut along N
   const Tensor dy_t = ops::transpose(randn({512, 256}), 0, 1), x = randn({512, 64});  // a weight gradient
+  const Tensor small = randn({16, 8}), small_b = randn({8, 24});                        // one call, not cut
   const bool onednn = onednn_float32();
   for (bool dense : {false, true}) {
     SCOPED_TRACE(dense ? "dense blocks" : "blocks as they lie");
@@ -142,12 +145,26 @@ TEST(Float32Products, EachProductNamesTheLibraryThatRanIt) {
         EXPECT_EQ(kernel_of(l, r), "OpenBLAS");
       continue;
     }
-    const std::string kernels = cpu::onednn::float32_brgemm() ? "brg:" : "gemm:jit";
-    EXPECT_TRUE(kernel_of(a, narrow).starts_with(kernels)) << kernel_of(a, narrow);
-    if (dense) EXPECT_TRUE(kernel_of(a, wide_transposed).starts_with(kernels)) << kernel_of(a, wide_transposed);
-    else EXPECT_EQ(kernel_of(a, wide_transposed), "OpenBLAS");
     EXPECT_EQ(kernel_of(dy_t, x), "OpenBLAS");  // never made dense: its blocks are columns of dY
+    if (!cpu::onednn::float32_brgemm()) {  // gemm:jit
+      EXPECT_EQ(kernel_of(a, narrow), "gemm:jit");
+      EXPECT_EQ(kernel_of(a, wide_transposed), "OpenBLAS");
+      EXPECT_EQ(kernel_of(small, small_b), "OpenBLAS");
+      continue;
+    }
+    EXPECT_TRUE(kernel_of(a, narrow).starts_with("brg:")) << kernel_of(a, narrow);
+    if (dense) EXPECT_TRUE(kernel_of(a, wide_transposed).starts_with("brg:")) << kernel_of(a, wide_transposed);
+    else EXPECT_EQ(kernel_of(a, wide_transposed), "OpenBLAS");
   }
+}
+
+// oneDNN's float32 brgemm kernels are its AVX-512 ones (avx512_core: F, BW, VL and DQ): the road
+// float32_brgemm() reports from oneDNN's pick is the CPU's own (unless DNNL_MAX_CPU_ISA holds
+// oneDNN below AVX-512).
+TEST(Float32Products, OneDnnHasFloat32BrgemmExactlyWithAvx512) {
+  const bool avx512_core = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  EXPECT_EQ(cpu::onednn::float32_brgemm(), avx512_core);
 }
 
 // oneDNN takes float32 products to its brgemm kernels, and to gemm:jit only on a CPU without them
