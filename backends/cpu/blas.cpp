@@ -126,8 +126,7 @@ void scale(T* y, int64_t n, int64_t incy, T beta) {
 // Whether this CPU's float32 products go to oneDNN (NOTE [ float32 products through oneDNN ]): its
 // answer for a typical shape.
 bool onednn_float32() {
-  static const bool yes = onednn::takes(
-      DType::f32, onednn::implementation({false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false, DType::f32}));
+  static const bool yes = onednn::takes(DType::f32, onednn::implementation(onednn::kTypicalFloat32));
   return yes;
 }
 bool float32_via_onednn(bool tb, int64_t N) { return (tb || N <= kOneDnnWidestPlainB) && onednn_float32(); }
@@ -344,7 +343,10 @@ void gemm_impl(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   // brgemm kernels that take them, or else gemm:jit (NOTE [ float32 products through oneDNN ]).
   bool onednn_product = false, jit = false;
   if constexpr (bf16_operands) onednn_product = bf16::native_kernels();
-  if constexpr (float32) onednn_product = float32_via_onednn(tb, N), jit = onednn_product && !onednn::float32_brgemm();
+  if constexpr (float32) {
+    onednn_product = float32_via_onednn(tb, N);
+    jit = onednn_product && !onednn::float32_brgemm();
+  }
   // NOTE [ Dense blocks for oneDNN ] (gemm:jit takes blocks as they lie: nothing to copy for it)
   const bool dense = onednn_product && !ta && !jit && dense_blocks();
   // NOTE [ Cutting a bf16 product ]

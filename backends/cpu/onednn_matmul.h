@@ -25,6 +25,10 @@ struct Product {
   bool operator==(const Product&) const = default;
 };
 
+// A typical float32 product of the model's (a block of a linear layer's forward): oneDNN's pick for it
+// says which of its float32 kernels this CPU has.
+inline constexpr Product kTypicalFloat32{false, true, 256, 384, 384, 384, 384, 384, 1.0f, 0.0f, false, DType::f32};
+
 // The implementation oneDNN picks for the product ("brg:avx512_core_amx_bf16", "brg:avx512_core",
 // "gemm:jit", "ref:any", ...), or "none (why)" where it has none. Each product's answer is kept (the
 // first costs a primitive descriptor: tens of microseconds).

@@ -23,8 +23,7 @@ namespace {
 
 // Whether this CPU's float32 products go to oneDNN (its brgemm kernels with AVX-512, gemm:jit without).
 bool onednn_float32() {
-  return cpu::onednn::takes(DType::f32, cpu::onednn::implementation({false, true, 256, 384, 384, 384, 384, 384, 1.0f,
-                                                                      0.0f, false, DType::f32}));
+  return cpu::onednn::takes(DType::f32, cpu::onednn::implementation(cpu::onednn::kTypicalFloat32));
 }
 
 // Sets blas::set_dense_blocks for a scope and puts back what it was.
